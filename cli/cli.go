@@ -1,0 +1,212 @@
+// Package cli is the baton command line as a library, so a Go program can
+// embed the whole CLI with its own handler instead of exec mode:
+//
+//	func main() {
+//		os.Exit(cli.Main(context.Background(), os.Args[1:], cli.Options{Handler: myHandler}))
+//	}
+//
+// Main owns the process: it reads flags and config, sets up logging, handles
+// SIGTERM/SIGINT (first: drain; second: leave now) and maps errors to exit
+// codes. The packages below it (lock, standby, work) never see a signal.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/baton-run/baton/internal/config"
+	"github.com/baton-run/baton/lock"
+	"github.com/baton-run/baton/work"
+	"github.com/spf13/pflag"
+)
+
+// Exit codes, listed in baton --help.
+const (
+	ExitOK      = 0 // done, or nothing to do
+	ExitRuntime = 1 // runtime error: Redis unreachable, a job system fault
+	ExitUsage   = 2 // usage or config error
+)
+
+// Options are what an embedding program supplies; zero values mean the
+// process's own stdio and environment, and exec mode for run.
+type Options struct {
+	// Handler runs jobs for `baton run`; nil means exec mode (-- CMD ARGS...).
+	Handler work.Handler
+	Stdin   io.Reader
+	Stdout  io.Writer
+	Stderr  io.Writer
+	Getenv  func(string) string
+	// Version is printed by `baton version`; default is the build's module version.
+	Version string
+}
+
+// env is what every subcommand gets.
+type env struct {
+	Options
+}
+
+type command struct {
+	summary string
+	run     func(ctx context.Context, e *env, args []string) error
+}
+
+var commands = map[string]command{}
+
+func register(name, summary string, run func(context.Context, *env, []string) error) {
+	commands[name] = command{summary, run}
+}
+
+const usageHead = `baton - queue workers from a crontab line
+
+Usage:
+  baton <command> [flags] [args]
+
+Commands:
+`
+
+const usageTail = `
+Run 'baton <command> --help' for a command's flags and an example.
+
+Exit codes:
+  0  done, or nothing to do (a candidate that found every slot taken)
+  1  runtime error (Redis unreachable, lock directory unusable, ...)
+  2  usage or config error
+
+Example crontab line:
+  * * * * * baton run --config /etc/baton/thumbs.toml -- /usr/local/bin/make-thumbnail
+`
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, usageHead)
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-9s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprint(w, usageTail)
+}
+
+// Main runs the baton command line and returns the exit code.
+func Main(ctx context.Context, args []string, o Options) int {
+	e := &env{o}
+	if e.Stdin == nil {
+		e.Stdin = os.Stdin
+	}
+	if e.Stdout == nil {
+		e.Stdout = os.Stdout
+	}
+	if e.Stderr == nil {
+		e.Stderr = os.Stderr
+	}
+	if e.Getenv == nil {
+		e.Getenv = os.Getenv
+	}
+	if len(args) == 0 {
+		usage(e.Stderr)
+		return ExitUsage
+	}
+	switch args[0] {
+	case "-h", "--help", "help":
+		usage(e.Stdout)
+		return ExitOK
+	case "-v", "--version":
+		args[0] = "version"
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(e.Stderr, "baton: unknown command %q\nhint: run 'baton --help' for the list\n", args[0])
+		return ExitUsage
+	}
+	err := cmd.run(ctx, e, args[1:])
+	return report(e.Stderr, err)
+}
+
+// usageError is a mistake on the command line; hint says how to fix it.
+type usageError struct {
+	msg, hint string
+}
+
+func (u *usageError) Error() string { return u.msg }
+
+func usagef(hint, format string, a ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, a...), hint: hint}
+}
+
+// exitError carries an exit code for a failure already reported (or quiet).
+type exitError struct {
+	code int
+	err  error
+}
+
+func (x *exitError) Error() string { return x.err.Error() }
+func (x *exitError) Unwrap() error { return x.err }
+
+// report prints one line for err (and a hint when there is an obvious fix)
+// and returns the exit code.
+func report(w io.Writer, err error) int {
+	if err == nil || errors.Is(err, pflag.ErrHelp) {
+		return ExitOK
+	}
+	var (
+		ue *usageError
+		ce *config.Error
+		xe *exitError
+	)
+	code, hint := ExitRuntime, ""
+	switch {
+	case errors.As(err, &xe):
+		code = xe.code
+	case errors.As(err, &ue):
+		code, hint = ExitUsage, ue.hint
+	case errors.As(err, &ce):
+		code = ExitUsage
+	case errors.Is(err, lock.ErrUnsafeDir):
+		code = ExitUsage
+	}
+	fmt.Fprintf(w, "baton: %s\n", strings.TrimSpace(err.Error()))
+	if hint != "" {
+		fmt.Fprintf(w, "hint: %s\n", hint)
+	}
+	return code
+}
+
+// flagSet makes a subcommand's flag set; usage text is printed on --help.
+func flagSet(name string) *pflag.FlagSet {
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.SortFlags = false
+	fs.Usage = func() {}
+	fs.SetInterspersed(true)
+	fs.BoolP("help", "h", false, "show this help")
+	return fs
+}
+
+// parse parses args and turns --help and flag mistakes into the right outcome.
+func parse(e *env, fs *pflag.FlagSet, text string, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			fmt.Fprint(e.Stdout, helpText(fs, text))
+			return pflag.ErrHelp
+		}
+		return usagef("run 'baton "+fs.Name()+" --help'", "%s: %v", fs.Name(), err)
+	}
+	if h, _ := fs.GetBool("help"); h {
+		fmt.Fprint(e.Stdout, helpText(fs, text))
+		return pflag.ErrHelp
+	}
+	return nil
+}
+
+// helpText is the hand-written text with the flags (and their defaults) spliced
+// in at {{flags}}.
+func helpText(fs *pflag.FlagSet, text string) string {
+	return strings.Replace(text, "{{flags}}", fs.FlagUsagesWrapped(100), 1)
+}

@@ -1,0 +1,114 @@
+// Package config reads baton's settings: a strict TOML file, every key also a
+// kebab-case flag, and BATON_REDIS_URL from the environment.
+//
+// Most callers need Bind and then Flags.Load after the flag set is parsed.
+// Precedence, lowest first: defaults, the file, the environment, flags.
+// Every failure is an *Error naming the file and line (or the flag) and the key,
+// so the CLI can print one line and exit 2.
+package config
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// Config is one queue's settings. Every field is one TOML key and one flag.
+type Config struct {
+	// Queue names the Redis Stream baton:{queue} and the lock files. Default "default".
+	Queue string `toml:"queue" help:"queue name: Redis keys baton:{queue}, lock files <queue>.run.<i>"`
+	// RedisURL is redis://[:password@]host:port/db. Default redis://127.0.0.1:6379/0;
+	// BATON_REDIS_URL overrides the file so passwords stay out of crontab and ps.
+	RedisURL string `toml:"redis_url" help:"Redis URL (prefer env BATON_REDIS_URL for passwords)"`
+	// LockDir holds the slot lock files. Default /run/baton for root, else /tmp/baton-<uid>.
+	LockDir string `toml:"lock_dir" help:"directory of the slot lock files (local disk only)"`
+	// Slots is N, the run slots: holders consuming at once. Default 1.
+	Slots int `toml:"slots" help:"run slots: holders consuming at once"`
+	// StandbySlots is N_s, processes waiting to take over. Default: equal to Slots.
+	StandbySlots int `toml:"standby_slots" help:"standby slots (default: equal to slots)"`
+	// Spawn is m, candidates started per cron firing. Default 1.
+	Spawn int `toml:"spawn" help:"candidates started per cron firing"`
+	// Lifetime is a holder's base lifetime. Default 5m.
+	Lifetime Duration `toml:"lifetime" help:"holder base lifetime"`
+	// Jitter is added to Lifetime, uniform in [0, Jitter). Default 1m.
+	Jitter Duration `toml:"jitter" help:"random extra lifetime, uniform in [0, jitter)"`
+	// StandbyWait is S, how long a standby waits for promotion. Default 15m.
+	StandbyWait Duration `toml:"standby_wait" help:"how long a standby waits for a run slot"`
+	// PollInterval is how often a standby tries the run slots (±10%). Default 500ms.
+	PollInterval Duration `toml:"poll_interval" help:"how often a standby tries the run slots"`
+	// Concurrency is jobs at once inside one holder. Default 1.
+	Concurrency int `toml:"concurrency" help:"jobs at once inside one holder"`
+	// JobTimeout bounds one job; then SIGTERM, SIGKILL after ShutdownGrace. 0 = none. Default 1m.
+	JobTimeout Duration `toml:"job_timeout" help:"longest a job may run (0: no limit)"`
+	// ShutdownGrace is how long in-flight jobs may finish after the lifetime ends. Default 30s.
+	ShutdownGrace Duration `toml:"shutdown_grace" help:"time for in-flight jobs after lifetime or SIGTERM"`
+	// MaxJobs recycles a holder after about this many jobs (±10%). 0 = unlimited. Default 0.
+	MaxJobs int `toml:"max_jobs" help:"recycle a holder after about this many jobs (0: unlimited)"`
+	// Schedule is the crontab schedule of the baton run line, for check. Default "* * * * *".
+	Schedule string `toml:"schedule" help:"crontab schedule that starts baton run (used by check)"`
+	// LogLevel is debug, info, warn or error. Default info.
+	LogLevel string `toml:"log_level" help:"debug, info, warn or error"`
+	// LogFormat is json, console, or auto (console on a terminal). Default auto.
+	LogFormat string `toml:"log_format" help:"json, console or auto (console on a terminal)"`
+}
+
+// Default returns the settings used where neither file, env nor flag says otherwise.
+func Default() Config {
+	return Config{
+		Queue:         "default",
+		RedisURL:      "redis://127.0.0.1:6379/0",
+		LockDir:       DefaultLockDir(),
+		Slots:         1,
+		StandbySlots:  -1, // resolved to Slots by Load
+		Spawn:         1,
+		Lifetime:      Duration{5 * time.Minute},
+		Jitter:        Duration{time.Minute},
+		StandbyWait:   Duration{15 * time.Minute},
+		PollInterval:  Duration{500 * time.Millisecond},
+		Concurrency:   1,
+		JobTimeout:    Duration{time.Minute},
+		ShutdownGrace: Duration{30 * time.Second},
+		Schedule:      "* * * * *",
+		LogLevel:      "info",
+		LogFormat:     "auto",
+	}
+}
+
+// DefaultLockDir is /run/baton for root and /tmp/baton-<uid> for others: the
+// same for cron and for an interactive shell, so status sees cron's holders.
+func DefaultLockDir() string {
+	uid := os.Getuid()
+	if uid == 0 {
+		return "/run/baton"
+	}
+	return filepath.Join(os.TempDir(), "baton-"+strconv.Itoa(uid))
+}
+
+// Duration is a time.Duration written as a Go duration string ("90s", "5m").
+// It is a struct so that a bare TOML integer (unit unknown) is a type error.
+type Duration struct{ time.Duration }
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return d.Duration }
+
+// UnmarshalText parses a Go duration string; a bare number is refused.
+func (d *Duration) UnmarshalText(b []byte) error { return d.Set(string(b)) }
+
+// MarshalText writes d as a Go duration string.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+
+// Type implements pflag.Value.
+func (d Duration) Type() string { return "duration" }
+
+// Set implements pflag.Value.
+func (d *Duration) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("want a duration such as \"90s\" or \"5m\", got %q", s)
+	}
+	d.Duration = v
+	return nil
+}

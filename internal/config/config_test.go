@@ -1,0 +1,97 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+func load(t *testing.T, file string, args []string, env map[string]string) (*Config, error) {
+	t.Helper()
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	f := Bind(fs)
+	if file != "" {
+		p := filepath.Join(t.TempDir(), "baton.toml")
+		if err := os.WriteFile(p, []byte(file), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append([]string{"--config", p}, args...)
+	}
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return f.Load(func(k string) string { return env[k] })
+}
+
+func TestDefaults(t *testing.T) {
+	c, err := load(t, "", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Slots != 1 || c.StandbySlots != 1 || c.Queue != "default" || c.Lifetime.D() != 5*time.Minute {
+		t.Fatalf("defaults: %+v", c)
+	}
+}
+
+func TestPrecedence(t *testing.T) {
+	file := "queue = \"thumbs\"\nslots = 3\nlifetime = \"90s\"\nredis_url = \"redis://file:1/0\"\n"
+	c, err := load(t, file, []string{"--slots", "4"}, map[string]string{EnvRedisURL: "redis://:pw@env:2/0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Queue != "thumbs" || c.Slots != 4 || c.StandbySlots != 4 || c.Lifetime.D() != 90*time.Second || c.RedisURL != "redis://:pw@env:2/0" {
+		t.Fatalf("got %+v", c)
+	}
+	c, err = load(t, file, []string{"--redis-url", "redis://flag:3/0", "--standby-slots", "0"}, map[string]string{EnvRedisURL: "redis://env:2/0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RedisURL != "redis://flag:3/0" || c.StandbySlots != 0 {
+		t.Fatalf("flags must win: %+v", c)
+	}
+}
+
+func TestBadConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name, file string
+		args       []string
+		want       string
+	}{
+		{"unknown key", "slots = 2\nslotz = 3\n", nil, ":2: slotz: unknown key"},
+		{"flag spelling", "shutdown-grace = \"1s\"\n", nil, ":1: shutdown-grace: unknown key (did you mean shutdown_grace?)"},
+		{"wrong type", "queue = \"q\"\nslots = \"two\"\n", nil, ":2: slots:"},
+		{"bare number duration", "lifetime = 90\n", nil, ":1: lifetime:"},
+		{"bad duration", "jitter = \"soon\"\n", nil, ":1: jitter:"},
+		{"zero slots", "\nslots = 0\n", nil, ":2: slots: 0: must be between 1"},
+		{"negative duration", "lifetime = \"1m\"\njitter = \"-1s\"\n", nil, ":2: jitter: -1s: must not be negative"},
+		{"bad queue", "queue = \"a/b\"\n", nil, ":1: queue:"},
+		{"bad schedule", "schedule = \"* * *\"\n", nil, ":1: schedule:"},
+		{"bad url", "redis_url = \"http://:secret@x\"\n", nil, ":1: redis_url:"},
+		{"flag named", "slots = 2\n", []string{"--slots", "0"}, "slots: (flag --slots) 0: must be between 1"},
+		{"syntax", "slots = = 2\n", nil, ":1:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := load(t, tc.file, tc.args, nil)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to contain %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "secret") {
+				t.Fatalf("password leaked: %v", err)
+			}
+		})
+	}
+}
+
+func TestMissingFile(t *testing.T) {
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	f := Bind(fs)
+	_ = fs.Parse([]string{"--config", "/nonexistent/baton.toml"})
+	_, err := f.Load(func(string) string { return "" })
+	if err == nil || !strings.Contains(err.Error(), "config /nonexistent/baton.toml: no such file") {
+		t.Fatalf("err = %v", err)
+	}
+}

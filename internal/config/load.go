@@ -1,0 +1,233 @@
+package config
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"regexp"
+	"strings"
+
+	"github.com/pelletier/go-toml/v2"
+	"github.com/spf13/pflag"
+)
+
+// EnvRedisURL names the environment variable that supplies redis_url.
+const EnvRedisURL = "BATON_REDIS_URL"
+
+// Error is a bad setting: where it came from, which key, what is wrong.
+type Error struct {
+	File string // config file, or "" when the value came from a flag or env
+	Line int    // 1-based line in File, 0 when unknown
+	Key  string // TOML key, e.g. "slots"
+	Msg  string
+}
+
+func (e *Error) Error() string {
+	var where string
+	switch {
+	case e.File != "" && e.Line > 0:
+		where = fmt.Sprintf("config %s:%d: ", e.File, e.Line)
+	case e.File != "":
+		where = fmt.Sprintf("config %s: ", e.File)
+	}
+	if e.Key == "" {
+		return where + e.Msg
+	}
+	return where + e.Key + ": " + e.Msg
+}
+
+// Flags binds every config key to a flag set and loads the result.
+type Flags struct {
+	fs   *pflag.FlagSet
+	vals Config // flag values; only the changed ones are used
+	path string // --config
+}
+
+// Bind registers --config and one flag per key (kebab case) on fs.
+func Bind(fs *pflag.FlagSet) *Flags {
+	f := &Flags{fs: fs, vals: Default()}
+	fs.StringVarP(&f.path, "config", "c", "", "TOML config file")
+	forEachKey(&f.vals, func(k key) {
+		switch p := k.ptr.(type) {
+		case *string:
+			fs.StringVar(p, k.flag, *p, k.help)
+		case *int:
+			fs.IntVar(p, k.flag, *p, k.help)
+		case *Duration:
+			fs.Var(p, k.flag, k.help)
+		default:
+			panic("config: no flag type for key " + k.name)
+		}
+	})
+	return f
+}
+
+// Path returns the --config value.
+func (f *Flags) Path() string { return f.path }
+
+// Load builds the effective config: defaults, file, env, flags, then checks it.
+// getenv is os.Getenv in production.
+func (f *Flags) Load(getenv func(string) string) (*Config, error) {
+	c := Default()
+	var src []byte
+	if f.path != "" {
+		var err error
+		if src, err = os.ReadFile(f.path); err != nil {
+			return nil, &Error{File: f.path, Msg: readErr(err)}
+		}
+		if err := decode(f.path, src, &c); err != nil {
+			return nil, err
+		}
+	}
+	fromEnv := false
+	if u := getenv(EnvRedisURL); u != "" {
+		c.RedisURL, fromEnv = u, true
+	}
+	changed := map[string]bool{}
+	dst := reflect.ValueOf(&c).Elem()
+	src2 := reflect.ValueOf(&f.vals).Elem()
+	forEachKey(&c, func(k key) {
+		if fl := f.fs.Lookup(k.flag); fl != nil && fl.Changed {
+			dst.Field(k.index).Set(src2.Field(k.index))
+			changed[k.name] = true
+		}
+	})
+	if c.StandbySlots < 0 && !changed["standby_slots"] {
+		c.StandbySlots = c.Slots
+	}
+	if err := c.Validate(); err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			switch {
+			case changed[e.Key]:
+				e.Msg = "(flag --" + kebab(e.Key) + ") " + e.Msg
+			case e.Key == "redis_url" && fromEnv:
+				e.Msg = "(env " + EnvRedisURL + ") " + e.Msg
+			case f.path != "":
+				e.File, e.Line = f.path, lineOf(src, e.Key)
+			}
+		}
+		return nil, err
+	}
+	return &c, nil
+}
+
+func readErr(err error) string {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}
+
+// decode reads src strictly: an unknown key or a wrong type is an *Error.
+func decode(path string, src []byte, c *Config) error {
+	d := toml.NewDecoder(bytes.NewReader(src))
+	d.DisallowUnknownFields()
+	err := d.Decode(c)
+	if err == nil {
+		return nil
+	}
+	var sm *toml.StrictMissingError
+	if errors.As(err, &sm) && len(sm.Errors) > 0 {
+		de := sm.Errors[0]
+		row, _ := de.Position()
+		return &Error{File: path, Line: row, Key: strings.Join(de.Key(), "."), Msg: "unknown key" + hintKey(de.Key())}
+	}
+	var de *toml.DecodeError
+	if errors.As(err, &de) {
+		row, _ := de.Position()
+		k := strings.Join(de.Key(), ".")
+		if k == "" {
+			k = keyAtLine(src, row)
+		}
+		return &Error{File: path, Line: row, Key: k, Msg: strings.TrimPrefix(de.Error(), "toml: ")}
+	}
+	// go-toml reports a failing UnmarshalText without a position: find the key.
+	if k := badDurationKey(src); k != "" {
+		return &Error{File: path, Line: lineOf(src, k), Key: k, Msg: err.Error()}
+	}
+	return &Error{File: path, Msg: strings.TrimPrefix(err.Error(), "toml: ")}
+}
+
+// badDurationKey names the first duration key whose value does not parse.
+func badDurationKey(src []byte) string {
+	var doc map[string]any
+	if toml.Unmarshal(src, &doc) != nil {
+		return ""
+	}
+	bad := ""
+	forEachKey(&Config{}, func(k key) {
+		if _, isDur := k.ptr.(*Duration); !isDur || bad != "" {
+			return
+		}
+		if v, ok := doc[k.name]; ok {
+			var d Duration
+			if s, ok := v.(string); !ok || d.Set(s) != nil {
+				bad = k.name
+			}
+		}
+	})
+	return bad
+}
+
+// hintKey suggests the right spelling when a flag-style key was used in the file.
+func hintKey(k []string) string {
+	if len(k) != 1 {
+		return ""
+	}
+	snake := strings.ReplaceAll(k[0], "-", "_")
+	found := ""
+	forEachKey(&Config{}, func(kk key) {
+		if kk.name == snake && snake != k[0] {
+			found = " (did you mean " + snake + "?)"
+		}
+	})
+	return found
+}
+
+var keyLine = regexp.MustCompile(`^\s*"?([A-Za-z0-9_-]+)"?\s*=`)
+
+// lineOf returns the 1-based line that sets a top-level key, or 0.
+func lineOf(src []byte, name string) int {
+	sc := bufio.NewScanner(bytes.NewReader(src))
+	for n := 1; sc.Scan(); n++ {
+		if m := keyLine.FindSubmatch(sc.Bytes()); m != nil && string(m[1]) == name {
+			return n
+		}
+	}
+	return 0
+}
+
+func keyAtLine(src []byte, row int) string {
+	lines := bytes.Split(src, []byte("\n"))
+	if row < 1 || row > len(lines) {
+		return ""
+	}
+	if m := keyLine.FindSubmatch(lines[row-1]); m != nil {
+		return string(m[1])
+	}
+	return ""
+}
+
+type key struct {
+	name, flag, help string
+	index            int
+	ptr              any
+}
+
+// forEachKey calls fn for every TOML key of c, in declaration order.
+func forEachKey(c *Config, fn func(key)) {
+	v := reflect.ValueOf(c).Elem()
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		sf := t.Field(i)
+		name := sf.Tag.Get("toml")
+		fn(key{name: name, flag: kebab(name), help: sf.Tag.Get("help"), index: i, ptr: v.Field(i).Addr().Interface()})
+	}
+}
+
+func kebab(s string) string { return strings.ReplaceAll(s, "_", "-") }

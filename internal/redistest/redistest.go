@@ -1,0 +1,127 @@
+// Package redistest starts a real redis-server for tests: on a free loopback
+// port, in a temp dir, stopped at cleanup. When redis-server is missing the
+// test fails and says how to install it; nothing is skipped.
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// InstallHint tells how to get redis-server on Debian.
+const InstallHint = "redis-server not found in PATH: install it with 'apt-get install -y redis-server' (or run .ci/run)"
+
+// Server is a running redis-server.
+type Server struct {
+	Addr string // host:port
+	Dir  string // working dir (appendonly files live here)
+	args []string
+	cmd  *exec.Cmd
+	tb   testing.TB
+}
+
+// URL is the server's redis:// URL.
+func (s *Server) URL() string { return "redis://" + s.Addr + "/0" }
+
+// Client returns a client closed at cleanup.
+func (s *Server) Client() *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	s.tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Option adds redis-server arguments, e.g. Appendonly.
+type Option []string
+
+// Appendonly turns on AOF persistence with fsync on every write.
+var Appendonly = Option{"--appendonly", "yes", "--appendfsync", "always"}
+
+// Start starts redis-server and waits until it answers PING.
+func Start(tb testing.TB, opts ...Option) *Server {
+	tb.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		tb.Fatal(InstallHint)
+	}
+	s := &Server{Dir: tb.TempDir(), tb: tb}
+	for _, o := range opts {
+		s.args = append(s.args, o...)
+	}
+	for attempt := 0; ; attempt++ {
+		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(tb)))
+		if err = s.start(bin); err == nil {
+			break
+		}
+		if attempt == 4 {
+			tb.Fatalf("start redis-server: %v", err)
+		}
+	}
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+func (s *Server) start(bin string) error {
+	_, port, _ := net.SplitHostPort(s.Addr)
+	args := append([]string{"--port", port, "--bind", "127.0.0.1", "--dir", s.Dir,
+		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", filepath.Join(s.Dir, "redis.log")}, s.args...)
+	cmd := exec.Command(bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	s.cmd = cmd
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	defer c.Close()
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if c.Ping(context.Background()).Err() == nil {
+			return nil
+		}
+		if cmd.ProcessState != nil {
+			break
+		}
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
+	return fmt.Errorf("redis-server on %s did not answer: %s", s.Addr, log)
+}
+
+// Stop kills the server (SIGKILL: the fastest, and what a crash looks like).
+func (s *Server) Stop() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+	s.cmd = nil
+}
+
+// Restart stops the server and starts it again on the same port and dir;
+// with Appendonly the data survives.
+func (s *Server) Restart() {
+	s.tb.Helper()
+	s.Stop()
+	bin, _ := exec.LookPath("redis-server")
+	if err := s.start(bin); err != nil {
+		s.tb.Fatalf("restart redis-server: %v", err)
+	}
+}
+
+func freePort(tb testing.TB) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

@@ -1,0 +1,41 @@
+// Package work is baton's job loop on a Redis Stream: read in batches with
+// XREADGROUP, run a Handler, acknowledge (XACK and XDEL in one script), until
+// the holder's lifetime ends.
+//
+// Most callers need Run with a Handler:
+//
+//	err := work.Run(ctx, work.Config{Client: rdb, Queue: "thumbs", Consumer: "host/run-0", Handler: h})
+//
+// Guarantees: a job is acknowledged only after its handler returned nil, so it
+// is at least once, never nowhere. A consumer (one per slot) first replays its
+// own pending entries, so the next holder of a crashed holder's slot restarts
+// the crashed job at once. A job that fails stays pending for the slot's next
+// holder. The package never handles signals and never exits the process.
+package work
+
+import (
+	"context"
+	"time"
+)
+
+// Job is one stream entry handed to a Handler.
+type Job struct {
+	ID      string // stream entry id, e.g. "1700000000000-0"
+	Payload []byte // the entry's payload field; data, never a command
+	Attempt int    // 1 on first delivery, counting every delivery since
+	Queue   string // queue name
+	Slot    string // consumer name, e.g. "host/run-2"
+	Started time.Time
+}
+
+// Handler runs one job. A nil error acknowledges it; an error leaves it to be
+// retried. Handle must return soon after ctx is done.
+type Handler interface {
+	Handle(ctx context.Context, j *Job) error
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, j *Job) error
+
+// Handle calls f.
+func (f HandlerFunc) Handle(ctx context.Context, j *Job) error { return f(ctx, j) }
