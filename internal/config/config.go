@@ -44,6 +44,10 @@ type Config struct {
 	JobTimeout Duration `toml:"job_timeout" help:"longest a job may run (0: no limit)"`
 	// ShutdownGrace is how long in-flight jobs may finish after the lifetime ends. Default 30s.
 	ShutdownGrace Duration `toml:"shutdown_grace" help:"time for in-flight jobs after lifetime or SIGTERM"`
+	// VisibilityTimeout is how long an entry may sit pending, untouched, before any
+	// holder claims it (work left by a slot that never comes back). Must exceed
+	// JobTimeout + ShutdownGrace. Default 10m.
+	VisibilityTimeout Duration `toml:"visibility_timeout" help:"claim entries pending this long from vanished slots"`
 	// MaxJobs recycles a holder after about this many jobs (±10%). 0 = unlimited. Default 0.
 	MaxJobs int `toml:"max_jobs" help:"recycle a holder after about this many jobs (0: unlimited)"`
 	// Schedule is the crontab schedule of the baton run line, for check. Default "* * * * *".
@@ -57,22 +61,23 @@ type Config struct {
 // Default returns the settings used where neither file, env nor flag says otherwise.
 func Default() Config {
 	return Config{
-		Queue:         "default",
-		RedisURL:      "redis://127.0.0.1:6379/0",
-		LockDir:       DefaultLockDir(),
-		Slots:         1,
-		StandbySlots:  -1, // resolved to Slots by Load
-		Spawn:         1,
-		Lifetime:      Duration{5 * time.Minute},
-		Jitter:        Duration{time.Minute},
-		StandbyWait:   Duration{15 * time.Minute},
-		PollInterval:  Duration{500 * time.Millisecond},
-		Concurrency:   1,
-		JobTimeout:    Duration{time.Minute},
-		ShutdownGrace: Duration{30 * time.Second},
-		Schedule:      "* * * * *",
-		LogLevel:      "info",
-		LogFormat:     "auto",
+		Queue:             "default",
+		RedisURL:          "redis://127.0.0.1:6379/0",
+		LockDir:           DefaultLockDir(),
+		Slots:             1,
+		StandbySlots:      -1, // resolved to Slots by Load
+		Spawn:             1,
+		Lifetime:          Duration{5 * time.Minute},
+		Jitter:            Duration{time.Minute},
+		StandbyWait:       Duration{15 * time.Minute},
+		PollInterval:      Duration{500 * time.Millisecond},
+		Concurrency:       1,
+		JobTimeout:        Duration{time.Minute},
+		ShutdownGrace:     Duration{30 * time.Second},
+		VisibilityTimeout: Duration{10 * time.Minute},
+		Schedule:          "* * * * *",
+		LogLevel:          "info",
+		LogFormat:         "auto",
 	}
 }
 
@@ -98,7 +103,6 @@ func (d *Duration) UnmarshalText(b []byte) error { return d.Set(string(b)) }
 
 // MarshalText writes d as a Go duration string.
 func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
-
 
 // Type implements pflag.Value.
 func (d Duration) Type() string { return "duration" }

@@ -95,3 +95,13 @@ func TestMissingFile(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+func TestVisibilityTimeout(t *testing.T) {
+	_, err := load(t, "job_timeout = \"5m\"\nshutdown_grace = \"30s\"\nvisibility_timeout = \"5m\"\n", nil, nil)
+	if err == nil || !strings.Contains(err.Error(), ":3: visibility_timeout: 5m0s: must exceed job_timeout + shutdown_grace (5m30s)") {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := load(t, "visibility_timeout = \"0s\"\nlog_level = \"loud\"\n", nil, nil); err == nil || !strings.Contains(err.Error(), "log_level") {
+		t.Fatalf("later keys must still be checked: %v", err)
+	}
+}

@@ -43,6 +43,11 @@ func (c *Config) Validate() error {
 		return bad("job_timeout", "%s: must not be negative (0 means no limit)", c.JobTimeout)
 	case c.ShutdownGrace.Duration < 0:
 		return bad("shutdown_grace", "%s: must not be negative", c.ShutdownGrace)
+	case c.VisibilityTimeout.Duration < 0:
+		return bad("visibility_timeout", "%s: must not be negative (0 turns claiming off)", c.VisibilityTimeout)
+	case c.VisibilityTimeout.Duration > 0 && c.VisibilityTimeout.Duration <= c.JobTimeout.Duration+c.ShutdownGrace.Duration:
+		return bad("visibility_timeout", "%s: must exceed job_timeout + shutdown_grace (%s), or a running job could be taken from a live holder",
+			c.VisibilityTimeout, c.JobTimeout.Duration+c.ShutdownGrace.Duration)
 	case c.MaxJobs < 0:
 		return bad("max_jobs", "%d: must not be negative (0 means unlimited)", c.MaxJobs)
 	case c.LogLevel != "debug" && c.LogLevel != "info" && c.LogLevel != "warn" && c.LogLevel != "error":
