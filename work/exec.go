@@ -1,0 +1,219 @@
+package work
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Exec is the CLI's default Handler: it runs a command once per job with the
+// payload on stdin, never in argv or a shell string.
+//
+// The child gets BATON_JOB_ID, BATON_ATTEMPT, BATON_QUEUE and BATON_SLOT. It
+// runs in its own process group with Pdeathsig=SIGKILL, so it dies with its
+// holder even on kill -9; on timeout or cancel the group gets SIGTERM, then
+// SIGKILL after Grace. Its output is logged line by line, tagged with the job
+// id and bounded by OutputLimit.
+type Exec struct {
+	Argv        []string
+	Timeout     time.Duration // per job; 0: none
+	Grace       time.Duration // SIGTERM to SIGKILL; default 10s
+	OutputLimit int           // bytes of stdout and of stderr logged per job; default 16 KiB
+	Logger      zerolog.Logger
+
+	mu     sync.Mutex
+	groups map[int]struct{} // live process groups, for KillAll
+}
+
+var _ Handler = (*Exec)(nil)
+
+// ExecError is a job whose command did not exit 0.
+type ExecError struct {
+	ExitCode int    // -1 when killed by a signal
+	Signal   string // the signal that ended it, if any
+	TimedOut bool   // Timeout passed
+	Stderr   string // the tail of its stderr
+}
+
+func (e *ExecError) Error() string {
+	var s string
+	switch {
+	case e.TimedOut:
+		s = "timed out"
+	case e.Signal != "":
+		s = "killed by " + e.Signal
+	default:
+		s = "exit status " + strconv.Itoa(e.ExitCode)
+	}
+	if e.Stderr != "" {
+		s += ": " + e.Stderr
+	}
+	return s
+}
+
+// Handle runs the command for j and waits for it.
+func (x *Exec) Handle(ctx context.Context, j *Job) error {
+	if x.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, x.Timeout)
+		defer cancel()
+	}
+	grace := x.Grace
+	if grace <= 0 {
+		grace = 10 * time.Second
+	}
+	limit := x.OutputLimit
+	if limit <= 0 {
+		limit = 16 << 10
+	}
+	log := x.Logger.With().Str("job", j.ID).Logger()
+	stdout := &lineLog{log: log, stream: "stdout", left: limit}
+	stderr := &lineLog{log: log, stream: "stderr", left: limit, tail: make([]byte, 0, tailSize)}
+
+	cmd := exec.CommandContext(ctx, x.Argv[0], x.Argv[1:]...)
+	cmd.Stdin = bytes.NewReader(j.Payload)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.Env = append(os.Environ(),
+		"BATON_JOB_ID="+j.ID,
+		"BATON_ATTEMPT="+strconv.Itoa(j.Attempt),
+		"BATON_QUEUE="+j.Queue,
+		"BATON_SLOT="+j.Slot,
+	)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
+	cmd.WaitDelay = grace
+
+	// Pdeathsig fires when the thread that forked exits, not the process:
+	// keep this goroutine on its thread from fork to wait.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", x.Argv[0], err)
+	}
+	pgid := cmd.Process.Pid
+	x.track(pgid, true)
+	err := cmd.Wait()
+	// Whatever the job left behind in its group goes with it.
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	x.track(pgid, false)
+	stdout.flush()
+	stderr.flush()
+	if err == nil {
+		return nil
+	}
+	ee := &ExecError{ExitCode: -1, TimedOut: errors.Is(ctx.Err(), context.DeadlineExceeded), Stderr: stderr.Tail()}
+	var exitErr *exec.ExitError
+	if errors.As(err, &exitErr) {
+		ws, _ := exitErr.Sys().(syscall.WaitStatus)
+		if ws.Signaled() {
+			ee.Signal = ws.Signal().String()
+		} else {
+			ee.ExitCode = ws.ExitStatus()
+		}
+		return ee
+	}
+	if ee.TimedOut || ctx.Err() != nil {
+		return ee
+	}
+	return err
+}
+
+func (x *Exec) track(pgid int, live bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.groups == nil {
+		x.groups = map[int]struct{}{}
+	}
+	if live {
+		x.groups[pgid] = struct{}{}
+	} else {
+		delete(x.groups, pgid)
+	}
+}
+
+// KillAll sends SIGKILL to every running job's process group: for leaving at
+// once (hard deadline, second signal) with nothing left behind.
+func (x *Exec) KillAll() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for pgid := range x.groups {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	}
+}
+
+const tailSize = 1024
+
+// lineLog logs a child's output one line per event, up to left bytes, and
+// keeps the last tailSize bytes when tail is non-nil.
+type lineLog struct {
+	log     zerolog.Logger
+	stream  string
+	left    int
+	dropped int
+	buf     []byte
+	tail    []byte
+}
+
+func (l *lineLog) Write(p []byte) (int, error) {
+	if l.tail != nil {
+		l.tail = append(l.tail, p...)
+		if over := len(l.tail) - tailSize; over > 0 {
+			l.tail = append(l.tail[:0], l.tail[over:]...)
+		}
+	}
+	n := len(p)
+	if l.left <= 0 {
+		l.dropped += n
+		return n, nil
+	}
+	if len(p) > l.left {
+		l.dropped += len(p) - l.left
+		p = p[:l.left]
+	}
+	l.left -= len(p)
+	l.buf = append(l.buf, p...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 {
+			break
+		}
+		l.emit(l.buf[:i])
+		l.buf = l.buf[i+1:]
+	}
+	return n, nil
+}
+
+func (l *lineLog) emit(line []byte) {
+	l.log.Info().Str("stream", l.stream).Bytes("line", line).Msg("job output")
+}
+
+func (l *lineLog) flush() {
+	if len(l.buf) > 0 {
+		l.emit(l.buf)
+		l.buf = nil
+	}
+	if l.dropped > 0 {
+		l.log.Warn().Str("stream", l.stream).Int("dropped_bytes", l.dropped).Msg("job output over the limit was not logged")
+	}
+}
+
+// Tail is the end of what was written, trimmed to whole lines where possible.
+func (l *lineLog) Tail() string {
+	t := bytes.TrimSpace(l.tail)
+	if len(l.tail) >= tailSize {
+		if i := bytes.IndexByte(t, '\n'); i >= 0 {
+			t = t[i+1:]
+		}
+	}
+	return string(t)
+}
