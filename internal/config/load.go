@@ -62,6 +62,8 @@ func Bind(fs *pflag.FlagSet) *Flags {
 			panic("config: no flag type for key " + k.name)
 		}
 	})
+	// standby_slots defaults to slots; say so in its help, not as "-1".
+	fs.Lookup("standby-slots").DefValue = "0"
 	return f
 }
 

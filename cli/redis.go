@@ -1,0 +1,30 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/baton-run/baton/internal/config"
+	"github.com/redis/go-redis/v9"
+)
+
+// connect opens a client for c and checks it answers within a few seconds.
+// Errors name the address with the password redacted.
+func connect(ctx context.Context, c *config.Config, pool int) (*redis.Client, error) {
+	opt, err := redis.ParseURL(c.RedisURL)
+	if err != nil {
+		return nil, &config.Error{Key: "redis_url", Msg: err.Error()}
+	}
+	opt.PoolSize = pool
+	opt.DialTimeout = 2 * time.Second
+	opt.MaxRetries = 2
+	rdb := redis.NewClient(opt)
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("redis at %s unreachable: %v", config.RedactURL(c.RedisURL), err)
+	}
+	return rdb, nil
+}

@@ -1,0 +1,292 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/baton-run/baton/internal/config"
+	"github.com/baton-run/baton/internal/proc"
+	"github.com/baton-run/baton/lock"
+	"github.com/baton-run/baton/standby"
+	"github.com/baton-run/baton/work"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+)
+
+const runUsage = `Usage: baton run [flags] -- CMD [ARGS...]
+
+Take a run slot, or else a standby slot, and drain the queue until the
+lifetime ends. Meant to be started by cron every minute: a start that finds
+every slot taken exits 0 at once, without connecting to Redis.
+
+Each job runs CMD once, with the payload on stdin (never in argv) and
+BATON_JOB_ID, BATON_ATTEMPT, BATON_QUEUE and BATON_SLOT in the environment.
+Exit 0 marks the job done; anything else leaves it pending for the slot's
+next holder. CMD runs in its own process group and dies with its holder.
+
+Every flag is also a config key (--shutdown-grace is shutdown_grace); flags
+win over the file, BATON_REDIS_URL over the file's redis_url.
+
+Flags:
+{{flags}}
+Signals: SIGTERM or SIGINT drains (in-flight jobs finish within
+shutdown_grace, exit 0); a second one exits at once. SIGHUP is ignored.
+
+Example:
+  # crontab -e: 4 workers with 4 standbys, 5-6 minute lifetimes
+  * * * * * baton run --config /etc/baton/thumbs.toml -- /usr/local/bin/make-thumbnail
+`
+
+// envSpawned marks a candidate started by another candidate: it spawns no more.
+const envSpawned = "BATON_SPAWNED"
+
+// hardMargin is the slack after lifetime + shutdown_grace before the process
+// leaves whatever its handlers do.
+const hardMargin = 2 * time.Second
+
+func init() { register("run", "take a slot and work the queue (what cron starts)", runRun) }
+
+func runRun(ctx context.Context, e *env, args []string) error {
+	fs := flagSet("run")
+	cf := config.Bind(fs)
+	if err := parse(e, fs, runUsage, args); err != nil {
+		return err
+	}
+	argv := fs.Args()
+	switch {
+	case e.Handler == nil && len(argv) == 0:
+		return usagef("put the command after --, e.g. baton run --config F -- /usr/local/bin/job", "run: no command to run for each job")
+	case e.Handler != nil && len(argv) > 0:
+		return usagef("remove the command after --", "run: this program handles jobs itself; it takes no command")
+	}
+	cfg, err := cf.Load(e.Getenv)
+	if err != nil {
+		return err
+	}
+	if err := lock.CheckDir(cfg.LockDir); err != nil {
+		return err
+	}
+	log := newLogger(e.Stderr, cfg)
+	if cfg.Spawn > 1 && e.Getenv(envSpawned) == "" {
+		spawn(log, cfg.Spawn-1)
+	}
+	runSet, sbSet, err := slotSets(cfg)
+	if err != nil {
+		return err
+	}
+	p := &standby.Protocol{Run: runSet, Poll: cfg.PollInterval.D(), Wait: cfg.StandbyWait.D()}
+	if sbSet != nil {
+		p.Standby = sbSet
+	}
+	role, slot, err := p.Enter()
+	if err != nil {
+		return fmt.Errorf("take a slot: %w", err)
+	}
+	if role == standby.None {
+		log.Debug().Msg("every run and standby slot is taken: nothing to do")
+		return nil
+	}
+	h := &holder{e: e, cfg: cfg, log: log, argv: argv}
+	return h.serve(ctx, p, role, slot)
+}
+
+// slotSets builds the run set and, when standby_slots > 0, the standby set.
+func slotSets(cfg *config.Config) (run, sb *lock.FileSet, err error) {
+	run, err = lock.NewFileSet(cfg.LockDir, cfg.Queue, lock.RoleRun, cfg.Slots)
+	if err != nil || cfg.StandbySlots == 0 {
+		return run, nil, err
+	}
+	sb, err = lock.NewFileSet(cfg.LockDir, cfg.Queue, lock.RoleStandby, cfg.StandbySlots)
+	return run, sb, err
+}
+
+// spawn starts n more candidates with our arguments, detached, so one crontab
+// line can feed several slots.
+func spawn(log zerolog.Logger, n int) {
+	self, err := os.Executable()
+	if err != nil {
+		log.Warn().Err(err).Msg("spawn: cannot find own executable")
+		return
+	}
+	argv := append([]string{self}, os.Args[1:]...)
+	for i := 0; i < n; i++ {
+		if err := proc.SpawnDetached(argv, envSpawned+"=1"); err != nil {
+			log.Warn().Err(err).Msg("spawn a candidate")
+			return
+		}
+	}
+}
+
+// holder is one process that won a slot.
+type holder struct {
+	e    *env
+	cfg  *config.Config
+	log  zerolog.Logger
+	argv []string
+	rdb  *redis.Client
+	exec *work.Exec // nil in library mode
+}
+
+func (h *holder) serve(ctx context.Context, p *standby.Protocol, role standby.Role, slot lock.Slot) error {
+	ctx, stopSignals := drainOnSignal(ctx, h.log, h.killAll)
+	defer stopSignals()
+	defer func() {
+		if h.rdb != nil {
+			_ = h.rdb.Close()
+		}
+	}()
+	if role == standby.Standby {
+		var err error
+		if slot, err = h.standBy(ctx, p, slot); err != nil || slot == nil {
+			return err
+		}
+	}
+	defer slot.Release()
+	return h.hold(ctx, slot)
+}
+
+// standBy connects and checks everything first, so a promotion starts work at
+// once, then waits for a run slot. It returns a nil slot when it timed out or
+// was told to stop.
+func (h *holder) standBy(ctx context.Context, p *standby.Protocol, sb lock.Slot) (lock.Slot, error) {
+	log := h.log.With().Str("slot", sb.Name()).Str("role", lock.RoleStandby).Logger()
+	_ = proc.SetName("baton:standby")
+	now := time.Now()
+	if err := sb.Publish(h.record(lock.RoleStandby, now, now.Add(p.Wait))); err != nil {
+		log.Warn().Err(err).Msg("publish slot record")
+	}
+	if err := h.connect(ctx); err != nil {
+		_ = sb.Release()
+		return nil, err
+	}
+	log.Debug().Dur("standby_wait", p.Wait).Msg("standing by")
+	run, ok, err := p.Promote(ctx, sb)
+	switch {
+	case errors.Is(err, context.Canceled):
+		log.Debug().Msg("stopped while standing by")
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("wait for a run slot: %w", err)
+	case !ok:
+		log.Debug().Msg("standby_wait is over without a free run slot: leaving")
+		return nil, nil
+	}
+	log.Info().Str("run_slot", run.Name()).Msg("promoted")
+	return run, nil
+}
+
+func (h *holder) connect(ctx context.Context) error {
+	rdb, err := connect(ctx, h.cfg, h.cfg.Concurrency+4)
+	if err != nil {
+		return err
+	}
+	if err := work.EnsureGroup(ctx, rdb, work.KeysFor(h.cfg.Queue)); err != nil {
+		_ = rdb.Close()
+		return fmt.Errorf("create consumer group on %s: %w", config.RedactURL(h.cfg.RedisURL), err)
+	}
+	h.rdb = rdb
+	return nil
+}
+
+// hold works the queue on slot until the lifetime ends.
+func (h *holder) hold(ctx context.Context, slot lock.Slot) error {
+	cfg := h.cfg
+	h.log = h.log.With().Str("slot", slot.Name()).Str("role", lock.RoleRun).Logger()
+	_ = proc.SetName("baton:run:" + strconv.Itoa(slot.Index()))
+	since := time.Now()
+	until := since.Add(cfg.Lifetime.D() + time.Duration(rand.Float64()*float64(cfg.Jitter.D())))
+	if h.rdb == nil {
+		if err := h.connect(ctx); err != nil {
+			return err
+		}
+	}
+	// The hard deadline: hung handler code cannot be stopped, the process can.
+	hard := time.AfterFunc(time.Until(until)+cfg.ShutdownGrace.D()+hardMargin, func() {
+		h.log.Error().Msg("hard deadline: jobs still running after lifetime + shutdown_grace; killing them and exiting")
+		h.killAll()
+		os.Exit(ExitRuntime)
+	})
+	defer hard.Stop()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-slot.Lost():
+			h.log.Error().Msg("slot lost (lock file replaced): draining")
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+
+	handler := h.e.Handler
+	if handler == nil {
+		h.exec = &work.Exec{Argv: h.argv, Timeout: cfg.JobTimeout.D(), Grace: cfg.ShutdownGrace.D(), Logger: h.log}
+		handler = h.exec
+	}
+	host, _ := os.Hostname()
+	st := new(work.Stats)
+	rec := h.record(lock.RoleRun, since, until)
+	stopPublish := publish(slot, rec, st, h.log)
+	h.log.Info().Time("until", until).Msg("holding run slot")
+	err := work.Run(ctx, work.Config{
+		Client: h.rdb, Queue: cfg.Queue, Consumer: host + "/" + slot.Name(), Handler: handler,
+		Concurrency: cfg.Concurrency, Deadline: until, Grace: cfg.ShutdownGrace.D(),
+		MaxJobs: cfg.MaxJobs, Logger: h.log,
+	}, st)
+	stopPublish()
+	h.log.Info().Int64("jobs_done", st.Done.Load()).Int64("jobs_failed", st.Failed.Load()).Msg("leaving run slot")
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+func (h *holder) record(role string, since, until time.Time) lock.Record {
+	host, _ := os.Hostname()
+	start, _ := proc.StartTime(os.Getpid())
+	return lock.Record{PID: os.Getpid(), Start: start, Host: host, Role: role, Since: since, Until: until}
+}
+
+func (h *holder) killAll() {
+	if h.exec != nil {
+		h.exec.KillAll()
+	}
+}
+
+// publish refreshes the slot record with progress every half second, in a
+// goroutine that the returned func stops (and waits for).
+func publish(slot lock.Slot, rec lock.Record, st *work.Stats, log zerolog.Logger) (stop func()) {
+	if err := slot.Publish(rec); err != nil {
+		log.Warn().Err(err).Msg("publish slot record")
+	}
+	done, quit := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+			}
+			next := rec
+			next.JobsDone = st.Done.Load()
+			next.Job, next.JobSince = "", time.Time{}
+			if j := st.Recent.Load(); j != nil {
+				next.Job, next.JobSince = j.ID, j.Started
+			}
+			if next != rec {
+				rec = next
+				_ = slot.Publish(rec)
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
+}

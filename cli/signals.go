@@ -1,0 +1,43 @@
+package cli
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/rs/zerolog"
+)
+
+// drainOnSignal returns a context cancelled by the first SIGTERM or SIGINT
+// (drain: finish in-flight jobs, exit 0). A second one kills running jobs and
+// exits at once. SIGHUP is ignored: a holder outlives the terminal that
+// started it. The returned func stops listening.
+func drainOnSignal(ctx context.Context, log zerolog.Logger, killAll func()) (context.Context, func()) {
+	signal.Ignore(syscall.SIGHUP)
+	ctx, cancel := context.WithCancel(ctx)
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-ch:
+			log.Info().Str("signal", s.String()).Msg("draining: in-flight jobs finish, then exit (signal again to exit now)")
+			cancel()
+		case <-done:
+			return
+		}
+		select {
+		case s := <-ch:
+			log.Warn().Str("signal", s.String()).Msg("second signal: killing jobs and exiting now")
+			killAll()
+			os.Exit(ExitRuntime)
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(ch)
+		close(done)
+		cancel()
+	}
+}

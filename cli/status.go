@@ -1,0 +1,192 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/baton-run/baton/internal/config"
+	"github.com/baton-run/baton/lock"
+	"github.com/baton-run/baton/work"
+	"github.com/redis/go-redis/v9"
+)
+
+const statusUsage = `Usage: baton status [flags]
+
+Show every run and standby slot (held or free, pid, host, since, until, jobs
+done, current job) and the queue's jobs (waiting, pending, done). It reads
+the holders' records and never takes a slot. Exit 1 when Redis cannot be
+reached (the slots are still shown).
+
+Flags:
+{{flags}}
+Example:
+  baton status --config /etc/baton/thumbs.toml
+  baton status --config /etc/baton/thumbs.toml --json | jq '.jobs.waiting'
+`
+
+func init() { register("status", "show slots and queue depth", runStatus) }
+
+// slotStatus is one slot in status output.
+type slotStatus struct {
+	Slot     int        `json:"slot"`
+	Held     bool       `json:"held"`
+	PID      int        `json:"pid,omitempty"`
+	Host     string     `json:"host,omitempty"`
+	Since    *time.Time `json:"since,omitempty"`
+	Until    *time.Time `json:"until,omitempty"`
+	JobsDone int64      `json:"jobs_done"`
+	Job      string     `json:"job,omitempty"`
+	JobSince *time.Time `json:"job_since,omitempty"`
+}
+
+// jobCounts is the queue in status output.
+type jobCounts struct {
+	Waiting int64 `json:"waiting"` // in the stream, never delivered
+	Pending int64 `json:"pending"` // delivered, not yet acknowledged
+	Done    int64 `json:"done"`    // acknowledged, all time
+}
+
+type statusReport struct {
+	Queue   string       `json:"queue"`
+	Run     []slotStatus `json:"run"`
+	Standby []slotStatus `json:"standby"`
+	Jobs    *jobCounts   `json:"jobs"`
+	Error   string       `json:"error,omitempty"`
+}
+
+func runStatus(ctx context.Context, e *env, args []string) error {
+	fs := flagSet("status")
+	cf := config.Bind(fs)
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	if err := parse(e, fs, statusUsage, args); err != nil {
+		return err
+	}
+	cfg, err := cf.Load(e.Getenv)
+	if err != nil {
+		return err
+	}
+	rep := statusReport{Queue: cfg.Queue, Run: []slotStatus{}, Standby: []slotStatus{}}
+	runSet, sbSet, err := slotSets(cfg)
+	if err != nil {
+		return err
+	}
+	if rep.Run, err = slotsOf(runSet); err != nil {
+		return err
+	}
+	if sbSet != nil {
+		if rep.Standby, err = slotsOf(sbSet); err != nil {
+			return err
+		}
+	}
+	jobs, jerr := queueCounts(ctx, cfg)
+	rep.Jobs = jobs
+	if jerr != nil {
+		rep.Error = jerr.Error()
+	}
+	if *asJSON {
+		enc := json.NewEncoder(e.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		printStatus(e.Stdout, cfg, &rep)
+	}
+	if jerr != nil {
+		return jerr
+	}
+	return nil
+}
+
+func slotsOf(s *lock.FileSet) ([]slotStatus, error) {
+	recs, err := s.Records()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]slotStatus, len(recs))
+	for i, r := range recs {
+		out[i] = slotStatus{Slot: r.Slot, Held: r.Held, PID: r.PID, Host: r.Host, JobsDone: r.JobsDone, Job: r.Job,
+			Since: timePtr(r.Since), Until: timePtr(r.Until), JobSince: timePtr(r.JobSince)}
+	}
+	return out, nil
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// queueCounts reads the queue's counts in one round trip. Acknowledged entries
+// are deleted, so the stream holds exactly the waiting and pending ones.
+func queueCounts(ctx context.Context, cfg *config.Config) (*jobCounts, error) {
+	rdb, err := connect(ctx, cfg, 1)
+	if err != nil {
+		return nil, err
+	}
+	defer rdb.Close()
+	k := work.KeysFor(cfg.Queue)
+	var xlen *redis.IntCmd
+	var groups *redis.XInfoGroupsCmd
+	var done *redis.StringCmd
+	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		xlen = p.XLen(ctx, k.Stream)
+		groups = p.XInfoGroups(ctx, k.Stream)
+		done = p.HGet(ctx, k.Stats, "done")
+		return nil
+	})
+	if err := xlen.Err(); err != nil {
+		return nil, fmt.Errorf("read queue: %w", err)
+	}
+	c := &jobCounts{}
+	for _, g := range groups.Val() { // an error here means no stream yet
+		if g.Name == work.Group {
+			c.Pending = g.Pending
+		}
+	}
+	c.Waiting = xlen.Val() - c.Pending
+	c.Done, _ = strconv.ParseInt(done.Val(), 10, 64)
+	return c, nil
+}
+
+func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
+	fmt.Fprintf(w, "queue %s on %s\n", rep.Queue, config.RedactURL(cfg.RedisURL))
+	if j := rep.Jobs; j != nil {
+		fmt.Fprintf(w, "jobs  %d waiting, %d pending, %d done\n\n", j.Waiting, j.Pending, j.Done)
+	} else {
+		fmt.Fprintf(w, "jobs  unknown (redis unreachable)\n\n")
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SLOT\tSTATE\tPID\tHOST\tSINCE\tUNTIL\tJOBS\tCURRENT")
+	row := func(name string, s slotStatus) {
+		if !s.Held {
+			fmt.Fprintf(tw, "%s\tfree\t\t\t\t\t\t\n", name)
+			return
+		}
+		cur := ""
+		if s.Job != "" && s.JobSince != nil {
+			cur = s.Job + " for " + time.Since(*s.JobSince).Round(100*time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "%s\theld\t%d\t%s\t%s\t%s\t%d\t%s\n", name, s.PID, s.Host, clock(s.Since), clock(s.Until), s.JobsDone, cur)
+	}
+	for _, s := range rep.Run {
+		row("run-"+strconv.Itoa(s.Slot), s)
+	}
+	for _, s := range rep.Standby {
+		row("standby-"+strconv.Itoa(s.Slot), s)
+	}
+	tw.Flush()
+}
+
+func clock(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.Local().Format("15:04:05")
+}
