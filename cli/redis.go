@@ -28,3 +28,11 @@ func connect(ctx context.Context, c *config.Config, pool int) (*redis.Client, er
 	}
 	return rdb, nil
 }
+
+// quietRedis drops go-redis's own log lines (dial retries and the like): the
+// error that matters comes back from the call and is reported once, redacted.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
+
+func init() { redis.SetLogger(quietRedis{}) }

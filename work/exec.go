@@ -10,10 +10,12 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 )
 
 // Exec is the CLI's default Handler: it runs a command once per job with the
@@ -61,13 +63,10 @@ func (e *ExecError) Error() string {
 	return s
 }
 
-// Handle runs the command for j and waits for it.
+// Handle runs the command for j and waits for it. When Timeout passes the
+// group gets SIGTERM, then SIGKILL after Grace; when ctx ends (the holder's
+// grace is over) it gets SIGKILL at once: there is no time left to give.
 func (x *Exec) Handle(ctx context.Context, j *Job) error {
-	if x.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, x.Timeout)
-		defer cancel()
-	}
 	grace := x.Grace
 	if grace <= 0 {
 		grace = 10 * time.Second
@@ -80,9 +79,8 @@ func (x *Exec) Handle(ctx context.Context, j *Job) error {
 	stdout := &lineLog{log: log, stream: "stdout", left: limit}
 	stderr := &lineLog{log: log, stream: "stderr", left: limit, tail: make([]byte, 0, tailSize)}
 
-	cmd := exec.CommandContext(ctx, x.Argv[0], x.Argv[1:]...)
+	cmd := exec.Command(x.Argv[0], x.Argv[1:]...)
 	cmd.Stdin = bytes.NewReader(j.Payload)
-	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.Env = append(os.Environ(),
 		"BATON_JOB_ID="+j.ID,
 		"BATON_ATTEMPT="+strconv.Itoa(j.Attempt),
@@ -90,42 +88,80 @@ func (x *Exec) Handle(ctx context.Context, j *Job) error {
 		"BATON_SLOT="+j.Slot,
 	)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
-	cmd.WaitDelay = grace
+	cmd.WaitDelay = grace // bounds the stdin copy if a grandchild holds stdin
+	// Our own pipes, so Wait returns when the child exits even if something it
+	// left in its group still holds them; the group is killed right after.
+	outs, err := startOutput(cmd, stdout, stderr)
+	if err != nil {
+		return err
+	}
 
 	// Pdeathsig fires when the thread that forked exits, not the process:
 	// keep this goroutine on its thread from fork to wait.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	outs.started()
+	if err != nil {
+		outs.wait()
 		return fmt.Errorf("start %s: %w", x.Argv[0], err)
 	}
 	pgid := cmd.Process.Pid
 	x.track(pgid, true)
-	err := cmd.Wait()
+	exited := make(chan struct{})
+	var timedOut atomic.Bool
+	go x.supervise(ctx, pgid, grace, exited, &timedOut)
+	err = cmd.Wait()
+	close(exited)
 	// Whatever the job left behind in its group goes with it.
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	x.track(pgid, false)
+	outs.wait()
 	stdout.flush()
 	stderr.flush()
 	if err == nil {
 		return nil
 	}
-	ee := &ExecError{ExitCode: -1, TimedOut: errors.Is(ctx.Err(), context.DeadlineExceeded), Stderr: stderr.Tail()}
+	ee := &ExecError{ExitCode: -1, TimedOut: timedOut.Load(), Stderr: stderr.Tail()}
 	var exitErr *exec.ExitError
-	if errors.As(err, &exitErr) {
-		ws, _ := exitErr.Sys().(syscall.WaitStatus)
-		if ws.Signaled() {
-			ee.Signal = ws.Signal().String()
-		} else {
-			ee.ExitCode = ws.ExitStatus()
-		}
-		return ee
+	if !errors.As(err, &exitErr) {
+		return err
 	}
-	if ee.TimedOut || ctx.Err() != nil {
-		return ee
+	if ws, ok := exitErr.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		ee.Signal = unix.SignalName(ws.Signal())
+	} else {
+		ee.ExitCode = exitErr.ExitCode()
 	}
-	return err
+	return ee
+}
+
+// supervise signals the job's group on timeout or cancel, until it exits.
+func (x *Exec) supervise(ctx context.Context, pgid int, grace time.Duration, exited <-chan struct{}, timedOut *atomic.Bool) {
+	var timeout <-chan time.Time
+	if x.Timeout > 0 {
+		t := time.NewTimer(x.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-exited:
+		return
+	case <-ctx.Done():
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		return
+	case <-timeout:
+		timedOut.Store(true)
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-exited:
+	case <-ctx.Done():
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	case <-t.C:
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	}
 }
 
 func (x *Exec) track(pgid int, live bool) {

@@ -1,0 +1,250 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/baton-run/baton/cli"
+	"github.com/baton-run/baton/internal/redistest"
+	"github.com/baton-run/baton/work"
+	"github.com/rogpeppe/go-internal/testscript"
+)
+
+// asBaton makes the test binary behave as baton, so tests start real baton
+// processes (spawned candidates re-exec it with the same environment).
+const asBaton = "BATON_TEST_AS_BATON"
+
+// testHandler picks a library-mode handler for the baton under test.
+const testHandler = "BATON_TEST_HANDLER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(asBaton) == "1" {
+		var o cli.Options
+		if os.Getenv(testHandler) == "hang" {
+			o.Handler = work.HandlerFunc(func(context.Context, *work.Job) error { select {} })
+		}
+		os.Exit(cli.Main(context.Background(), os.Args[1:], o))
+	}
+	testscript.Main(m, map[string]func(){
+		"baton": func() { os.Exit(cli.Main(context.Background(), os.Args[1:], cli.Options{})) },
+	})
+}
+
+// TestScripts runs the CLI scripts in testdata/script, each against its own
+// redis-server ($BATON_REDIS_URL) and lock dir ($LOCKS).
+func TestScripts(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Dir: "testdata/script",
+		Setup: func(env *testscript.Env) error {
+			srv := redistest.Start(env.T().(testing.TB))
+			env.Setenv("BATON_REDIS_URL", srv.URL())
+			env.Setenv("LOCKS", filepath.Join(env.WorkDir, "locks"))
+			return nil
+		},
+	})
+}
+
+// rig is one test's Redis, lock dir and baton processes.
+type rig struct {
+	t     *testing.T
+	redis *redistest.Server
+	dir   string
+	locks string
+	// extraEnv is added to every baton the rig starts.
+	extraEnv []string
+	mu       sync.Mutex
+	procs    []*process
+}
+
+type process struct {
+	cmd    *exec.Cmd
+	stderr *bytes.Buffer
+	done   chan struct{}
+	start  time.Time
+	end    time.Time
+	mu     sync.Mutex
+}
+
+func newRig(t *testing.T, opts ...redistest.Option) *rig {
+	r := &rig{t: t, redis: redistest.Start(t, opts...), dir: t.TempDir()}
+	r.locks = filepath.Join(r.dir, "locks")
+	t.Cleanup(func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, p := range r.procs {
+			if p.cmd.Process != nil {
+				_ = syscall.Kill(p.cmd.Process.Pid, syscall.SIGKILL)
+			}
+			<-p.done
+		}
+	})
+	return r
+}
+
+// script writes an executable shell script into the rig's dir.
+func (r *rig) script(name, body string) string {
+	p := filepath.Join(r.dir, name)
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
+		r.t.Fatal(err)
+	}
+	return p
+}
+
+func (r *rig) env() []string {
+	return append(append(os.Environ(), asBaton+"=1", "BATON_REDIS_URL="+r.redis.URL()), r.extraEnv...)
+}
+
+// start starts `baton args...` with the rig's Redis and lock dir.
+func (r *rig) start(args ...string) *process {
+	r.t.Helper()
+	cmd := r.cmd(append([]string{args[0], "--log-format", "json"}, args[1:]...)...)
+	p := &process{cmd: cmd, stderr: new(bytes.Buffer), done: make(chan struct{})}
+	cmd.Stderr = lockedWriter{&p.mu, p.stderr}
+	// Spawned candidates inherit stderr: do not wait for them to close it.
+	cmd.WaitDelay = 500 * time.Millisecond
+	p.start = time.Now()
+	if err := cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	go func() {
+		_ = cmd.Wait()
+		p.end = time.Now()
+		close(p.done)
+	}()
+	r.mu.Lock()
+	r.procs = append(r.procs, p)
+	r.mu.Unlock()
+	return p
+}
+
+// cmd prepares `baton args...` with the rig's Redis and lock dir.
+func (r *rig) cmd(args ...string) *exec.Cmd {
+	args = append([]string{args[0], "--lock-dir", r.locks}, args[1:]...)
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = r.env()
+	return cmd
+}
+
+// baton runs `baton args...` to completion: stdout, stderr, exit code.
+func (r *rig) baton(args ...string) (string, string, int) {
+	r.t.Helper()
+	cmd := r.cmd(args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		r.t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
+}
+
+type slotJSON struct {
+	Slot     int    `json:"slot"`
+	Held     bool   `json:"held"`
+	PID      int    `json:"pid"`
+	JobsDone int64  `json:"jobs_done"`
+	Job      string `json:"job"`
+}
+
+type statusJSON struct {
+	Run, Standby []slotJSON
+	Jobs         *struct{ Waiting, Pending, Done int64 }
+}
+
+func (r *rig) status(args ...string) statusJSON {
+	r.t.Helper()
+	out, errOut, code := r.baton(append([]string{"status", "--json"}, args...)...)
+	if code != 0 {
+		r.t.Fatalf("status exit %d: %s", code, errOut)
+	}
+	var s statusJSON
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		r.t.Fatalf("status json: %v\n%s", err, out)
+	}
+	return s
+}
+
+func held(ss []slotJSON) (n int) {
+	for _, s := range ss {
+		if s.Held {
+			n++
+		}
+	}
+	return n
+}
+
+// exited reports whether p has exited, and its code.
+func (p *process) exited() (bool, int) {
+	select {
+	case <-p.done:
+		return true, p.cmd.ProcessState.ExitCode()
+	default:
+		return false, 0
+	}
+}
+
+func (p *process) wait(t *testing.T, within time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.cmd.ProcessState.ExitCode()
+	case <-time.After(within):
+		t.Fatalf("pid %d still running after %v\n%s", p.cmd.Process.Pid, within, p.log())
+		return -1
+	}
+}
+
+func (p *process) log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stderr.String()
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
+
+// eventually polls cond every 10ms until it holds or within passes.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(within); ; time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+	}
+}
+
+func readLines(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
+}
