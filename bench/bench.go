@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+)
+
+// bench holds one run of the whole suite.
+type bench struct {
+	cfg  runConfig
+	srv  *redisServer
+	res  *results
+	bins *binaries // built on first use by the process-level groups
+	poll []string  // extra `baton run` flags for promotion and recovery
+}
+
+// contender is one figure's measurement: one call, one value.
+type contender struct {
+	name, unit string
+	measure    func() (float64, error)
+}
+
+func (b *bench) measure(ctx context.Context, sel []string) error {
+	for _, g := range sel {
+		var err error
+		switch g {
+		case "throughput":
+			err = b.rounds(ctx, b.throughput(ctx))
+		case "exec":
+			err = b.rounds(ctx, b.exec(ctx))
+		case "pickup":
+			err = b.pickup(ctx)
+		case "promotion":
+			err = b.promotion(ctx)
+		case "recovery":
+			err = b.recovery(ctx)
+		case "loser":
+			err = b.loser(ctx)
+		case "holder":
+			err = b.holder(ctx)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rounds runs every contender once per round, interleaved, so that a noisy
+// moment of a shared machine hits all of them alike rather than one.
+func (b *bench) rounds(ctx context.Context, cs []contender) error {
+	for r := 1; r <= b.cfg.Runs; r++ {
+		for _, c := range cs {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			v, err := c.measure()
+			if err != nil {
+				return fmt.Errorf("%s, run %d: %w", c.name, r, err)
+			}
+			b.res.add(c.name, c.unit, v)
+			progress("run %d/%d  %-14s %12s %s", r, b.cfg.Runs, c.name, num(v), c.unit)
+		}
+	}
+	return nil
+}
+
+func (b *bench) throughput(ctx context.Context) []contender {
+	n := b.cfg.Jobs
+	return []contender{
+		{"noop_c1", "jobs/s", func() (float64, error) { return noopRate(ctx, b.srv, 1, n) }},
+		{"asynq_c1", "jobs/s", func() (float64, error) { return asynqRate(ctx, b.srv, 1, n) }},
+		{"raw_batch_c1", "jobs/s", func() (float64, error) { return rawBatchRate(ctx, b.srv, n) }},
+		{"noop_c10", "jobs/s", func() (float64, error) { return noopRate(ctx, b.srv, 10, n) }},
+		{"asynq_c10", "jobs/s", func() (float64, error) { return asynqRate(ctx, b.srv, 10, n) }},
+	}
+}
+
+func (b *bench) exec(ctx context.Context) []contender {
+	n := b.cfg.ExecJobs
+	return []contender{
+		{"exec_c1", "jobs/s", func() (float64, error) { return execRate(ctx, b.srv, 1, n) }},
+		{"fork_c1", "jobs/s", func() (float64, error) { return forkRate(1, n) }},
+		{"exec_c2", "jobs/s", func() (float64, error) { return execRate(ctx, b.srv, 2, n) }},
+		{"fork_c2", "jobs/s", func() (float64, error) { return forkRate(2, n) }},
+	}
+}
+
+func (b *bench) pickup(ctx context.Context) error {
+	for r := 1; r <= b.cfg.Runs; r++ {
+		p50, p99, err := pickup(ctx, b.srv, b.cfg.PickupSamples)
+		if err != nil {
+			return fmt.Errorf("pickup, run %d: %w", r, err)
+		}
+		b.res.add("pickup_p50_ms", "ms", p50)
+		b.res.add("pickup_p99_ms", "ms", p99)
+		progress("run %d/%d  pickup         p50 %s ms, p99 %s ms", r, b.cfg.Runs, num(p50), num(p99))
+	}
+	return nil
+}
+
+// close removes the binaries built for the process-level groups.
+func (b *bench) close() {
+	if b.bins != nil {
+		_ = os.RemoveAll(b.bins.dir)
+	}
+}

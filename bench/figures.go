@@ -1,0 +1,183 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+)
+
+// figure is one measured quantity: one value per run.
+type figure struct {
+	Name   string    `json:"name"`
+	Unit   string    `json:"unit"`
+	Median float64   `json:"median"`
+	Min    float64   `json:"min"`
+	Max    float64   `json:"max"`
+	Runs   []float64 `json:"runs"`
+}
+
+func (f *figure) add(v float64) {
+	f.Runs = append(f.Runs, v)
+	s := slices.Clone(f.Runs)
+	slices.Sort(s)
+	f.Min, f.Max = s[0], s[len(s)-1]
+	if n := len(s); n%2 == 1 {
+		f.Median = s[n/2]
+	} else {
+		f.Median = (s[n/2-1] + s[n/2]) / 2
+	}
+}
+
+// target is one goal of issue 5, judged on medians.
+type target struct {
+	Goal  string  `json:"goal"`
+	Value float64 `json:"value"` // the median, or the ratio of medians
+	Limit float64 `json:"limit"`
+	Met   bool    `json:"met"`
+	Known bool    `json:"known"` // false when a figure it needs was not measured
+}
+
+// results holds every figure by name; order is the table's order.
+type results struct {
+	order []string
+	figs  map[string]*figure
+}
+
+// figureOrder is the table's order: the order of issue 5.
+var figureOrder = []string{
+	"noop_c1", "noop_c10", "asynq_c1", "asynq_c10", "raw_batch_c1",
+	"exec_c1", "exec_c2", "fork_c1", "fork_c2",
+	"pickup_p50_ms", "pickup_p99_ms", "promotion_p50_ms", "promotion_p99_ms",
+	"recovery_ms", "loser_wall_ms", "loser_rss_kb", "holder_rss_kb",
+}
+
+func newResults() *results {
+	return &results{order: slices.Clone(figureOrder), figs: map[string]*figure{}}
+}
+
+func (r *results) add(name, unit string, v float64) {
+	f, ok := r.figs[name]
+	if !ok {
+		f = &figure{Name: name, Unit: unit}
+		r.figs[name] = f
+		if !slices.Contains(r.order, name) {
+			r.order = append(r.order, name)
+		}
+	}
+	f.add(v)
+}
+
+func (r *results) median(name string) (float64, bool) {
+	f, ok := r.figs[name]
+	if !ok {
+		return 0, false
+	}
+	return f.Median, true
+}
+
+// targets judges the goals of issue 5 on the medians measured.
+func (r *results) targets() []target {
+	var out []target
+	ratio := func(goal, a, b string, limit float64) {
+		va, oka := r.median(a)
+		vb, okb := r.median(b)
+		t := target{Goal: goal, Limit: limit, Known: oka && okb && vb > 0}
+		if t.Known {
+			t.Value = va / vb
+			t.Met = t.Value >= limit
+		}
+		out = append(out, t)
+	}
+	below := func(goal, a string, limit float64) {
+		v, ok := r.median(a)
+		out = append(out, target{Goal: goal, Value: v, Limit: limit, Known: ok, Met: ok && v < limit})
+	}
+	ratio("noop_c10 >= 10 x asynq_c10", "noop_c10", "asynq_c10", 10)
+	ratio("noop_c1 >= 0.7 x raw_batch_c1", "noop_c1", "raw_batch_c1", 0.7)
+	ratio("exec_c1 >= 0.8 x fork_c1", "exec_c1", "fork_c1", 0.8)
+	below("pickup_p99_ms < 5", "pickup_p99_ms", 5)
+	below("promotion_p99_ms < 50", "promotion_p99_ms", 50)
+	below("recovery_ms < 1000", "recovery_ms", 1000)
+	below("loser_wall_ms < 20", "loser_wall_ms", 20)
+	below("loser_rss_kb < 15360", "loser_rss_kb", 15*1024)
+	below("holder_rss_kb < 30720", "holder_rss_kb", 30*1024)
+	return out
+}
+
+// writeTable prints the figures and the targets as Markdown tables.
+func (r *results) writeTable(w io.Writer) {
+	fmt.Fprintln(w, "| figure | median | min | max | runs | unit |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | --- |")
+	for _, name := range r.order {
+		f, ok := r.figs[name]
+		if !ok {
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %d | %s |\n", f.Name, num(f.Median), num(f.Min), num(f.Max), len(f.Runs), f.Unit)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| target | measured | met |")
+	fmt.Fprintln(w, "| --- | ---: | --- |")
+	for _, t := range r.targets() {
+		switch {
+		case !t.Known:
+			fmt.Fprintf(w, "| %s | not measured | - |\n", t.Goal)
+		case t.Met:
+			fmt.Fprintf(w, "| %s | %s | yes |\n", t.Goal, num(t.Value))
+		default:
+			fmt.Fprintf(w, "| %s | %s | **no** |\n", t.Goal, num(t.Value))
+		}
+	}
+}
+
+// report is the -json output: one object.
+type report struct {
+	Machine machine   `json:"machine"`
+	Config  runConfig `json:"config"`
+	Figures []*figure `json:"figures"`
+	Targets []target  `json:"targets"`
+}
+
+func (r *results) writeJSON(w io.Writer, m machine, c runConfig) error {
+	rep := report{Machine: m, Config: c, Targets: r.targets()}
+	for _, name := range r.order {
+		if f, ok := r.figs[name]; ok {
+			rep.Figures = append(rep.Figures, f)
+		}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
+}
+
+// num prints a value with about three significant digits, no exponent.
+func num(v float64) string {
+	a := math.Abs(v)
+	switch {
+	case a >= 100:
+		return addCommas(fmt.Sprintf("%.0f", v))
+	case a >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+func addCommas(s string) string {
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}

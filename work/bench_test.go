@@ -1,0 +1,180 @@
+package work
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/baton-run/baton/internal/redistest"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+)
+
+// Micro-benchmarks of the job loop's hot paths, for before/after comparisons
+// with benchstat (see docs/benchmarks.md):
+//
+//	go test -run '^$' -bench . -count 10 ./work/ > old.txt
+//
+// The side-by-side figures against asynq live in the bench/ module.
+
+// benchBatch is how many entries one read or one ack handles: Config.Batch's default.
+const benchBatch = 128
+
+var benchPayload = bytes.Repeat([]byte("p"), 64)
+
+// benchFill replaces queue q with n fresh entries and an empty group.
+func benchFill(tb testing.TB, rdb *redis.Client, q string, n int) {
+	tb.Helper()
+	ctx := context.Background()
+	k := KeysFor(q)
+	if err := rdb.Del(ctx, k.Stream, k.Stats).Err(); err != nil {
+		tb.Fatal(err)
+	}
+	if err := EnsureGroup(ctx, rdb, k); err != nil {
+		tb.Fatal(err)
+	}
+	for done := 0; done < n; done += 1000 {
+		_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := done; i < min(done+1000, n); i++ {
+				p.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: []any{PayloadField, benchPayload}})
+			}
+			return nil
+		})
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+func benchRunner(rdb *redis.Client, q string) *runner {
+	c := Config{Client: rdb, Queue: q, Consumer: "bench/run-0", Logger: zerolog.Nop()}
+	c.defaults()
+	return &runner{c: c, keys: KeysFor(q)}
+}
+
+// BenchmarkReadBatch is one XREADGROUP of a full batch turned into Jobs.
+func BenchmarkReadBatch(b *testing.B) {
+	rdb := redistest.Start(b).Client()
+	r := benchRunner(rdb, "q")
+	ctx := context.Background()
+	const perFill = 100 // batches per refill, which is not timed
+	b.ReportAllocs()
+	b.StopTimer()
+	for i := 0; i < b.N; i++ {
+		if i%perFill == 0 {
+			b.StopTimer()
+			benchFill(b, rdb, "q", perFill*benchBatch)
+			b.StartTimer()
+		}
+		jobs, err := r.readNew(ctx, benchBatch)
+		if err != nil || len(jobs) != benchBatch {
+			b.Fatalf("read %d jobs: %v", len(jobs), err)
+		}
+	}
+	b.ReportMetric(float64(b.N*benchBatch)/b.Elapsed().Seconds(), "jobs/s")
+}
+
+// BenchmarkAckBatch is one call of the ack script (XACK + XDEL + HINCRBY)
+// for a full batch of pending entries.
+func BenchmarkAckBatch(b *testing.B) {
+	rdb := redistest.Start(b).Client()
+	r := benchRunner(rdb, "q")
+	ctx := context.Background()
+	const perFill = 100
+	var pendingIDs [][]any
+	b.ReportAllocs()
+	b.StopTimer()
+	for i := 0; i < b.N; i++ {
+		if i%perFill == 0 {
+			b.StopTimer()
+			benchFill(b, rdb, "q", perFill*benchBatch)
+			pendingIDs = pendingIDs[:0]
+			for range perFill {
+				jobs, err := r.readNew(ctx, benchBatch)
+				if err != nil {
+					b.Fatal(err)
+				}
+				args := []any{Group}
+				for _, j := range jobs {
+					args = append(args, j.ID)
+				}
+				pendingIDs = append(pendingIDs, args)
+			}
+			b.StartTimer()
+		}
+		n, err := ackScript.Run(ctx, rdb, []string{r.keys.Stream, r.keys.Stats}, pendingIDs[i%perFill]...).Int()
+		if err != nil || n != benchBatch {
+			b.Fatalf("acked %d: %v", n, err)
+		}
+	}
+	b.ReportMetric(float64(b.N*benchBatch)/b.Elapsed().Seconds(), "jobs/s")
+}
+
+// BenchmarkRun is the whole loop with a no-op handler: read, hand to a
+// worker, ack. One op is one job.
+func BenchmarkRun(b *testing.B) {
+	for _, conc := range []int{1, 10} {
+		b.Run("c"+strconv.Itoa(conc), func(b *testing.B) {
+			rdb := redistest.Start(b).Client()
+			benchFill(b, rdb, "q", b.N)
+			done := make(chan struct{})
+			var n int64
+			h := HandlerFunc(func(context.Context, *Job) error { return nil })
+			st := new(Stats)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			errc := make(chan error, 1)
+			b.ReportAllocs()
+			b.ResetTimer()
+			go func() {
+				errc <- Run(ctx, Config{Client: rdb, Queue: "q", Consumer: "bench/run-0", Handler: h,
+					Concurrency: conc, Logger: zerolog.Nop()}, st)
+			}()
+			go func() {
+				defer close(done)
+				for n = st.Done.Load(); n < int64(b.N); n = st.Done.Load() {
+					time.Sleep(50 * time.Microsecond)
+				}
+			}()
+			select {
+			case <-done:
+			case err := <-errc:
+				b.Fatalf("Run stopped after %d of %d jobs: %v", st.Done.Load(), b.N, err)
+			}
+			b.StopTimer()
+			cancel()
+			<-errc
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+		})
+	}
+}
+
+// BenchmarkExecSpawn is one exec-mode job: /bin/true with the payload on
+// stdin, in its own process group, with Pdeathsig.
+func BenchmarkExecSpawn(b *testing.B) {
+	x := &Exec{Argv: []string{"/bin/true"}, Logger: zerolog.Nop()}
+	j := &Job{ID: "1-0", Payload: benchPayload, Attempt: 1, Queue: "q", Slot: "bench/run-0"}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if err := x.Handle(ctx, j); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkForkExecBare is the ceiling for BenchmarkExecSpawn: os/exec runs
+// /bin/true with the same stdin and nothing else.
+func BenchmarkForkExecBare(b *testing.B) {
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		cmd := exec.Command("/bin/true")
+		cmd.Stdin = bytes.NewReader(benchPayload)
+		if err := cmd.Run(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
