@@ -24,3 +24,11 @@ demo: build
 
 clean:
 	rm -rf bin
+
+# Benchmarks against asynq and bare loops, one throwaway redis-server, about
+# ten minutes; rewrites the table in docs/benchmarks.md. BENCHFLAGS=-quick for
+# a smoke check (docs untouched), BENCHFLAGS=-json for one JSON object.
+.PHONY: bench
+bench:
+	bash scripts/install-redis.sh
+	cd bench && $(GO) run . -docs ../docs/benchmarks.md $(BENCHFLAGS)
