@@ -230,12 +230,16 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot) error {
 		handler = h.exec
 	}
 	host, _ := os.Hostname()
+	consumer := host + "/" + slot.Name()
+	if n := proc.KillLeftovers("BATON_QUEUE="+cfg.Queue, "BATON_SLOT="+consumer); n > 0 {
+		h.log.Warn().Int("processes", n).Msg("killed processes left running by this slot's previous holder")
+	}
 	st := new(work.Stats)
 	rec := h.record(lock.RoleRun, since, until)
 	stopPublish := publish(slot, rec, st, h.log)
 	h.log.Info().Time("until", until).Msg("holding run slot")
 	err := work.Run(ctx, work.Config{
-		Client: h.rdb, Queue: cfg.Queue, Consumer: host + "/" + slot.Name(), Handler: handler,
+		Client: h.rdb, Queue: cfg.Queue, Consumer: consumer, Handler: handler,
 		Concurrency: cfg.Concurrency, Deadline: until, Grace: cfg.ShutdownGrace.D(),
 		MaxJobs: cfg.MaxJobs, Logger: h.log,
 	}, st)

@@ -116,13 +116,14 @@ func TestCandidatesAtOnce(t *testing.T) {
 
 // TestKill9HolderMidJob: a standby is consuming within a second, the killed
 // job runs again in the slot's next holder without waiting for a timeout, and
-// the killed holder's child does not outlive it.
+// the killed holder's child does not outlive it (Pdeathsig), nor what that
+// child started (the slot's next holder kills it).
 func TestKill9HolderMidJob(t *testing.T) {
 	r := newRig(t)
 	events := filepath.Join(r.dir, "events")
 	job := r.script("job.sh", `p=$(cat)
 echo "start $BATON_JOB_ID $BATON_ATTEMPT $BATON_SLOT $$" >> `+events+`
-if [ "$p" = slow ] && [ "$BATON_ATTEMPT" = 1 ]; then exec sleep 60; fi
+if [ "$p" = slow ] && [ "$BATON_ATTEMPT" = 1 ]; then sleep 60 & echo "grandchild $!" >> `+events+`; wait; fi
 echo "end $BATON_JOB_ID" >> `+events+"\n")
 	args := []string{"run", "--lifetime", "1m", "--poll-interval", "100ms", "--", job}
 	holder := r.start(args...)
@@ -132,14 +133,15 @@ echo "end $BATON_JOB_ID" >> `+events+"\n")
 
 	out, _, _ := r.baton("enqueue", "slow")
 	id := strings.TrimSpace(out)
-	var childPID int
+	var childPID, grandchildPID int
 	eventually(t, 10*time.Second, "job started", func() bool {
 		lines := readLines(t, events)
-		if len(lines) == 0 {
+		if len(lines) < 2 {
 			return false
 		}
 		f := strings.Fields(lines[0])
 		childPID, _ = strconv.Atoi(f[4])
+		grandchildPID, _ = strconv.Atoi(strings.Fields(lines[1])[1])
 		return f[1] == id && f[2] == "1"
 	})
 	killed := time.Now()
@@ -149,10 +151,10 @@ echo "end $BATON_JOB_ID" >> `+events+"\n")
 	var again []string
 	eventually(t, 10*time.Second, "killed job runs again", func() bool {
 		lines := readLines(t, events)
-		if len(lines) < 2 {
+		if len(lines) < 3 {
 			return false
 		}
-		again = strings.Fields(lines[1])
+		again = strings.Fields(lines[2])
 		return true
 	})
 	took := time.Since(killed)
@@ -165,6 +167,10 @@ echo "end $BATON_JOB_ID" >> `+events+"\n")
 	}
 	eventually(t, 5*time.Second, "the killed holder's child is gone", func() bool {
 		return syscall.Kill(childPID, 0) != nil
+	})
+	eventually(t, 5*time.Second, "the child's own child is gone", func() bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", grandchildPID))
+		return err != nil || strings.Contains(string(b), ") Z ")
 	})
 	eventually(t, 10*time.Second, "job acked", func() bool {
 		s := r.status()
