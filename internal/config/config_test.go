@@ -71,7 +71,7 @@ func TestBadConfig(t *testing.T) {
 		{"bad queue", "queue = \"a/b\"\n", nil, ":1: queue:"},
 		{"bad schedule", "schedule = \"* * *\"\n", nil, ":1: schedule:"},
 		{"bad url", "redis_url = \"http://:secret@x\"\n", nil, ":1: redis_url:"},
-		{"flag named", "slots = 2\n", []string{"--slots", "0"}, "slots: (flag --slots) 0: must be between 1"},
+		{"flag named", "slots = 2\n", []string{"--slots", "0"}, "flag --slots: 0: must be between 1"},
 		{"syntax", "slots = = 2\n", nil, ":1:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

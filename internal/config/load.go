@@ -19,15 +19,18 @@ const EnvRedisURL = "BATON_REDIS_URL"
 
 // Error is a bad setting: where it came from, which key, what is wrong.
 type Error struct {
-	File string // config file, or "" when the value came from a flag or env
-	Line int    // 1-based line in File, 0 when unknown
-	Key  string // TOML key, e.g. "slots"
-	Msg  string
+	File   string // config file, or "" when the value came from a flag or env
+	Line   int    // 1-based line in File, 0 when unknown
+	Key    string // TOML key, e.g. "slots"
+	Source string // "flag --slots" or "env BATON_REDIS_URL" when not from File
+	Msg    string
 }
 
 func (e *Error) Error() string {
 	var where string
 	switch {
+	case e.Source != "":
+		return e.Source + ": " + e.Msg
 	case e.File != "" && e.Line > 0:
 		where = fmt.Sprintf("config %s:%d: ", e.File, e.Line)
 	case e.File != "":
@@ -105,9 +108,9 @@ func (f *Flags) Load(getenv func(string) string) (*Config, error) {
 		if errors.As(err, &e) {
 			switch {
 			case changed[e.Key]:
-				e.Msg = "(flag --" + kebab(e.Key) + ") " + e.Msg
+				e.Source = "flag --" + kebab(e.Key)
 			case e.Key == "redis_url" && fromEnv:
-				e.Msg = "(env " + EnvRedisURL + ") " + e.Msg
+				e.Source = "env " + EnvRedisURL
 			case f.path != "":
 				e.File, e.Line = f.path, lineOf(src, e.Key)
 			}

@@ -1,0 +1,78 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// main runs Main in-process with a clean environment.
+func mainT(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = Main(context.Background(), args, Options{
+		Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb,
+		Getenv: func(string) string { return "" },
+	})
+	return out.String(), errb.String(), code
+}
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "baton.toml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestExitCodes(t *testing.T) {
+	bad := writeConfig(t, "queue = \"q\"\nslots = 0\n")
+	unknown := writeConfig(t, "queue = \"q\"\nslotz = 2\n")
+	openDir := filepath.Join(t.TempDir(), "open")
+	if err := os.Mkdir(openDir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(openDir, 0o777)
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		code   int
+		stderr string
+	}{
+		{"no args", nil, ExitUsage, "Usage:"},
+		{"help", []string{"--help"}, ExitOK, ""},
+		{"unknown command", []string{"nope"}, ExitUsage, `unknown command "nope"`},
+		{"unknown flag", []string{"status", "--nope"}, ExitUsage, "unknown flag: --nope"},
+		{"bad value", []string{"run", "--config", bad, "--", "/bin/true"}, ExitUsage, "baton: config " + bad + ":2: slots: 0: must be between 1 and 1024\n"},
+		{"unknown key", []string{"status", "--config", unknown}, ExitUsage, ":2: slotz: unknown key"},
+		{"missing config", []string{"enqueue", "--config", "/nonexistent.toml", "x"}, ExitUsage, "config /nonexistent.toml: no such file or directory"},
+		{"bad duration flag", []string{"run", "--lifetime", "soon", "--", "/bin/true"}, ExitUsage, `invalid argument "soon"`},
+		{"no command", []string{"run"}, ExitUsage, "hint: put the command after --"},
+		{"unsafe lock dir", []string{"run", "--lock-dir", openDir, "--", "/bin/true"}, ExitUsage, "world-writable without the sticky bit"},
+		{"redis down", []string{"enqueue", "--redis-url", "redis://:pw@127.0.0.1:1/0", "x"}, ExitRuntime, "redis at redis://:xxxxx@127.0.0.1:1/0 unreachable"},
+		{"version args", []string{"version", "x"}, ExitUsage, "takes no arguments"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, stderr, code := mainT(t, "", tc.args...)
+			if code != tc.code || !strings.Contains(stderr, tc.stderr) {
+				t.Fatalf("exit %d, stderr %q; want exit %d and %q", code, stderr, tc.code, tc.stderr)
+			}
+			if code != ExitOK && tc.name != "no args" && strings.Count(stderr, "\n") > 2 {
+				t.Fatalf("want one error line (and a hint), got %q", stderr)
+			}
+		})
+	}
+}
+
+func TestHelpHasExamples(t *testing.T) {
+	for name := range commands {
+		out, _, code := mainT(t, "", name, "--help")
+		if code != ExitOK || !strings.Contains(out, "Example") || !strings.Contains(out, "Usage: baton "+name) {
+			t.Errorf("baton %s --help: exit %d\n%s", name, code, out)
+		}
+	}
+}
