@@ -26,6 +26,10 @@ type Job struct {
 	Queue   string // queue name
 	Slot    string // consumer name, e.g. "host/run-2"
 	Started time.Time
+
+	orig    string // id of the job's first entry (retries get new ones)
+	verdict string // a dead-letter reason decided on reading: do not run
+	problem string // why, for the dead letter
 }
 
 // Handler runs one job. A nil error acknowledges it; an error leaves it to be

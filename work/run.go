@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,7 +36,21 @@ type Config struct {
 	Block time.Duration
 	// RedisDownExit is how long Redis may fail before Run gives up. Default 30s.
 	RedisDownExit time.Duration
-	Logger        zerolog.Logger
+	// MaxAttempts is how many runs a job gets before it is dead-lettered. Default 5.
+	MaxAttempts int
+	// RetryBackoff is the first retry's delay, doubling per attempt up to
+	// RetryBackoffMax, with jitter. Defaults 1s and 10m.
+	RetryBackoff, RetryBackoffMax time.Duration
+	// DeadMax bounds the dead-letter stream. Default 10000.
+	DeadMax int
+	// MaxPayload is the largest payload run; bigger ones are dead-lettered
+	// as too_large. Default 1 MiB.
+	MaxPayload int
+	// VisibilityTimeout: entries of other consumers pending and untouched this
+	// long are claimed (their holder is gone for good). Running jobs are kept
+	// fresh so they are never taken from a live holder. 0: never claim.
+	VisibilityTimeout time.Duration
+	Logger            zerolog.Logger
 }
 
 // ErrRedisDown is returned when Redis kept failing for RedisDownExit.
@@ -58,12 +72,28 @@ func (c *Config) defaults() {
 	if c.RedisDownExit <= 0 {
 		c.RedisDownExit = 30 * time.Second
 	}
+	if c.MaxAttempts < 1 {
+		c.MaxAttempts = 5
+	}
+	if c.RetryBackoff <= 0 {
+		c.RetryBackoff = time.Second
+	}
+	if c.RetryBackoffMax < c.RetryBackoff {
+		c.RetryBackoffMax = max(10*time.Minute, c.RetryBackoff)
+	}
+	if c.DeadMax < 1 {
+		c.DeadMax = 10000
+	}
+	if c.MaxPayload < 1 {
+		c.MaxPayload = 1 << 20
+	}
 }
 
 // Stats is a running holder's progress; safe to read from any goroutine.
 type Stats struct {
 	Done   atomic.Int64        // jobs finished successfully
-	Failed atomic.Int64        // jobs whose handler returned an error
+	Failed atomic.Int64        // runs whose handler returned an error
+	Dead   atomic.Int64        // jobs this holder dead-lettered
 	Recent atomic.Pointer[Job] // the most recently started job still running, or nil
 }
 
@@ -85,19 +115,25 @@ func Run(ctx context.Context, c Config, st *Stats) error {
 		results: make(chan result, max(c.Batch, c.Concurrency)),
 		space:   make(chan struct{}, 1),
 		stopped: make(chan struct{}),
+		active:  map[string]struct{}{},
+
+		claimFrom: "0-0",
 	}
 	// Assume slow jobs until measured otherwise: read one per worker at first.
 	r.meanNS.Store(int64(time.Second))
 	return r.run(ctx)
 }
 
+// result is a job's outcome, sent to the settler.
 type result struct {
-	job *Job
-	err error
+	job  *Job
+	err  error  // the handler's error, nil on success
+	dead string // set by the reader: dead-letter without running, for this reason
 }
 
 // runner's goroutines: one reader (owns jobs and closes it), Concurrency
-// workers (send on results), one acker (reads results until closed by run).
+// workers (send on results), one settler (reads results until run closes
+// them), one keeper (periodic upkeep, stopped by run).
 type runner struct {
 	c       Config
 	st      *Stats
@@ -108,6 +144,12 @@ type runner struct {
 
 	inflight atomic.Int64 // read and not yet finished
 	meanNS   atomic.Int64 // moving mean of handler time, for the read window
+
+	claimFrom string // XAUTOCLAIM cursor; the reader's own
+
+	mu     sync.Mutex
+	active map[string]struct{} // ids read and not yet settled; guarded by mu
+	down   atomic.Int64        // unix ns when Redis started failing, 0 when fine
 
 	stopOnce sync.Once
 	stopped  chan struct{} // closed when reading must stop
@@ -168,7 +210,12 @@ func (r *runner) run(ctx context.Context) error {
 	ackDone := make(chan struct{})
 	go func() {
 		defer close(ackDone)
-		r.ack()
+		r.settle()
+	}()
+	keeperStop, keeperDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(keeperDone)
+		r.keep(keeperStop)
 	}()
 	reader.Add(1)
 	go func() {
@@ -188,6 +235,8 @@ func (r *runner) run(ctx context.Context) error {
 	graceEnd.Stop()
 	close(r.results)
 	<-ackDone
+	close(keeperStop)
+	<-keeperDone
 	if r.fatal != nil {
 		return r.fatal
 	}
@@ -204,6 +253,7 @@ func (r *runner) run(ctx context.Context) error {
 func (r *runner) work(ctx context.Context) {
 	for j := range r.jobs {
 		if ctx.Err() != nil {
+			r.forget(j.ID)
 			r.finished()
 			continue
 		}
@@ -212,7 +262,13 @@ func (r *runner) work(ctx context.Context) {
 		err := r.handle(ctx, j)
 		r.st.Recent.CompareAndSwap(j, nil)
 		r.observe(time.Since(j.Started))
-		r.results <- result{j, err}
+		if err != nil && ctx.Err() != nil {
+			// Cut short by the end of the grace period: leave it pending for
+			// the slot's next holder, which replays it at once.
+			r.forget(j.ID)
+		} else {
+			r.results <- result{job: j, err: err}
+		}
 		r.finished()
 	}
 }
@@ -222,7 +278,7 @@ func (r *runner) handle(ctx context.Context, j *Job) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("handler panic: %v", p)
-			r.c.Logger.Error().Str("job", j.ID).Interface("panic", p).Stack().Msg("handler panicked")
+			r.c.Logger.Error().Str("job", j.ID).Interface("panic", p).Str("stack", string(debug.Stack())).Msg("handler panicked")
 		}
 	}()
 	return r.c.Handler.Handle(ctx, j)
@@ -252,215 +308,3 @@ func (r *runner) window() int64 {
 	return int64(r.c.Concurrency)
 }
 
-// read replays this consumer's pending entries, then reads new ones.
-func (r *runner) read(ctx context.Context) {
-	limit := int64(-1)
-	if r.c.MaxJobs > 0 {
-		limit = int64(float64(r.c.MaxJobs) * (0.9 + 0.2*rand.Float64()))
-		limit = max(limit, 1)
-	}
-	var count int64
-	replaying, after := true, "0"
-	var down time.Time // first failure of the current Redis outage
-	backoff := 50 * time.Millisecond
-	for !r.draining() {
-		free := r.window() - r.inflight.Load()
-		if limit > 0 {
-			free = min(free, limit-count)
-		}
-		if free <= 0 {
-			select {
-			case <-r.space:
-				continue
-			case <-r.stopped:
-				return
-			}
-		}
-		var jobs []*Job
-		var err error
-		if replaying {
-			jobs, err = r.readPending(ctx, after, free)
-			if err == nil && len(jobs) == 0 {
-				replaying = false
-				continue
-			}
-		} else {
-			jobs, err = r.readNew(ctx, free)
-		}
-		if err != nil {
-			if isNoGroup(err) {
-				err = EnsureGroup(ctx, r.c.Client, r.keys)
-			}
-			if err != nil {
-				if down.IsZero() {
-					down = time.Now()
-					r.c.Logger.Warn().Err(err).Msg("redis read failed; retrying")
-				}
-				if time.Since(down) > r.c.RedisDownExit {
-					r.stop("redis", fmt.Errorf("%w for %s: %v", ErrRedisDown, r.c.RedisDownExit, err))
-					return
-				}
-				select {
-				case <-time.After(backoff):
-				case <-r.stopped:
-					return
-				}
-				backoff = min(backoff*2, 2*time.Second)
-			}
-			continue
-		}
-		if !down.IsZero() {
-			r.c.Logger.Info().Dur("down", time.Since(down)).Msg("redis reachable again")
-			down, backoff = time.Time{}, 50*time.Millisecond
-		}
-		if replaying && len(jobs) > 0 {
-			after = jobs[len(jobs)-1].ID
-		}
-		for _, j := range jobs {
-			if j.Payload == nil { // deleted while pending: a ghost
-				r.inflight.Add(1)
-				r.results <- result{j, nil}
-				r.finished()
-				continue
-			}
-			r.inflight.Add(1)
-			count++
-			r.jobs <- j
-		}
-		if limit > 0 && count >= limit {
-			r.stop("max_jobs", nil)
-			return
-		}
-	}
-}
-
-// readNew reads entries never delivered, blocking up to Block (or the deadline).
-func (r *runner) readNew(ctx context.Context, n int64) ([]*Job, error) {
-	block := r.c.Block
-	if !r.c.Deadline.IsZero() {
-		block = min(block, max(time.Until(r.c.Deadline), time.Millisecond))
-	}
-	res, err := r.c.Client.XReadGroup(ctx, &redis.XReadGroupArgs{
-		Group: Group, Consumer: r.c.Consumer, Streams: []string{r.keys.Stream, ">"},
-		Count: n, Block: block,
-	}).Result()
-	if isRedisNil(err) || (err != nil && ctx.Err() != nil) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return r.toJobs(res, nil), nil
-}
-
-// readPending reads this consumer's own pending entries after id `after`.
-// On Redis ≥ 7.0 this read counts as a delivery, and the delivery count is
-// the attempt number: a job that kills its holder every time is counted.
-func (r *runner) readPending(ctx context.Context, after string, n int64) ([]*Job, error) {
-	res, err := r.c.Client.XReadGroup(ctx, &redis.XReadGroupArgs{
-		Group: Group, Consumer: r.c.Consumer, Streams: []string{r.keys.Stream, after},
-		Count: n, Block: -1,
-	}).Result()
-	if isRedisNil(err) {
-		return nil, nil
-	}
-	if err != nil || len(res) == 0 || len(res[0].Messages) == 0 {
-		return nil, err
-	}
-	msgs := res[0].Messages
-	pend, err := r.c.Client.XPendingExt(ctx, &redis.XPendingExtArgs{
-		Stream: r.keys.Stream, Group: Group, Consumer: r.c.Consumer,
-		Start: msgs[0].ID, End: msgs[len(msgs)-1].ID, Count: int64(len(msgs)),
-	}).Result()
-	if err != nil {
-		return nil, err
-	}
-	attempts := make(map[string]int, len(pend))
-	for _, p := range pend {
-		attempts[p.ID] = int(p.RetryCount)
-	}
-	return r.toJobs(res, attempts), nil
-}
-
-// toJobs turns stream messages into jobs; a deleted entry gets a nil payload.
-func (r *runner) toJobs(res []redis.XStream, attempts map[string]int) []*Job {
-	if len(res) == 0 {
-		return nil
-	}
-	jobs := make([]*Job, 0, len(res[0].Messages))
-	for _, m := range res[0].Messages {
-		j := &Job{ID: m.ID, Queue: r.c.Queue, Slot: r.c.Consumer, Attempt: 1}
-		if a, ok := attempts[m.ID]; ok {
-			j.Attempt = max(a, 1)
-		}
-		if m.Values != nil {
-			p, _ := m.Values[PayloadField].(string)
-			j.Payload = []byte(p)
-		}
-		jobs = append(jobs, j)
-	}
-	return jobs
-}
-
-// ack acknowledges finished jobs in batches: it takes what is waiting and sends
-// one script call, so a busy holder makes few round trips and an idle one acks
-// at once. A failed ack is retried; the entry stays pending meanwhile.
-func (r *runner) ack() {
-	log := r.c.Logger
-	ids := make([]any, 0, 256)
-	flush := func() {
-		if len(ids) == 0 {
-			return
-		}
-		backoff := 50 * time.Millisecond
-		for start := time.Now(); ; {
-			err := ackScript.Run(context.Background(), r.c.Client, []string{r.keys.Stream, r.keys.Stats}, append([]any{Group}, ids...)...).Err()
-			if err == nil {
-				break
-			}
-			if time.Since(start) > r.c.RedisDownExit {
-				log.Error().Err(err).Int("jobs", len(ids)).Msg("ack failed; jobs stay pending and will run again")
-				break
-			}
-			time.Sleep(backoff)
-			backoff = min(backoff*2, 2*time.Second)
-		}
-		ids = ids[:0]
-	}
-	for res := range r.results {
-		r.record(res)
-		if res.err == nil {
-			ids = append(ids, res.job.ID)
-		}
-	more:
-		for len(ids) < cap(ids) {
-			select {
-			case res, ok := <-r.results:
-				if !ok {
-					break more
-				}
-				r.record(res)
-				if res.err == nil {
-					ids = append(ids, res.job.ID)
-				}
-			default:
-				break more
-			}
-		}
-		flush()
-	}
-	flush()
-}
-
-func (r *runner) record(res result) {
-	if res.job.Payload == nil && res.err == nil {
-		return // a ghost: nothing ran
-	}
-	if res.err == nil {
-		r.st.Done.Add(1)
-		return
-	}
-	r.st.Failed.Add(1)
-	r.c.Logger.Warn().Str("job", res.job.ID).Int("attempt", res.job.Attempt).Err(res.err).
-		Msg("job failed; left pending for this slot's next holder")
-}

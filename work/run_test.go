@@ -159,22 +159,6 @@ func TestGhostEntryIsCleared(t *testing.T) {
 	}
 }
 
-func TestFailedJobStaysPending(t *testing.T) {
-	rdb := redistest.Start(t).Client()
-	enqueue(t, rdb, "q", 3)
-	h := HandlerFunc(func(ctx context.Context, j *Job) error {
-		if string(j.Payload) == "job-1" {
-			return errors.New("boom")
-		}
-		return nil
-	})
-	st := new(Stats)
-	runUntil(t, testConfig(rdb, h), st, func() bool { return st.Done.Load() == 2 && st.Failed.Load() == 1 })
-	if p := pending(t, rdb, "q"); p != 1 {
-		t.Fatalf("pending = %d, want the failed job", p)
-	}
-}
-
 func TestDrainFinishesInFlightJob(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	enqueue(t, rdb, "q", 5)

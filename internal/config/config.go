@@ -48,6 +48,20 @@ type Config struct {
 	// holder claims it (work left by a slot that never comes back). Must exceed
 	// JobTimeout + ShutdownGrace. Default 10m.
 	VisibilityTimeout Duration `toml:"visibility_timeout" help:"claim entries pending this long from vanished slots"`
+	// MaxAttempts is how many times a job runs before it is dead-lettered. Default 5.
+	MaxAttempts int `toml:"max_attempts" help:"runs of a job before it is dead-lettered"`
+	// RetryBackoff is the first retry's delay, doubled per attempt, with jitter. Default 1s.
+	RetryBackoff Duration `toml:"retry_backoff" help:"delay before the first retry (doubles each attempt)"`
+	// RetryBackoffMax caps the retry delay. Default 10m.
+	RetryBackoffMax Duration `toml:"retry_backoff_max" help:"longest delay between retries"`
+	// DeadMax bounds the dead-letter stream; the oldest are dropped. Default 10000.
+	DeadMax int `toml:"dead_max" help:"dead letters kept; the oldest are dropped"`
+	// MaxPayload is the largest payload in bytes: enqueue refuses bigger ones,
+	// a holder dead-letters them (too_large). Default 1048576 (1 MiB).
+	MaxPayload int `toml:"max_payload" help:"largest payload in bytes"`
+	// RedisDownExit is how long Redis may be unreachable before a holder
+	// stops, lets in-flight jobs finish and exits 1. Default 30s.
+	RedisDownExit Duration `toml:"redis_down_exit" help:"give up after Redis is unreachable this long"`
 	// MaxJobs recycles a holder after about this many jobs (±10%). 0 = unlimited. Default 0.
 	MaxJobs int `toml:"max_jobs" help:"recycle a holder after about this many jobs (0: unlimited)"`
 	// Schedule is the crontab schedule of the baton run line, for check. Default "* * * * *".
@@ -75,6 +89,12 @@ func Default() Config {
 		JobTimeout:        Duration{time.Minute},
 		ShutdownGrace:     Duration{30 * time.Second},
 		VisibilityTimeout: Duration{10 * time.Minute},
+		MaxAttempts:       5,
+		RetryBackoff:      Duration{time.Second},
+		RetryBackoffMax:   Duration{10 * time.Minute},
+		DeadMax:           10000,
+		MaxPayload:        1 << 20,
+		RedisDownExit:     Duration{30 * time.Second},
 		Schedule:          "* * * * *",
 		LogLevel:          "info",
 		LogFormat:         "auto",

@@ -48,6 +48,18 @@ func (c *Config) Validate() error {
 	case c.VisibilityTimeout.Duration > 0 && c.VisibilityTimeout.Duration <= c.JobTimeout.Duration+c.ShutdownGrace.Duration:
 		return bad("visibility_timeout", "%s: must exceed job_timeout + shutdown_grace (%s), or a running job could be taken from a live holder",
 			c.VisibilityTimeout, c.JobTimeout.Duration+c.ShutdownGrace.Duration)
+	case c.MaxAttempts < 1 || c.MaxAttempts > 1000:
+		return bad("max_attempts", "%d: must be between 1 and 1000", c.MaxAttempts)
+	case c.RetryBackoff.Duration <= 0:
+		return bad("retry_backoff", "%s: must be positive", c.RetryBackoff)
+	case c.RetryBackoffMax.Duration < c.RetryBackoff.Duration:
+		return bad("retry_backoff_max", "%s: must be at least retry_backoff (%s)", c.RetryBackoffMax, c.RetryBackoff)
+	case c.DeadMax < 1:
+		return bad("dead_max", "%d: must be at least 1", c.DeadMax)
+	case c.MaxPayload < 1 || c.MaxPayload > 512<<20:
+		return bad("max_payload", "%d: must be between 1 and %d bytes (Redis's limit)", c.MaxPayload, 512<<20)
+	case c.RedisDownExit.Duration <= 0:
+		return bad("redis_down_exit", "%s: must be positive", c.RedisDownExit)
 	case c.MaxJobs < 0:
 		return bad("max_jobs", "%d: must not be negative (0 means unlimited)", c.MaxJobs)
 	case c.LogLevel != "debug" && c.LogLevel != "info" && c.LogLevel != "warn" && c.LogLevel != "error":

@@ -1,0 +1,64 @@
+package work
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// keepEvery is how often the keeper looks for due retries.
+const keepEvery = 250 * time.Millisecond
+
+// keep does the holder's upkeep until stop closes: it moves due retries back
+// into the stream (any running holder does, so no extra process is needed),
+// and keeps this holder's running entries fresh so that no other holder
+// claims them as abandoned.
+func (r *runner) keep(stop <-chan struct{}) {
+	t := time.NewTicker(keepEvery)
+	defer t.Stop()
+	var lastBeat time.Time
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if n, err := dueScript.Run(ctx, r.c.Client, []string{r.keys.Retry, r.keys.Stream}, time.Now().UnixMilli(), 100).Int(); err != nil {
+			r.c.Logger.Debug().Err(err).Msg("move due retries")
+		} else if n > 0 {
+			r.c.Logger.Debug().Int("jobs", n).Msg("moved due retries back into the queue")
+		}
+		if r.c.VisibilityTimeout > 0 && time.Since(lastBeat) >= r.c.VisibilityTimeout/4 {
+			if err := r.heartbeat(ctx); err != nil {
+				r.c.Logger.Warn().Err(err).Msg("refresh running jobs")
+			} else {
+				lastBeat = time.Now()
+			}
+		}
+		cancel()
+	}
+}
+
+// heartbeat resets the idle time of every entry this holder has read and not
+// settled. XCLAIM … JUSTID does not count a delivery.
+func (r *runner) heartbeat(ctx context.Context) error {
+	r.mu.Lock()
+	ids := make([]string, 0, len(r.active))
+	for id := range r.active {
+		ids = append(ids, id)
+	}
+	r.mu.Unlock()
+	for len(ids) > 0 {
+		n := min(len(ids), 100)
+		err := r.c.Client.XClaimJustID(ctx, &redis.XClaimArgs{
+			Stream: r.keys.Stream, Group: Group, Consumer: r.c.Consumer, Messages: ids[:n],
+		}).Err()
+		if err != nil && !isRedisNil(err) {
+			return err
+		}
+		ids = ids[n:]
+	}
+	return nil
+}

@@ -1,0 +1,273 @@
+package work
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Dead-letter reasons.
+const (
+	ReasonFailed    = "failed"    // the handler failed max_attempts times
+	ReasonTimeout   = "timeout"   // the last run hit job_timeout
+	ReasonCrashed   = "crashed"   // delivered max_attempts times, never finished: it kills its holder
+	ReasonTooLarge  = "too_large" // payload over max_payload: never run
+	ReasonMalformed = "malformed" // no payload field, or a bad attempts field: never run
+)
+
+// read feeds the workers: first this consumer's own pending entries, then,
+// now and then, entries abandoned by consumers that are gone, then new ones.
+func (r *runner) read(ctx context.Context) {
+	limit := int64(-1)
+	if r.c.MaxJobs > 0 {
+		limit = max(int64(float64(r.c.MaxJobs)*(0.9+0.2*rand.Float64())), 1)
+	}
+	var count int64
+	replay := true
+	var nextClaim time.Time // zero: claim at once
+	backoff := 50 * time.Millisecond
+	for !r.draining() {
+		window := r.window()
+		if replay {
+			// One at a time: an entry counts a delivery when it is taken, and a
+			// job that kills its holder must not count one for its neighbours.
+			window = 1
+		}
+		free := window - r.inflight.Load()
+		if limit > 0 {
+			free = min(free, limit-count)
+		}
+		if free <= 0 {
+			select {
+			case <-r.space:
+			case <-r.stopped:
+			}
+			continue
+		}
+		var jobs []*Job
+		var err error
+		switch {
+		case replay:
+			jobs, err = r.replayOne(ctx)
+			if err == nil && len(jobs) == 0 {
+				replay = false
+				continue
+			}
+		case r.c.VisibilityTimeout > 0 && time.Now().After(nextClaim):
+			jobs, err = r.claim(ctx, free)
+			nextClaim = time.Now().Add(max(r.c.VisibilityTimeout/4, time.Second))
+		default:
+			jobs, err = r.readNew(ctx, free)
+		}
+		if err != nil {
+			if isNoGroup(err) {
+				err = EnsureGroup(ctx, r.c.Client, r.keys)
+			}
+			// A reply lost with the connection may have left entries pending
+			// for us: look at our own pending entries again once back.
+			replay = true
+			if err != nil && !r.failing(err) {
+				return
+			}
+			select {
+			case <-time.After(backoff):
+			case <-r.stopped:
+				return
+			}
+			backoff = min(backoff*2, 2*time.Second)
+			continue
+		}
+		r.recovered()
+		backoff = 50 * time.Millisecond
+		for _, j := range jobs {
+			r.dispatch(j)
+			if j.verdict == "" {
+				count++
+			}
+		}
+		if limit > 0 && count >= limit {
+			r.stop("max_jobs", nil)
+			return
+		}
+	}
+}
+
+// dispatch hands a job to the workers, or straight to the settler when it
+// must not run.
+func (r *runner) dispatch(j *Job) {
+	r.mu.Lock()
+	r.active[j.ID] = struct{}{}
+	r.mu.Unlock()
+	r.inflight.Add(1)
+	if j.verdict != "" {
+		r.results <- result{job: j, dead: j.verdict}
+		r.finished()
+		return
+	}
+	r.jobs <- j
+}
+
+// forget drops a settled (or abandoned) id from the active set.
+func (r *runner) forget(ids ...string) {
+	r.mu.Lock()
+	for _, id := range ids {
+		delete(r.active, id)
+	}
+	r.mu.Unlock()
+}
+
+func (r *runner) isActive(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.active[id]
+	return ok
+}
+
+// failing notes a Redis error; it returns false, having stopped the runner,
+// once Redis has been failing for RedisDownExit.
+func (r *runner) failing(err error) bool {
+	now := time.Now().UnixNano()
+	if r.down.CompareAndSwap(0, now) {
+		r.c.Logger.Warn().Err(err).Msg("redis failing; retrying")
+		return true
+	}
+	if since := time.Duration(now - r.down.Load()); since > r.c.RedisDownExit {
+		r.stop("redis", fmt.Errorf("%w for %s: %v", ErrRedisDown, r.c.RedisDownExit, err))
+		return false
+	}
+	return true
+}
+
+func (r *runner) recovered() {
+	if d := r.down.Swap(0); d != 0 {
+		r.c.Logger.Info().Dur("down", time.Since(time.Unix(0, d))).Msg("redis reachable again")
+	}
+}
+
+// readNew reads entries never delivered, blocking up to Block (or the deadline).
+func (r *runner) readNew(ctx context.Context, n int64) ([]*Job, error) {
+	block := r.c.Block
+	if !r.c.Deadline.IsZero() {
+		block = min(block, max(time.Until(r.c.Deadline), time.Millisecond))
+	}
+	res, err := r.c.Client.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group: Group, Consumer: r.c.Consumer, Streams: []string{r.keys.Stream, ">"},
+		Count: n, Block: block,
+	}).Result()
+	if isRedisNil(err) || (err != nil && ctx.Err() != nil) {
+		return nil, nil
+	}
+	if err != nil || len(res) == 0 {
+		return nil, err
+	}
+	jobs := make([]*Job, 0, len(res[0].Messages))
+	for _, m := range res[0].Messages {
+		jobs = append(jobs, r.toJob(m, 1))
+	}
+	return jobs, nil
+}
+
+// replayOne takes the oldest of this consumer's pending entries that is not
+// already running here. XCLAIM to itself counts a delivery, and the delivery
+// count is how a job that kills its holder every time is caught.
+func (r *runner) replayOne(ctx context.Context) ([]*Job, error) {
+	start := "-"
+	for {
+		pend, err := r.c.Client.XPendingExt(ctx, &redis.XPendingExtArgs{
+			Stream: r.keys.Stream, Group: Group, Consumer: r.c.Consumer, Start: start, End: "+", Count: 32,
+		}).Result()
+		if err != nil || len(pend) == 0 {
+			return nil, err
+		}
+		for _, p := range pend {
+			if r.isActive(p.ID) {
+				continue
+			}
+			msgs, err := r.c.Client.XClaim(ctx, &redis.XClaimArgs{
+				Stream: r.keys.Stream, Group: Group, Consumer: r.c.Consumer, Messages: []string{p.ID},
+			}).Result()
+			if err != nil {
+				return nil, err
+			}
+			if len(msgs) == 0 || msgs[0].Values == nil {
+				// Deleted while pending: nothing to run, clear it.
+				if err := r.c.Client.XAck(ctx, r.keys.Stream, Group, p.ID).Err(); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			return []*Job{r.toJob(msgs[0], int(p.RetryCount)+1)}, nil
+		}
+		start = "(" + pend[len(pend)-1].ID
+	}
+}
+
+// claim takes up to n entries that other consumers left pending and untouched
+// for VisibilityTimeout: their holders are gone for good (a host that died, a
+// slot count that shrank). One entry per call, so each counts one delivery.
+func (r *runner) claim(ctx context.Context, n int64) ([]*Job, error) {
+	var jobs []*Job
+	for calls := 0; int64(len(jobs)) < n && calls < 100; calls++ {
+		msgs, next, err := r.c.Client.XAutoClaim(ctx, &redis.XAutoClaimArgs{
+			Stream: r.keys.Stream, Group: Group, Consumer: r.c.Consumer,
+			MinIdle: r.c.VisibilityTimeout, Start: r.claimFrom, Count: 1,
+		}).Result()
+		if err != nil {
+			return jobs, err
+		}
+		r.claimFrom = next
+		for _, m := range msgs {
+			pend, err := r.c.Client.XPendingExt(ctx, &redis.XPendingExtArgs{
+				Stream: r.keys.Stream, Group: Group, Start: m.ID, End: m.ID, Count: 1,
+			}).Result()
+			if err != nil {
+				return jobs, err
+			}
+			deliveries := 1
+			if len(pend) == 1 {
+				deliveries = int(pend[0].RetryCount)
+			}
+			r.c.Logger.Warn().Str("job", m.ID).Msg("claimed a job abandoned by a consumer that is gone")
+			jobs = append(jobs, r.toJob(m, deliveries))
+		}
+		if next == "0-0" {
+			break
+		}
+	}
+	return jobs, nil
+}
+
+// toJob turns a stream entry into a job and decides whether it may run:
+// Attempt counts every delivery, including runs made before a retry.
+func (r *runner) toJob(m redis.XMessage, deliveries int) *Job {
+	j := &Job{ID: m.ID, Queue: r.c.Queue, Slot: r.c.Consumer, Attempt: deliveries, orig: m.ID}
+	p, ok := m.Values[PayloadField].(string)
+	if !ok {
+		j.verdict, j.problem = ReasonMalformed, fmt.Sprintf("entry has no %q field", PayloadField)
+		return j
+	}
+	j.Payload = []byte(p)
+	if a, ok := m.Values[attemptsField]; ok {
+		n, err := strconv.Atoi(fmt.Sprint(a))
+		if err != nil || n < 0 {
+			j.verdict, j.problem = ReasonMalformed, fmt.Sprintf("bad %q field %q", attemptsField, fmt.Sprint(a))
+			return j
+		}
+		j.Attempt += n
+	}
+	if o, ok := m.Values[origField].(string); ok && o != "" {
+		j.orig = o
+	}
+	switch {
+	case len(p) > r.c.MaxPayload:
+		j.verdict, j.problem = ReasonTooLarge, fmt.Sprintf("payload of %d bytes is over max_payload (%d)", len(p), r.c.MaxPayload)
+	case j.Attempt > r.c.MaxAttempts:
+		j.verdict, j.problem = ReasonCrashed, fmt.Sprintf("delivered %d times without finishing: it kills or hangs its holder", j.Attempt-1)
+		j.Attempt--
+	}
+	return j
+}
