@@ -307,4 +307,3 @@ func (r *runner) window() int64 {
 	}
 	return int64(r.c.Concurrency)
 }
-
