@@ -17,7 +17,8 @@ const enqueueUsage = `Usage: baton enqueue [flags] [PAYLOAD...]
 
 Add one job per PAYLOAD argument or, with none, one job per line of standard
 input (the newline is not part of the payload; empty lines are skipped).
-Jobs are sent pipelined; each job's id is printed on its own line.
+Jobs are sent pipelined; each job's id is printed on its own line. A payload
+over max_payload bytes is refused (exit 2); the jobs before it are added.
 
 Flags:
 {{flags}}
@@ -47,7 +48,7 @@ func runEnqueue(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer rdb.Close()
-	q := &enqueuer{rdb: rdb, stream: work.KeysFor(cfg.Queue).Stream, out: bufio.NewWriter(e.Stdout), quiet: *quiet}
+	q := &enqueuer{rdb: rdb, stream: work.KeysFor(cfg.Queue).Stream, out: bufio.NewWriter(e.Stdout), quiet: *quiet, max: cfg.MaxPayload}
 	defer q.out.Flush()
 	if fs.NArg() > 0 {
 		for _, p := range fs.Args() {
@@ -82,11 +83,19 @@ type enqueuer struct {
 	stream string
 	out    *bufio.Writer
 	quiet  bool
+	max    int // max_payload
 	batch  [][]byte
 	added  int
+	line   int // payloads seen, for errors
 }
 
 func (q *enqueuer) add(ctx context.Context, payload []byte) error {
+	q.line++
+	if len(payload) > q.max {
+		ferr := q.flush(ctx)
+		return errors.Join(usagef("raise max_payload, or pass a reference (a path, a URL) instead of the data",
+			"enqueue: payload %d is %d bytes, over max_payload (%d); %d jobs added before it", q.line, len(payload), q.max, q.added), ferr)
+	}
 	q.batch = append(q.batch, payload)
 	if len(q.batch) >= enqueueChunk {
 		return q.flush(ctx)

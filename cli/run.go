@@ -241,10 +241,13 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot) error {
 	err := work.Run(ctx, work.Config{
 		Client: h.rdb, Queue: cfg.Queue, Consumer: consumer, Handler: handler,
 		Concurrency: cfg.Concurrency, Deadline: until, Grace: cfg.ShutdownGrace.D(),
-		MaxJobs: cfg.MaxJobs, Logger: h.log,
+		MaxJobs: cfg.MaxJobs, RedisDownExit: cfg.RedisDownExit.D(),
+		MaxAttempts: cfg.MaxAttempts, RetryBackoff: cfg.RetryBackoff.D(), RetryBackoffMax: cfg.RetryBackoffMax.D(),
+		DeadMax: cfg.DeadMax, MaxPayload: cfg.MaxPayload, VisibilityTimeout: cfg.VisibilityTimeout.D(),
+		Logger: h.log,
 	}, st)
 	stopPublish()
-	h.log.Info().Int64("jobs_done", st.Done.Load()).Int64("jobs_failed", st.Failed.Load()).Msg("leaving run slot")
+	h.log.Info().Int64("jobs_done", st.Done.Load()).Int64("jobs_failed", st.Failed.Load()).Int64("jobs_dead", st.Dead.Load()).Msg("leaving run slot")
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}

@@ -18,7 +18,9 @@ import (
 const statusUsage = `Usage: baton status [flags]
 
 Show every run and standby slot (held or free, pid, host, since, until, jobs
-done, current job) and the queue's jobs (waiting, pending, done). It reads
+done, current job) and the queue's jobs: waiting (never delivered), pending
+(running or left by a holder that died), retrying (failed, due later), dead
+(see 'baton dead') and done (all time). It reads
 the holders' records and never takes a slot. Exit 1 when Redis cannot be
 reached (the slots are still shown).
 
@@ -48,7 +50,9 @@ type slotStatus struct {
 type jobCounts struct {
 	Waiting int64 `json:"waiting"` // in the stream, never delivered
 	Pending int64 `json:"pending"` // delivered, not yet acknowledged
-	Done    int64 `json:"done"`    // acknowledged, all time
+	Retrying int64 `json:"retrying"` // failed, waiting for their retry time
+	Dead     int64 `json:"dead"`     // dead letters kept
+	Done     int64 `json:"done"`     // acknowledged, all time
 }
 
 type statusReport struct {
@@ -135,9 +139,12 @@ func queueCounts(ctx context.Context, cfg *config.Config) (*jobCounts, error) {
 	var xlen *redis.IntCmd
 	var groups *redis.XInfoGroupsCmd
 	var done *redis.StringCmd
+	var retrying, dead *redis.IntCmd
 	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		xlen = p.XLen(ctx, k.Stream)
 		groups = p.XInfoGroups(ctx, k.Stream)
+		retrying = p.ZCard(ctx, k.Retry)
+		dead = p.XLen(ctx, k.Dead)
 		done = p.HGet(ctx, k.Stats, "done")
 		return nil
 	})
@@ -151,6 +158,7 @@ func queueCounts(ctx context.Context, cfg *config.Config) (*jobCounts, error) {
 		}
 	}
 	c.Waiting = xlen.Val() - c.Pending
+	c.Retrying, c.Dead = retrying.Val(), dead.Val()
 	c.Done, _ = strconv.ParseInt(done.Val(), 10, 64)
 	return c, nil
 }
@@ -158,7 +166,7 @@ func queueCounts(ctx context.Context, cfg *config.Config) (*jobCounts, error) {
 func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 	fmt.Fprintf(w, "queue %s on %s\n", rep.Queue, config.RedactURL(cfg.RedisURL))
 	if j := rep.Jobs; j != nil {
-		fmt.Fprintf(w, "jobs  %d waiting, %d pending, %d done\n\n", j.Waiting, j.Pending, j.Done)
+		fmt.Fprintf(w, "jobs  %d waiting, %d pending, %d retrying, %d dead, %d done\n\n", j.Waiting, j.Pending, j.Retrying, j.Dead, j.Done)
 	} else {
 		fmt.Fprintf(w, "jobs  unknown (redis unreachable)\n\n")
 	}

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+type deadJSON struct {
+	ID       string `json:"id"`
+	Reason   string `json:"reason"`
+	Attempts int    `json:"attempts"`
+	Error    string `json:"error"`
+}
+
+func (r *rig) dead(t *testing.T) []deadJSON {
+	t.Helper()
+	out, errOut, code := r.baton("dead", "list", "--json")
+	if code != 0 {
+		t.Fatalf("dead list: exit %d %s", code, errOut)
+	}
+	var d []deadJSON
+	if err := json.Unmarshal([]byte(out), &d); err != nil {
+		t.Fatalf("dead list json: %v: %s", err, out)
+	}
+	return d
+}
+
+// cron fires a candidate every interval until stop is closed, as cron would.
+func (r *rig) cron(interval time.Duration, args ...string) (stop func()) {
+	quit := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			r.start(args...)
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(quit); <-done }) }
+}
+
+// TestJobThatKillsItsRunner: dead-lettered as crashed after max_attempts,
+// and the queue behind it keeps flowing.
+func TestJobThatKillsItsRunner(t *testing.T) {
+	r := newRig(t)
+	job := r.script("job.sh", `p=$(cat)
+if [ "$p" = poison ]; then echo "taking my holder with me" >&2; kill -9 $PPID; sleep 5; fi
+`)
+	payloads := []string{"enqueue", "-q", "poison"}
+	for i := 0; i < 20; i++ {
+		payloads = append(payloads, "good-"+strconv.Itoa(i))
+	}
+	r.baton(payloads...)
+	stop := r.cron(200*time.Millisecond, "run", "--max-attempts", "3", "--poll-interval", "50ms", "--lifetime", "1m", "--", job)
+	defer stop()
+	eventually(t, 60*time.Second, "poison dead-lettered and good jobs done", func() bool {
+		s := r.status()
+		return s.Jobs.Done == 20 && len(r.dead(t)) == 1
+	})
+	d := r.dead(t)[0]
+	if d.Reason != "crashed" || d.Attempts != 3 {
+		t.Fatalf("dead letter %+v, want crashed after 3 attempts", d)
+	}
+	stop()
+	r.killHolders("default")
+}
+
+// TestDeadRequeue: a job that failed max_attempts times is listed, shown and,
+// once requeued, runs again.
+func TestDeadRequeue(t *testing.T) {
+	r := newRig(t)
+	ok := filepath.Join(r.dir, "fixed")
+	ran := filepath.Join(r.dir, "ran")
+	job := r.script("job.sh", `p=$(cat)
+[ -e `+ok+` ] || { echo "cannot resize: disk full" >&2; exit 3; }
+echo "$p" >> `+ran+"\n")
+	r.baton("enqueue", "img-1.jpg")
+	h := r.start("run", "--max-attempts", "2", "--retry-backoff", "50ms", "--lifetime", "1m", "--", job)
+	defer r.killHolders("default")
+	eventually(t, 20*time.Second, "job dead-lettered", func() bool { return len(r.dead(t)) == 1 })
+	d := r.dead(t)[0]
+	if d.Reason != "failed" || d.Attempts != 2 || !strings.Contains(d.Error, "exit status 3: cannot resize: disk full") {
+		t.Fatalf("dead letter %+v", d)
+	}
+	out, _, code := r.baton("dead", "show", d.ID)
+	if code != 0 || !strings.Contains(out, "reason:    failed") || !strings.Contains(out, "payload:   9 bytes\nimg-1.jpg") {
+		t.Fatalf("dead show: %d\n%s", code, out)
+	}
+	out, _, _ = r.baton("dead", "list")
+	if !strings.Contains(out, d.ID) || strings.Contains(out, "img-1.jpg") {
+		t.Fatalf("dead list shows the id but never the payload:\n%s", out)
+	}
+	if s := r.status(); s.Jobs.Waiting+s.Jobs.Pending != 0 {
+		t.Fatalf("jobs %+v", *s.Jobs)
+	}
+
+	if err := os.WriteFile(ok, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code := r.baton("dead", "requeue", d.ID); code != 0 || !strings.Contains(out, "requeued as") {
+		t.Fatalf("requeue: %d %s %s", code, out, errOut)
+	}
+	eventually(t, 20*time.Second, "requeued job ran", func() bool { return len(readLines(t, ran)) == 1 })
+	if len(r.dead(t)) != 0 {
+		t.Fatal("dead letter still there after requeue")
+	}
+	if _, errOut, code := r.baton("dead", "requeue", d.ID); code != 1 || !strings.Contains(errOut, "no such dead letter") {
+		t.Fatalf("requeue twice: %d %s", code, errOut)
+	}
+	if _, errOut, code := r.baton("dead", "show", "nonsense"); code != 1 || !strings.Contains(errOut, "not a dead-letter id") {
+		t.Fatalf("show nonsense: %d %s", code, errOut)
+	}
+	_ = h
+}
+
+// TestEnqueueRefusesLargePayload: exit 2, nothing after it added, a clear line.
+func TestEnqueueRefusesLargePayload(t *testing.T) {
+	r := newRig(t)
+	cmd := r.cmd("enqueue", "-q", "--max-payload", "10")
+	cmd.Stdin = strings.NewReader("small\n" + strings.Repeat("x", 11) + "\nafter\n")
+	out, err := cmd.CombinedOutput()
+	if cmd.ProcessState.ExitCode() != 2 || !strings.Contains(string(out), "payload 2 is 11 bytes, over max_payload (10); 1 jobs added before it") {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if s := r.status(); s.Jobs.Waiting != 1 {
+		t.Fatalf("waiting %d, want only the payload before the big one", s.Jobs.Waiting)
+	}
+}
