@@ -48,8 +48,8 @@ type slotStatus struct {
 
 // jobCounts is the queue in status output.
 type jobCounts struct {
-	Waiting int64 `json:"waiting"` // in the stream, never delivered
-	Pending int64 `json:"pending"` // delivered, not yet acknowledged
+	Waiting  int64 `json:"waiting"`  // in the stream, never delivered
+	Pending  int64 `json:"pending"`  // delivered, not yet acknowledged
 	Retrying int64 `json:"retrying"` // failed, waiting for their retry time
 	Dead     int64 `json:"dead"`     // dead letters kept
 	Done     int64 `json:"done"`     // acknowledged, all time
