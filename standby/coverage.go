@@ -1,0 +1,365 @@
+package standby
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Status is a relation's verdict.
+type Status int
+
+// Verdicts, from best to worst.
+const (
+	Pass Status = iota // holds
+	Warn               // holds only under an assumption check cannot prove, or a small known risk
+	Fail               // does not hold: expect gaps
+)
+
+func (s Status) String() string { return [...]string{"PASS", "WARN", "FAIL"}[s] }
+
+// MarshalText writes PASS, WARN or FAIL.
+func (s Status) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// Relation is one coverage relation evaluated for a config.
+type Relation struct {
+	Name    string `json:"name"`    // stable identifier, e.g. "standby-outwaits-lifetime"
+	Formula string `json:"formula"` // in the quantities' symbols, e.g. "S > L_max"
+	Values  string `json:"values"`  // the formula with this config's numbers
+	Margin  string `json:"margin"`  // how far from the limit; negative when it fails
+	Status  Status `json:"status"`
+	Why     string `json:"why"`           // what breaks when it does not hold
+	Fix     string `json:"fix,omitempty"` // one concrete change, with numbers, unless Pass
+}
+
+// Check evaluates every coverage relation for q. Relations are sufficient
+// conditions: when all pass, a crash-free run keeps k holders at all times
+// after the warm-up (handovers of at most 1.1 × poll_interval aside). See
+// docs/coverage.md for the derivations and the simulations behind them.
+func Check(q Quantities) []Relation {
+	return []Relation{
+		outwaitsLifetime(q),
+		outwaitsDeadline(q),
+		survivesLostHandover(q),
+		cronBeatsLifetime(q),
+		replenishment(q),
+		standbySlots(q),
+		standbySpare(q),
+		pollInterval(q),
+		visibility(q),
+		maxJobs(q),
+	}
+}
+
+// Failed reports whether any relation failed.
+func Failed(rs []Relation) bool {
+	for _, r := range rs {
+		if r.Status == Fail {
+			return true
+		}
+	}
+	return false
+}
+
+func outwaitsLifetime(q Quantities) Relation {
+	r := Relation{
+		Name:    "standby-outwaits-lifetime",
+		Formula: "S ≥ L_max",
+		Values:  fmt.Sprintf("%s ≥ %s", FormatDuration(q.StandbyWait), FormatDuration(q.LMax())),
+		Margin:  signed(q.StandbyWait - q.LMax()),
+		Why: "a standby must still be waiting when the holder it backs up reaches the end of its lifetime " +
+			"(S > L for every lifetime L, which is always below L_max)",
+	}
+	if q.StandbyWait >= q.LMax() {
+		return r
+	}
+	r.Status = Fail
+	r.Fix = "raise standby_wait to at least " + FormatDuration(ceilSecond(q.LMax()))
+	if j := floorSecond(q.StandbyWait - q.Lifetime); j >= 0 && q.Jitter > 0 {
+		r.Fix += ", or lower jitter to " + FormatDuration(j)
+	}
+	return r
+}
+
+func outwaitsDeadline(q Quantities) Relation {
+	h := q.Deadline()
+	r := Relation{
+		Name:    "standby-outwaits-deadline",
+		Formula: "S > L_max + grace",
+		Values:  fmt.Sprintf("%s > %s + %s", FormatDuration(q.StandbyWait), FormatDuration(q.LMax()), FormatDuration(q.Grace)),
+		Margin:  signed(q.StandbyWait - h),
+		Why:     "a holder keeps its slot until its hard deadline (lifetime + jitter + shutdown_grace); a standby that gives up sooner leaves the slot to the next firing",
+	}
+	if q.StandbyWait > h {
+		return r
+	}
+	r.Status = Fail
+	r.Fix = "raise standby_wait to at least " + FormatDuration(above(h))
+	if g := below(q.StandbyWait - q.LMax()); g >= 0 && q.Grace > 0 {
+		r.Fix += ", or lower shutdown_grace to " + FormatDuration(g)
+	}
+	return r
+}
+
+func survivesLostHandover(q Quantities) Relation {
+	h := q.Deadline()
+	r := Relation{
+		Name:    "standby-survives-lost-handover",
+		Formula: "S ≥ 2·(L_max + grace)",
+		Values:  fmt.Sprintf("%s ≥ 2·%s", FormatDuration(q.StandbyWait), FormatDuration(h)),
+		Margin:  signed(q.StandbyWait - 2*h),
+		Why: "a standby can be passed over at a handover (another standby, or a candidate that starts " +
+			"during its poll interval, takes the slot) and must then outwait the new holder too",
+	}
+	if q.StandbyWait >= 2*h {
+		return r
+	}
+	r.Status = Fail
+	r.Fix = "raise standby_wait to at least " + FormatDuration(ceilSecond(2*h))
+	if j := floorSecond(q.StandbyWait/2 - q.Lifetime - q.Grace); j >= 0 && q.Jitter > j {
+		r.Fix += ", or lower jitter to " + FormatDuration(j)
+	}
+	return r
+}
+
+func cronBeatsLifetime(q Quantities) Relation {
+	r := Relation{
+		Name:    "cron-beats-lifetime",
+		Formula: "L_min > C + E",
+		Values:  fmt.Sprintf("%s > %s + %s", FormatDuration(q.LMin()), FormatDuration(q.C), FormatDuration(q.E())),
+		Margin:  signed(q.LMin() - q.C - q.E()),
+		Why:     "cron must start a new candidate before a holder's lifetime can end, or its slot waits for the next firing",
+	}
+	if q.LMin() > q.C+q.E() {
+		return r
+	}
+	r.Status = Fail
+	r.Fix = "raise lifetime to at least " + FormatDuration(above(q.C+q.E()))
+	if s := scheduleWithGap(q.LMin() - q.E()); s != "" {
+		r.Fix += ", or fire more often: schedule " + s
+	}
+	return r
+}
+
+func replenishment(q Quantities) Relation {
+	m, k, e := q.M(), q.Slots, q.E()
+	firings := 0
+	if q.C > 0 && q.LMin() > e {
+		firings = int((q.LMin() - e) / q.C)
+	}
+	got := m * firings
+	r := Relation{
+		Name:    "replenishment",
+		Formula: "m·⌊(L_min − E)/C⌋ ≥ k",
+		Values:  fmt.Sprintf("%d·%d = %d ≥ %d", m, firings, got, k),
+		Margin:  fmt.Sprintf("%+d candidates", got-k),
+		Why: "within any lifetime cron must start at least k candidates, since every slot can retire once per L_min " +
+			"(m·L_min/k > C counted in whole firings)",
+	}
+	if got >= k {
+		return r
+	}
+	r.Status = Fail
+	var fixes []string
+	lines := max(q.Lines, 1)
+	if firings > 0 {
+		fixes = append(fixes, fmt.Sprintf("raise spawn to %d", ceilDiv(k, firings*lines)))
+	}
+	need := ceilDiv(k, m) // firings per lifetime
+	fixes = append(fixes, "raise lifetime to at least "+FormatDuration(time.Duration(need)*q.C+e))
+	if s := scheduleWithGap((q.LMin() - e) / time.Duration(need)); s != "" {
+		fixes = append(fixes, "fire more often: schedule "+s)
+	}
+	r.Fix = strings.Join(fixes, ", or ")
+	return r
+}
+
+func standbySlots(q Quantities) Relation {
+	k, ns := q.Slots, q.StandbySlots
+	r := Relation{
+		Name:    "standby-slots",
+		Formula: "N_s ≥ k",
+		Values:  fmt.Sprintf("%d ≥ %d", ns, k),
+		Margin:  fmt.Sprintf("%+d slots", ns-k),
+		Why:     "every holder that retires needs a standby waiting to take its slot",
+	}
+	if ns >= k {
+		return r
+	}
+	r.Status = Fail
+	wait := FormatDuration(q.C + q.E())
+	if ns == 0 {
+		r.Why = fmt.Sprintf("with no standby slots every retiring holder leaves its run slot empty until the next firing, up to %s", wait)
+	} else {
+		r.Why = fmt.Sprintf("when more than %d holders retire within one cron gap, the %d standbys take the lowest free run slots "+
+			"and the rest stay empty until the next firing, up to %s (all %d retiring together: run slots %s)",
+			ns, ns, wait, k, slotRange(ns, k-1))
+	}
+	r.Fix = fmt.Sprintf("raise standby_slots to %d", k)
+	return r
+}
+
+func standbySpare(q Quantities) Relation {
+	k, ns, mc := q.Slots, q.StandbySlots, q.MC()
+	r := Relation{Name: "standby-spare"}
+	if k == 1 {
+		r.Formula = "N_s ≥ 2"
+		r.Values = fmt.Sprintf("%d ≥ 2", ns)
+		r.Margin = fmt.Sprintf("%+d slots", ns-2)
+		r.Why = "with one standby slot, a standby passed over twice in a row by candidates that start during its " +
+			"poll interval can time out before the holder ends; rare, see docs/coverage.md"
+		if ns < 2 {
+			r.Status = Warn
+			r.Fix = "raise standby_slots to 2"
+		}
+		return r
+	}
+	need := k + mc
+	r.Formula = "N_s ≥ k + m_C"
+	r.Values = fmt.Sprintf("%d ≥ %d + %d", ns, k, mc)
+	r.Margin = fmt.Sprintf("%+d slots", ns-need)
+	r.Why = "standbys compete for handovers; the standbys started within one cron gap (up to m_C) can all be passed " +
+		"over and time out within one gap, and without room for them the pool runs short until the next firing"
+	if ns < need {
+		r.Status = Fail
+		r.Fix = fmt.Sprintf("raise standby_slots to %d", need)
+	}
+	return r
+}
+
+func pollInterval(q Quantities) Relation {
+	limit := q.LMin() / 100
+	r := Relation{
+		Name:    "poll-interval",
+		Formula: "1.1·P ≤ L_min/100",
+		Values:  fmt.Sprintf("%s ≤ %s", FormatDuration(q.PollMax()), FormatDuration(limit)),
+		Margin:  signed(limit - q.PollMax()),
+		Why:     "a handover leaves the slot empty for up to 1.1 × poll_interval; kept under 1% of a lifetime",
+	}
+	if q.PollMax() <= limit {
+		return r
+	}
+	r.Status = Fail
+	p := (limit * 10 / 11).Truncate(time.Millisecond)
+	if p >= 10*time.Millisecond {
+		r.Fix = "lower poll_interval to " + FormatDuration(p)
+	} else {
+		r.Fix = "raise lifetime to at least " + FormatDuration(ceilSecond(110*q.Poll))
+	}
+	return r
+}
+
+// jobBound is the longest a live holder can keep one entry pending: the job
+// timeout, or the holder's lifetime when that comes first, plus the grace.
+func jobBound(q Quantities) time.Duration {
+	run := q.LMax()
+	if q.JobTimeout > 0 {
+		run = min(run, q.JobTimeout)
+	}
+	return run + q.Grace
+}
+
+func visibility(q Quantities) Relation {
+	j := jobBound(q)
+	r := Relation{
+		Name:    "visibility-timeout",
+		Formula: "V > min(job_timeout, L_max) + grace",
+		Values:  fmt.Sprintf("%s > %s", FormatDuration(q.Visibility), FormatDuration(j)),
+		Margin:  signed(q.Visibility - j),
+		Why:     "an entry is claimed from its slot only once no live holder can still be working on it",
+	}
+	switch {
+	case q.Visibility == 0:
+		r.Status = Warn
+		r.Margin = "off"
+		r.Why = "claiming is off: entries left pending by a slot that never returns (after slots was lowered) stay pending"
+		r.Fix = "set visibility_timeout to at least " + FormatDuration(above(j))
+	case q.Visibility <= j:
+		r.Status = Fail
+		r.Fix = "raise visibility_timeout to at least " + FormatDuration(above(j))
+		if q.JobTimeout == 0 {
+			r.Fix += ", or set job_timeout below " + FormatDuration(q.Visibility-q.Grace)
+		}
+	}
+	return r
+}
+
+func maxJobs(q Quantities) Relation {
+	r := Relation{
+		Name:    "max-jobs",
+		Formula: "max_jobs = 0",
+		Values:  fmt.Sprintf("%d = 0", q.MaxJobs),
+		Margin:  "-",
+		Why:     "L_min is the lifetime only if nothing ends a holder sooner",
+	}
+	if q.MaxJobs > 0 {
+		r.Status = Warn
+		r.Why = fmt.Sprintf("a holder leaves after about %d jobs, possibly before its lifetime of %s: the relations "+
+			"above assume it does not", q.MaxJobs, FormatDuration(q.Lifetime))
+		r.Fix = fmt.Sprintf("set max_jobs = 0, or keep it high enough that %d jobs take longer than %s", q.MaxJobs, FormatDuration(q.Lifetime))
+	}
+	return r
+}
+
+// scheduleWithGap suggests the sparsest every-n-minutes schedule whose gap
+// is below limit, or "" when even every minute is too sparse.
+func scheduleWithGap(limit time.Duration) string {
+	for _, n := range []int{30, 20, 15, 12, 10, 6, 5, 4, 3, 2} {
+		if time.Duration(n)*time.Minute < limit {
+			return fmt.Sprintf("'*/%d * * * *'", n)
+		}
+	}
+	if time.Minute < limit {
+		return "'* * * * *'"
+	}
+	return ""
+}
+
+func slotRange(a, b int) string {
+	if a == b {
+		return fmt.Sprint(a)
+	}
+	return fmt.Sprintf("%d-%d", a, b)
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// FormatDuration writes d as a Go duration without zero trailing units
+// ("6m10s", "1h", "500ms"): the form check prints and the config accepts.
+func FormatDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
+func signed(d time.Duration) string {
+	if d >= 0 {
+		return "+" + FormatDuration(d)
+	}
+	return FormatDuration(d)
+}
+
+// above is the least whole number of seconds greater than d.
+func above(d time.Duration) time.Duration { return d.Truncate(time.Second) + time.Second }
+
+// below is the greatest whole number of seconds less than d (negative when d ≤ 0).
+func below(d time.Duration) time.Duration { return ceilSecond(d) - time.Second }
+
+func ceilSecond(d time.Duration) time.Duration {
+	if t := d.Truncate(time.Second); t != d && d > 0 {
+		return t + time.Second
+	}
+	return d.Truncate(time.Second)
+}
+
+func floorSecond(d time.Duration) time.Duration {
+	if t := d.Truncate(time.Second); t != d && d < 0 {
+		return t - time.Second
+	}
+	return d.Truncate(time.Second)
+}

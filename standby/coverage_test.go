@@ -1,0 +1,222 @@
+package standby
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// passing is a config that passes every relation: the default config with a
+// second standby slot.
+func passing() Quantities {
+	return Quantities{
+		C: time.Minute, Spawn: 1, Lines: 1, PeakLines: 1,
+		Slots: 1, StandbySlots: 2,
+		Lifetime: 5 * time.Minute, Jitter: time.Minute, StandbyWait: 15 * time.Minute,
+		Poll: 500 * time.Millisecond, Grace: 30 * time.Second, JobTimeout: time.Minute, Visibility: 10 * time.Minute,
+	}
+}
+
+func relation(tb testing.TB, q Quantities, name string) Relation {
+	tb.Helper()
+	for _, r := range Check(q) {
+		if r.Name == name {
+			return r
+		}
+	}
+	tb.Fatalf("no relation %q", name)
+	return Relation{}
+}
+
+func TestCheckPassing(t *testing.T) {
+	rs := Check(passing())
+	if len(rs) != 10 {
+		t.Fatalf("%d relations, want 10", len(rs))
+	}
+	for _, r := range rs {
+		if r.Status != Pass || r.Fix != "" || r.Formula == "" || r.Values == "" || r.Why == "" || r.Margin == "" {
+			t.Errorf("%+v", r)
+		}
+	}
+	if Failed(rs) {
+		t.Fatal("Failed on a passing config")
+	}
+}
+
+// TestCheckRelations breaks one relation at a time and checks its verdict,
+// values and fix message word for word.
+func TestCheckRelations(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		edit     func(q *Quantities)
+		relation string
+		status   Status
+		values   string
+		margin   string
+		fix      string
+	}{
+		{
+			"standby gives up before the lifetime ends",
+			func(q *Quantities) { q.Jitter, q.StandbyWait = 70*time.Second, 5*time.Minute+40*time.Second },
+			"standby-outwaits-lifetime", Fail, "5m40s ≥ 6m10s", "-30s",
+			"raise standby_wait to at least 6m10s, or lower jitter to 40s",
+		},
+		{
+			"standby gives up before the lifetime ends, no jitter to lower",
+			func(q *Quantities) { q.Jitter, q.StandbyWait = 0, 4*time.Minute },
+			"standby-outwaits-lifetime", Fail, "4m ≥ 5m", "-1m",
+			"raise standby_wait to at least 5m",
+		},
+		{
+			"standby gives up before the hard deadline",
+			func(q *Quantities) { q.StandbyWait = 6*time.Minute + 20*time.Second },
+			"standby-outwaits-deadline", Fail, "6m20s > 6m + 30s", "-10s",
+			"raise standby_wait to at least 6m31s, or lower shutdown_grace to 19s",
+		},
+		{
+			"hard deadline exactly at S",
+			func(q *Quantities) { q.StandbyWait = 6*time.Minute + 30*time.Second },
+			"standby-outwaits-deadline", Fail, "6m30s > 6m + 30s", "+0s",
+			"raise standby_wait to at least 6m31s, or lower shutdown_grace to 29s",
+		},
+		{
+			"standby cannot outwait a second holder",
+			func(q *Quantities) { q.StandbyWait = 12 * time.Minute },
+			"standby-survives-lost-handover", Fail, "12m ≥ 2·6m30s", "-1m",
+			"raise standby_wait to at least 13m, or lower jitter to 30s",
+		},
+		{
+			"hourly cron, 5-minute lifetime",
+			func(q *Quantities) { q.C = time.Hour },
+			"cron-beats-lifetime", Fail, "5m > 1h + 1s", "-55m1s",
+			"raise lifetime to at least 1h0m2s, or fire more often: schedule '*/4 * * * *'",
+		},
+		{
+			"lifetime too short for any schedule",
+			func(q *Quantities) { q.Lifetime = 50 * time.Second },
+			"cron-beats-lifetime", Fail, "50s > 1m + 1s", "-11s",
+			"raise lifetime to at least 1m2s",
+		},
+		{
+			"4 slots, spawn 1, lifetime 3 minutes",
+			func(q *Quantities) { q.Slots, q.StandbySlots, q.Lifetime, q.Jitter = 4, 5, 3*time.Minute, 0 },
+			"replenishment", Fail, "1·2 = 2 ≥ 4", "-2 candidates",
+			"raise spawn to 2, or raise lifetime to at least 4m1s",
+		},
+		{
+			"8 slots every 5 minutes",
+			func(q *Quantities) {
+				q.C, q.Slots, q.StandbySlots, q.Lifetime, q.StandbyWait = 5*time.Minute, 8, 9, 20*time.Minute, time.Hour
+			},
+			"replenishment", Fail, "1·3 = 3 ≥ 8", "-5 candidates",
+			"raise spawn to 3, or raise lifetime to at least 40m1s, or fire more often: schedule '*/2 * * * *'",
+		},
+		{
+			"two lines add up",
+			func(q *Quantities) { q.Lines, q.Slots, q.StandbySlots, q.Lifetime = 2, 12, 14, 3*time.Minute },
+			"replenishment", Fail, "2·2 = 4 ≥ 12", "-8 candidates",
+			"raise spawn to 3, or raise lifetime to at least 6m1s",
+		},
+		{
+			"fewer standby slots than run slots",
+			func(q *Quantities) { q.Slots, q.StandbySlots = 4, 2 },
+			"standby-slots", Fail, "2 ≥ 4", "-2 slots",
+			"raise standby_slots to 4",
+		},
+		{
+			"no standby slots",
+			func(q *Quantities) { q.StandbySlots = 0 },
+			"standby-slots", Fail, "0 ≥ 1", "-1 slots",
+			"raise standby_slots to 1",
+		},
+		{
+			"4 slots, 4 standby slots, spawn 2",
+			func(q *Quantities) { q.Slots, q.StandbySlots, q.Spawn = 4, 4, 2 },
+			"standby-spare", Fail, "4 ≥ 4 + 2", "-2 slots",
+			"raise standby_slots to 6",
+		},
+		{
+			"*/7: two firings within one gap",
+			func(q *Quantities) {
+				q.C, q.PeakLines, q.Slots, q.StandbySlots, q.Lifetime, q.StandbyWait = 7*time.Minute, 2, 2, 3, 20*time.Minute, time.Hour
+			},
+			"standby-spare", Fail, "3 ≥ 2 + 2", "-1 slots",
+			"raise standby_slots to 4",
+		},
+		{
+			"one slot, one standby slot",
+			func(q *Quantities) { q.StandbySlots = 1 },
+			"standby-spare", Warn, "1 ≥ 2", "-1 slots",
+			"raise standby_slots to 2",
+		},
+		{
+			"slow poll",
+			func(q *Quantities) { q.Poll = 5 * time.Second },
+			"poll-interval", Fail, "5.5s ≤ 3s", "-2.5s",
+			"lower poll_interval to 2.727s",
+		},
+		{
+			"poll cannot get small enough",
+			func(q *Quantities) { q.Lifetime, q.Jitter, q.Poll = time.Second, 0, 10*time.Millisecond },
+			"poll-interval", Fail, "11ms ≤ 10ms", "-1ms",
+			"raise lifetime to at least 2s",
+		},
+		{
+			"claiming off",
+			func(q *Quantities) { q.Visibility = 0 },
+			"visibility-timeout", Warn, "0s > 1m30s", "off",
+			"set visibility_timeout to at least 1m31s",
+		},
+		{
+			"no job timeout: a job can run the whole lifetime",
+			func(q *Quantities) { q.JobTimeout, q.Visibility = 0, 5*time.Minute },
+			"visibility-timeout", Fail, "5m > 6m30s", "-1m30s",
+			"raise visibility_timeout to at least 6m31s, or set job_timeout below 4m30s",
+		},
+		{
+			"max_jobs can end a holder early",
+			func(q *Quantities) { q.MaxJobs = 1000 },
+			"max-jobs", Warn, "1000 = 0", "-",
+			"set max_jobs = 0, or keep it high enough that 1000 jobs take longer than 5m",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := passing()
+			tc.edit(&q)
+			r := relation(t, q, tc.relation)
+			if r.Status != tc.status || r.Values != tc.values || r.Margin != tc.margin || r.Fix != tc.fix {
+				t.Fatalf("got\n  %s %q margin %q fix %q\nwant\n  %s %q margin %q fix %q",
+					r.Status, r.Values, r.Margin, r.Fix, tc.status, tc.values, tc.margin, tc.fix)
+			}
+			if Failed(Check(q)) != (tc.status == Fail) {
+				t.Fatalf("Failed = %v", !(tc.status == Fail))
+			}
+		})
+	}
+}
+
+func TestStandbySlotsSaysWhichSlots(t *testing.T) {
+	q := passing()
+	q.Slots, q.StandbySlots = 6, 2
+	r := relation(t, q, "standby-slots")
+	for _, want := range []string{"more than 2 holders retire", "up to 1m1s", "run slots 2-5"} {
+		if !strings.Contains(r.Why, want) {
+			t.Errorf("why %q lacks %q", r.Why, want)
+		}
+	}
+}
+
+func TestFormatDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		0: "0s", 500 * time.Millisecond: "500ms", 10 * time.Second: "10s", 6 * time.Minute: "6m",
+		6*time.Minute + 10*time.Second: "6m10s", time.Hour: "1h", time.Hour + time.Minute: "1h1m",
+		time.Hour + 2*time.Second: "1h0m2s", -time.Minute: "-1m", 64 * time.Hour: "64h",
+	} {
+		if got := FormatDuration(d); got != want {
+			t.Errorf("FormatDuration(%v) = %q, want %q", d, got, want)
+		}
+		if v, err := time.ParseDuration(FormatDuration(d)); err != nil || v != d {
+			t.Errorf("%q does not parse back to %v: %v %v", FormatDuration(d), d, v, err)
+		}
+	}
+}
