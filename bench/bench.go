@@ -28,7 +28,7 @@ func (b *bench) measure(ctx context.Context, sel []string) error {
 		case "throughput":
 			err = b.rounds(ctx, b.throughput(ctx))
 		case "exec":
-			err = b.rounds(ctx, b.exec(ctx))
+			err = b.exec(ctx)
 		case "pickup":
 			err = b.pickup(ctx)
 		case "promotion":
@@ -77,14 +77,20 @@ func (b *bench) throughput(ctx context.Context) []contender {
 	}
 }
 
-func (b *bench) exec(ctx context.Context) []contender {
-	n := b.cfg.ExecJobs
-	return []contender{
-		{"exec_c1", "jobs/s", func() (float64, error) { return execRate(ctx, b.srv, 1, n) }},
-		{"fork_c1", "jobs/s", func() (float64, error) { return forkRate(1, n) }},
-		{"exec_c2", "jobs/s", func() (float64, error) { return execRate(ctx, b.srv, 2, n) }},
-		{"fork_c2", "jobs/s", func() (float64, error) { return forkRate(2, n) }},
+// exec measures exec mode and its ceiling together, in turns (execVsFork).
+func (b *bench) exec(ctx context.Context) error {
+	for r := 1; r <= b.cfg.Runs; r++ {
+		for _, conc := range []int{1, 2} {
+			e, f, err := execVsFork(ctx, b.srv, conc, b.cfg.ExecJobs)
+			if err != nil {
+				return fmt.Errorf("exec_c%d, run %d: %w", conc, r, err)
+			}
+			b.res.add(fmt.Sprintf("exec_c%d", conc), "jobs/s", e)
+			b.res.add(fmt.Sprintf("fork_c%d", conc), "jobs/s", f)
+			progress("run %d/%d  exec_c%d %s jobs/s, fork_c%d %s jobs/s (%.2f)", r, b.cfg.Runs, conc, num(e), conc, num(f), e/f)
+		}
 	}
+	return nil
 }
 
 func (b *bench) pickup(ctx context.Context) error {

@@ -13,6 +13,19 @@ const (
 	docsEnd   = "<!-- bench:end -->"
 )
 
+// checkDocs fails early, before minutes of measuring, when path lacks the markers.
+func checkDocs(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	s := string(b)
+	if i, j := strings.Index(s, docsBegin), strings.Index(s, docsEnd); i < 0 || j < i {
+		return fmt.Errorf("%s: markers %q and %q not found", path, docsBegin, docsEnd)
+	}
+	return nil
+}
+
 // writeDocs replaces the text between the markers with the machine, the
 // command and the tables; the rest of the file is left as it is.
 func writeDocs(path string, m machine, cfg runConfig, r *results) error {

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -30,6 +31,7 @@ type runConfig struct {
 	ExecJobs         int    `json:"exec_jobs"`               // jobs per exec and fork run
 	PickupSamples    int    `json:"pickup_samples"`          // jobs per pickup run
 	PromotionSamples int    `json:"promotion_samples"`       // hand-overs per promotion run
+	RecoverySamples  int    `json:"recovery_samples"`        // kills per recovery run
 	LoserSamples     int    `json:"loser_samples"`           // losing candidates per loser run
 	HolderJobs       int    `json:"holder_jobs"`             // jobs before holder_rss is read
 	PollInterval     string `json:"poll_interval,omitempty"` // set by -poll-interval; else baton's default
@@ -46,13 +48,14 @@ func main() {
 		only   = flag.String("only", "", "comma-separated groups to run: "+strings.Join(groups, ","))
 		docs   = flag.String("docs", "", "rewrite the bench block of this Markdown file with the results")
 		poll   = flag.String("poll-interval", "", "poll_interval for promotion and recovery (default: baton's)")
+		prof   = flag.String("cpuprofile", "", "write a CPU profile of this process (library-mode groups) to this file")
 	)
 	flag.Parse()
-	cfg := runConfig{Runs: *runs, Jobs: 20000, ExecJobs: 1000, PickupSamples: 200,
-		PromotionSamples: 6, LoserSamples: 20, HolderJobs: 100000}
+	cfg := runConfig{Runs: *runs, Jobs: 20000, ExecJobs: 1000, PickupSamples: 300,
+		PromotionSamples: 10, RecoverySamples: 3, LoserSamples: 20, HolderJobs: 100000}
 	if *quick {
 		cfg = runConfig{Runs: 1, Jobs: 2000, ExecJobs: 100, PickupSamples: 50,
-			PromotionSamples: 2, LoserSamples: 5, HolderJobs: 100000, Quick: true}
+			PromotionSamples: 2, RecoverySamples: 1, LoserSamples: 5, HolderJobs: 100000, Quick: true}
 	}
 	sel := groups
 	if *only != "" {
@@ -66,13 +69,30 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *prof != "" {
+		f, err := os.Create(*prof)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: cpu profile: %v\n", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(ctx, cfg, sel, *asJSON, *docs, *poll); err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		os.Exit(1)
 	}
 }
 
 func run(ctx context.Context, cfg runConfig, sel []string, asJSON bool, docs, poll string) error {
+	if docs != "" && !cfg.Quick {
+		if err := checkDocs(docs); err != nil {
+			return err
+		}
+	}
 	srv, err := startRedis()
 	if err != nil {
 		return err

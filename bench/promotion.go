@@ -7,8 +7,9 @@ import (
 )
 
 // promotion measures hand-overs on one run slot with one standby slot. Each
-// holder lives 1 s (no jitter) and works jobs of 1 ms; before it retires a
-// fresh candidate takes the standby slot. A sample is the gap in service:
+// holder lives 1–1.5 s (the jitter puts retirements at random points of the
+// standby's poll cycle) and works jobs of 1 ms; before it retires a fresh
+// candidate takes the standby slot. A sample is the gap in service:
 // from the retiring holder's last job end to the promoted standby's first
 // job start, both stamped by the jobs themselves (CLOCK_REALTIME).
 func (b *bench) promotion(ctx context.Context) error {
@@ -44,7 +45,7 @@ func promotionRun(ctx context.Context, srv *redisServer, bins *binaries, samples
 	if err := addJobs(ctx, rdb, s.queue, (samples+2)*2000, "mark sleep=1ms"); err != nil {
 		return nil, err
 	}
-	args := s.args(append([]string{"--slots", "1", "--standby-slots", "1", "--lifetime", "1s", "--jitter", "0s",
+	args := s.args(append([]string{"--slots", "1", "--standby-slots", "1", "--lifetime", "1s", "--jitter", "500ms",
 		"--standby-wait", "1m", "--shutdown-grace", "5s"}, poll...)...)
 	m := &marks{path: s.marks}
 	cur, err := s.start(bins.batonbench, args)
