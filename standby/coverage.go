@@ -85,17 +85,19 @@ func outwaitsDeadline(q Quantities) Relation {
 	h := q.Deadline()
 	r := Relation{
 		Name:    "standby-outwaits-deadline",
-		Formula: "S > L_max + grace",
-		Values:  fmt.Sprintf("%s > %s + %s", FormatDuration(q.StandbyWait), FormatDuration(q.LMax()), FormatDuration(q.Grace)),
-		Margin:  signed(q.StandbyWait - h),
-		Why:     "a holder keeps its slot until its hard deadline (lifetime + jitter + shutdown_grace); a standby that gives up sooner leaves the slot to the next firing",
+		Formula: "S > H = L_max + grace + margin",
+		Values: fmt.Sprintf("%s > %s + %s + %s", FormatDuration(q.StandbyWait), FormatDuration(q.LMax()),
+			FormatDuration(q.Grace), FormatDuration(q.HardMargin)),
+		Margin: signed(q.StandbyWait - h),
+		Why: "a holder keeps its slot until it has drained, at the latest until its hard deadline H; " +
+			"a standby that gives up sooner leaves the slot to the next firing",
 	}
 	if q.StandbyWait > h {
 		return r
 	}
 	r.Status = Fail
 	r.Fix = "raise standby_wait to at least " + FormatDuration(above(h))
-	if g := below(q.StandbyWait - q.LMax()); g >= 0 && q.Grace > 0 {
+	if g := below(q.StandbyWait - q.LMax() - q.HardMargin); g >= 0 && q.Grace > 0 {
 		r.Fix += ", or lower shutdown_grace to " + FormatDuration(g)
 	}
 	return r
@@ -105,7 +107,7 @@ func survivesLostHandover(q Quantities) Relation {
 	h := q.Deadline()
 	r := Relation{
 		Name:    "standby-survives-lost-handover",
-		Formula: "S ≥ 2·(L_max + grace)",
+		Formula: "S ≥ 2·H",
 		Values:  fmt.Sprintf("%s ≥ 2·%s", FormatDuration(q.StandbyWait), FormatDuration(h)),
 		Margin:  signed(q.StandbyWait - 2*h),
 		Why: "a standby can be passed over at a handover (another standby, or a candidate that starts " +
@@ -116,7 +118,7 @@ func survivesLostHandover(q Quantities) Relation {
 	}
 	r.Status = Fail
 	r.Fix = "raise standby_wait to at least " + FormatDuration(ceilSecond(2*h))
-	if j := floorSecond(q.StandbyWait/2 - q.Lifetime - q.Grace); j >= 0 && q.Jitter > j {
+	if j := floorSecond(q.StandbyWait/2 - q.Lifetime - q.Grace - q.HardMargin); j >= 0 && q.Jitter > j {
 		r.Fix += ", or lower jitter to " + FormatDuration(j)
 	}
 	return r
@@ -249,24 +251,15 @@ func pollInterval(q Quantities) Relation {
 	return r
 }
 
-// jobBound is the longest a live holder can keep one entry pending: the job
-// timeout, or the holder's lifetime when that comes first, plus the grace.
-func jobBound(q Quantities) time.Duration {
-	run := q.LMax()
-	if q.JobTimeout > 0 {
-		run = min(run, q.JobTimeout)
-	}
-	return run + q.Grace
-}
-
 func visibility(q Quantities) Relation {
-	j := jobBound(q)
+	j := q.JobTimeout + q.Grace
 	r := Relation{
 		Name:    "visibility-timeout",
-		Formula: "V > min(job_timeout, L_max) + grace",
-		Values:  fmt.Sprintf("%s > %s", FormatDuration(q.Visibility), FormatDuration(j)),
+		Formula: "V > job_timeout + grace",
+		Values:  fmt.Sprintf("%s > %s + %s", FormatDuration(q.Visibility), FormatDuration(q.JobTimeout), FormatDuration(q.Grace)),
 		Margin:  signed(q.Visibility - j),
-		Why:     "an entry is claimed from its slot only once no live holder can still be working on it",
+		Why: "an entry is claimed from another slot only once it sat untouched for V; a job that outlives " +
+			"V while its holder cannot reach Redis to refresh it could run twice",
 	}
 	switch {
 	case q.Visibility == 0:
@@ -277,8 +270,8 @@ func visibility(q Quantities) Relation {
 	case q.Visibility <= j:
 		r.Status = Fail
 		r.Fix = "raise visibility_timeout to at least " + FormatDuration(above(j))
-		if q.JobTimeout == 0 {
-			r.Fix += ", or set job_timeout below " + FormatDuration(q.Visibility-q.Grace)
+		if t := below(q.Visibility - q.Grace); q.JobTimeout > 0 && t > 0 {
+			r.Fix += ", or lower job_timeout to " + FormatDuration(t)
 		}
 	}
 	return r

@@ -70,14 +70,14 @@ func TestCheckRelations(t *testing.T) {
 		{
 			"standby gives up before the hard deadline",
 			func(q *Quantities) { q.StandbyWait = 6*time.Minute + 20*time.Second },
-			"standby-outwaits-deadline", Fail, "6m20s > 6m + 30s", "-10s",
+			"standby-outwaits-deadline", Fail, "6m20s > 6m + 30s + 0s", "-10s",
 			"raise standby_wait to at least 6m31s, or lower shutdown_grace to 19s",
 		},
 		{
-			"hard deadline exactly at S",
-			func(q *Quantities) { q.StandbyWait = 6*time.Minute + 30*time.Second },
-			"standby-outwaits-deadline", Fail, "6m30s > 6m + 30s", "+0s",
-			"raise standby_wait to at least 6m31s, or lower shutdown_grace to 29s",
+			"hard deadline exactly at S, with run's margin",
+			func(q *Quantities) { q.StandbyWait, q.HardMargin = 6*time.Minute+32*time.Second, 2*time.Second },
+			"standby-outwaits-deadline", Fail, "6m32s > 6m + 30s + 2s", "+0s",
+			"raise standby_wait to at least 6m33s, or lower shutdown_grace to 29s",
 		},
 		{
 			"standby cannot outwait a second holder",
@@ -164,14 +164,20 @@ func TestCheckRelations(t *testing.T) {
 		{
 			"claiming off",
 			func(q *Quantities) { q.Visibility = 0 },
-			"visibility-timeout", Warn, "0s > 1m30s", "off",
+			"visibility-timeout", Warn, "0s > 1m + 30s", "off",
 			"set visibility_timeout to at least 1m31s",
 		},
 		{
-			"no job timeout: a job can run the whole lifetime",
-			func(q *Quantities) { q.JobTimeout, q.Visibility = 0, 5*time.Minute },
-			"visibility-timeout", Fail, "5m > 6m30s", "-1m30s",
-			"raise visibility_timeout to at least 6m31s, or set job_timeout below 4m30s",
+			"visibility shorter than a job",
+			func(q *Quantities) { q.Visibility = time.Minute },
+			"visibility-timeout", Fail, "1m > 1m + 30s", "-30s",
+			"raise visibility_timeout to at least 1m31s, or lower job_timeout to 29s",
+		},
+		{
+			"no job timeout",
+			func(q *Quantities) { q.JobTimeout, q.Visibility = 0, 20*time.Second },
+			"visibility-timeout", Fail, "20s > 0s + 30s", "-10s",
+			"raise visibility_timeout to at least 31s",
 		},
 		{
 			"max_jobs can end a holder early",

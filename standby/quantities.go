@@ -29,6 +29,9 @@ type Quantities struct {
 	Poll time.Duration
 	// Grace is how long a holder may drain after its lifetime (shutdown_grace).
 	Grace time.Duration
+	// HardMargin is the slack after lifetime + grace before the hard deadline
+	// ends the process (2s in baton run).
+	HardMargin time.Duration
 	// JobTimeout bounds one job; 0 means no limit (job_timeout).
 	JobTimeout time.Duration
 	// Visibility is how long an entry may sit pending before any holder
@@ -58,9 +61,9 @@ func (q Quantities) LMin() time.Duration { return q.Lifetime }
 // LMax is the bound on a holder's lifetime: Lifetime + Jitter (exclusive).
 func (q Quantities) LMax() time.Duration { return q.Lifetime + q.Jitter }
 
-// Deadline is the hard deadline: the longest a holder keeps its run slot,
-// lifetime plus draining, L_max + Grace.
-func (q Quantities) Deadline() time.Duration { return q.LMax() + q.Grace }
+// Deadline is the hard deadline H: the longest a holder keeps its run slot,
+// lifetime plus draining, L_max + Grace + HardMargin.
+func (q Quantities) Deadline() time.Duration { return q.LMax() + q.Grace + q.HardMargin }
 
 // E is the start-up allowance: Startup, or DefaultStartup when zero.
 func (q Quantities) E() time.Duration {

@@ -162,6 +162,9 @@ func (s *Schedule) PeakLines() int { return s.peakLines }
 // MaxPeak caps PeakLines: beyond it no standby_slots value could absorb the peak.
 const MaxPeak = 1025
 
+// Specs returns the crontab schedules, one per line.
+func (s *Schedule) Specs() []string { return append([]string(nil), s.specs...) }
+
 // String lists the specs, separated by " + ".
 func (s *Schedule) String() string {
 	q := make([]string, len(s.specs))
