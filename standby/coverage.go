@@ -21,6 +21,17 @@ func (s Status) String() string { return [...]string{"PASS", "WARN", "FAIL"}[s] 
 // MarshalText writes PASS, WARN or FAIL.
 func (s Status) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
+// UnmarshalText reads PASS, WARN or FAIL.
+func (s *Status) UnmarshalText(b []byte) error {
+	for v := Pass; v <= Fail; v++ {
+		if string(b) == v.String() {
+			*s = v
+			return nil
+		}
+	}
+	return fmt.Errorf("status %q: want PASS, WARN or FAIL", b)
+}
+
 // Relation is one coverage relation evaluated for a config.
 type Relation struct {
 	Name    string `json:"name"`    // stable identifier, e.g. "standby-outwaits-lifetime"
@@ -208,7 +219,7 @@ func standbySpare(q Quantities) Relation {
 		r.Formula = "N_s ≥ 2"
 		r.Values = fmt.Sprintf("%d ≥ 2", ns)
 		r.Margin = fmt.Sprintf("%+d slots", ns-2)
-		r.Why = "with one standby slot, a standby passed over twice in a row by candidates that start during its " +
+		r.Why = "with a single standby slot, a standby passed over twice in a row by candidates that start during its " +
 			"poll interval can time out before the holder ends; rare, see docs/coverage.md"
 		if ns < 2 {
 			r.Status = Warn

@@ -226,3 +226,17 @@ func TestFormatDuration(t *testing.T) {
 		}
 	}
 }
+
+func TestStatusText(t *testing.T) {
+	for _, s := range []Status{Pass, Warn, Fail} {
+		b, _ := s.MarshalText()
+		var got Status
+		if err := got.UnmarshalText(b); err != nil || got != s {
+			t.Errorf("%s: round trip gave %v, %v", s, got, err)
+		}
+	}
+	var s Status
+	if err := s.UnmarshalText([]byte("OK")); err == nil {
+		t.Error("OK accepted")
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"html"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/baton-run/baton/standby"
@@ -15,7 +16,8 @@ const (
 	svgWidth  = 1000 // time axis
 	svgLeft   = 90   // slot labels
 	svgRight  = 20
-	svgTop    = 64 // title and axis
+	svgHead   = 46 // axis labels and firing marks, below the title
+	svgLine   = 18 // one title line
 	svgRow    = 24
 	svgGapRow = 14 // between run and standby rows
 )
@@ -23,9 +25,12 @@ const (
 // WriteSVG draws the timeline: one row per run slot, then one per standby
 // slot, each process a bar in its own colour (so a promotion shows the same
 // colour moving from a standby row to a run row), cron firings on the axis,
-// empty run slots and stretches with fewer than k holders in red.
+// empty run slots and stretches with fewer than k holders in red. Each line
+// of title is a line of heading.
 func (tl *Timeline) WriteSVG(w io.Writer, title string) error {
 	bw := bufio.NewWriter(w)
+	titles := strings.Split(title, "\n")
+	svgTop := svgHead + svgLine*len(titles)
 	rows := tl.Slots + tl.StandbySlots
 	height := svgTop + rows*svgRow + svgGapRow + 96
 	width := svgLeft + svgWidth + svgRight
@@ -45,7 +50,13 @@ func (tl *Timeline) WriteSVG(w io.Writer, title string) error {
 
 	fmt.Fprintf(bw, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
 	fmt.Fprintf(bw, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
-	fmt.Fprintf(bw, `<text x="%d" y="20" font-size="14" font-weight="bold">%s</text>`+"\n", svgLeft, html.EscapeString(title))
+	for i, t := range titles {
+		weight := "bold"
+		if i > 0 {
+			weight = "normal"
+		}
+		fmt.Fprintf(bw, `<text x="%d" y="%d" font-size="14" font-weight="%s">%s</text>`+"\n", svgLeft, 18+i*svgLine, weight, html.EscapeString(t))
+	}
 
 	// Axis: ticks with wall-clock labels, and the cron firings.
 	step := tickStep(tl.To - tl.From)
