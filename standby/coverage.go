@@ -204,9 +204,13 @@ func standbySlots(q Quantities) Relation {
 	if ns == 0 {
 		r.Why = fmt.Sprintf("with no standby slots every retiring holder leaves its run slot empty until the next firing, up to %s", wait)
 	} else {
-		r.Why = fmt.Sprintf("when more than %d holders retire within one cron gap, the %d standbys take the lowest free run slots "+
-			"and the rest stay empty until the next firing, up to %s (all %d retiring together: run slots %s)",
-			ns, ns, wait, k, slotRange(ns, k-1))
+		who := fmt.Sprintf("the %d standbys take the lowest free run slots", ns)
+		if ns == 1 {
+			who = "the one standby takes the lowest free run slot"
+		}
+		r.Why = fmt.Sprintf("when %d or more holders retire within one cron gap, %s and the rest stay empty until "+
+			"the next firing, up to %s (all %d retiring together: run slot%s %s)",
+			ns+1, who, wait, k, plural(k-ns), slotRange(ns, k-1))
 	}
 	r.Fix = fmt.Sprintf("raise standby_slots to %d", k)
 	return r
@@ -324,6 +328,13 @@ func slotRange(a, b int) string {
 		return fmt.Sprint(a)
 	}
 	return fmt.Sprintf("%d-%d", a, b)
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }

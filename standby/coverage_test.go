@@ -205,7 +205,7 @@ func TestStandbySlotsSaysWhichSlots(t *testing.T) {
 	q := passing()
 	q.Slots, q.StandbySlots = 6, 2
 	r := relation(t, q, "standby-slots")
-	for _, want := range []string{"more than 2 holders retire", "up to 1m1s", "run slots 2-5"} {
+	for _, want := range []string{"when 3 or more holders retire", "the 2 standbys take", "up to 1m1s", "run slots 2-5"} {
 		if !strings.Contains(r.Why, want) {
 			t.Errorf("why %q lacks %q", r.Why, want)
 		}

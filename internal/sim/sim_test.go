@@ -227,6 +227,40 @@ func TestFailingRelationShowsGap(t *testing.T) {
 	}
 }
 
+// TestStandbySpareMatters backs relation standby-spare across many configs:
+// among random configs with k ≥ 2 that pass every other relation but have
+// only N_s = k standby slots, a good share show gaps. It simulates a fifth
+// of -cases, for -days each. Run longer with
+//
+//	go test ./internal/sim -run TestStandbySpareMatters -v -cases 1000 -days 10
+func TestStandbySpareMatters(t *testing.T) {
+	cases := max(*propCases/5, 20)
+	r := rand.New(rand.NewPCG(3, 4))
+	gapped := 0
+	for n, tried := 0, 0; n < cases; tried++ {
+		q, sc := randomConfig(r)
+		if q.Slots < 2 {
+			continue
+		}
+		q.StandbySlots = q.Slots
+		only := true
+		for _, rel := range standby.Check(q) {
+			only = only && (rel.Status == standby.Pass || rel.Name == "standby-spare")
+		}
+		if !only {
+			continue
+		}
+		n++
+		if res := run(t, Config{Schedule: sc, Q: q, Seed: uint64(tried), Horizon: time.Duration(*propDays) * 24 * time.Hour}); res.Gaps > 0 {
+			gapped++
+		}
+	}
+	t.Logf("%d of %d configs that fail only standby-spare (N_s = k) show gaps in %d days", gapped, cases, *propDays)
+	if gapped == 0 {
+		t.Fatal("no config failing standby-spare showed a gap: is the relation still needed?")
+	}
+}
+
 // BenchmarkThirtyDays simulates 30 days of the default config.
 func BenchmarkThirtyDays(b *testing.B) {
 	sc := schedule(b, "* * * * *")

@@ -80,7 +80,7 @@ func (tl *Timeline) WriteSVG(w io.Writer, title string) error {
 
 	// Stretches with fewer than k holders, and empty run slots.
 	for _, g := range tl.Gaps {
-		fmt.Fprintf(bw, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="#e53935" opacity="0.15"/>`+"\n",
+		fmt.Fprintf(bw, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="#e53935" opacity="0.25"/>`+"\n",
 			x(g.From), svgTop, max(x(g.To)-x(g.From), 1), runBottom-svgTop)
 	}
 	for _, v := range tl.Vacancies {
