@@ -23,8 +23,13 @@ type binaries struct {
 	dir, baton, batonbench string
 }
 
-// build compiles both programs once into a temp dir, from this module.
+// build compiles both programs once into a temp dir, from this module: the
+// bench must run in its own directory (make bench and go run . do), so that
+// ../ is the baton tree being measured.
 func build(ctx context.Context) (*binaries, error) {
+	if _, err := os.Stat(filepath.Join("cmd", "batonbench", "main.go")); err != nil {
+		return nil, errors.New("run the bench from its directory, bench/ (make bench does): it builds ./cmd/batonbench and ../cmd/baton")
+	}
 	dir, err := os.MkdirTemp("", "baton-bench-bin-")
 	if err != nil {
 		return nil, err
