@@ -109,7 +109,7 @@ func (r *results) targets() []target {
 
 // writeTable prints the figures and the targets as Markdown tables.
 func (r *results) writeTable(w io.Writer) {
-	fmt.Fprintln(w, "| figure | median | min | max | runs | unit |")
+	fmt.Fprintln(w, "| figure | median | min | max | n | unit |")
 	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | --- |")
 	for _, name := range r.order {
 		f, ok := r.figs[name]
