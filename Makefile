@@ -30,5 +30,5 @@ clean:
 # a smoke check (docs untouched), BENCHFLAGS=-json for one JSON object.
 .PHONY: bench
 bench:
-	bash scripts/install-redis.sh
-	cd bench && $(GO) run . -docs ../docs/benchmarks.md $(BENCHFLAGS)
+	@bash scripts/install-redis.sh
+	@cd bench && $(GO) run . -docs ../docs/benchmarks.md $(BENCHFLAGS)
