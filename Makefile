@@ -26,7 +26,7 @@ clean:
 	rm -rf bin
 
 # Benchmarks against asynq and bare loops, one throwaway redis-server, about
-# ten minutes; rewrites the table in docs/benchmarks.md. BENCHFLAGS=-quick for
+# four minutes; rewrites the table in docs/benchmarks.md. BENCHFLAGS=-quick for
 # a smoke check (docs untouched), BENCHFLAGS=-json for one JSON object.
 .PHONY: bench
 bench:

@@ -88,9 +88,6 @@ func (s *redisServer) Client(poolSize int) *redis.Client {
 // URL is the server's redis:// URL.
 func (s *redisServer) URL() string { return "redis://" + s.Addr + "/0" }
 
-// Pid is the server's process id, for CPU accounting.
-func (s *redisServer) Pid() int { return s.cmd.Process.Pid }
-
 // Stop kills the server; the bench owns it, nothing else talks to it.
 func (s *redisServer) Stop() {
 	if s.cmd != nil {
