@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/baton
 
-.PHONY: all build test vet demo clean
+.PHONY: all build test vet demo chaos clean
 
 all: build
 
@@ -21,6 +21,13 @@ test: vet
 # would, show progress and the slot table, stop Redis.
 demo: build
 	./scripts/demo.sh
+
+# The full chaos run: 20,000 jobs, kill -9s, SIGTERMs and a Redis restart,
+# 10 runs in a row (a short form runs in make test). CHAOS_ARGS adds flags,
+# e.g. CHAOS_ARGS=-chaos.spawn=4.
+chaos:
+	bash scripts/install-redis.sh
+	$(GO) test -count=1 -timeout 90m -run TestChaos -v ./internal/chaos -args -chaos.jobs=20000 -chaos.runs=10 $(CHAOS_ARGS)
 
 clean:
 	rm -rf bin

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -55,12 +56,16 @@ func (s *FileSet) Path(i int) string {
 
 func (s *FileSet) recordPath(i int) string { return s.Path(i) + ".json" }
 
-// TryAcquire implements Set, trying slots from 0 up.
+// TryAcquire implements Set. It tries every slot once, starting at a random
+// one: when fewer holders than slots run, every slot is still taken now and
+// then, so work left pending on any slot is replayed soon.
 func (s *FileSet) TryAcquire() (Slot, bool, error) {
 	if err := os.MkdirAll(s.dir, 0o750); err != nil {
 		return nil, false, fmt.Errorf("create lock dir: %w", err)
 	}
-	for i := 0; i < s.n; i++ {
+	first := rand.IntN(s.n)
+	for k := 0; k < s.n; k++ {
+		i := (first + k) % s.n
 		path := s.Path(i)
 		fl := flock.New(path,
 			flock.SetFlag(os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC),

@@ -29,16 +29,16 @@ func newSet(tb testing.TB, dir, role string, n int) *FileSet {
 func TestAcquireUpToN(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "locks")
 	s := newSet(t, dir, RoleRun, 3)
-	var slots []Slot
+	slots := make([]Slot, 3)
 	for i := 0; i < 3; i++ {
 		sl, ok, err := s.TryAcquire()
 		if err != nil || !ok {
 			t.Fatalf("acquire %d: ok=%v err=%v", i, ok, err)
 		}
-		if sl.Index() != i || sl.Name() != "run-"+strconv.Itoa(i) {
-			t.Fatalf("slot %d named %d/%s", i, sl.Index(), sl.Name())
+		if slots[sl.Index()] != nil || sl.Name() != "run-"+strconv.Itoa(sl.Index()) {
+			t.Fatalf("slot %d taken twice or named %s", sl.Index(), sl.Name())
 		}
-		slots = append(slots, sl)
+		slots[sl.Index()] = sl
 	}
 	if _, ok, err := s.TryAcquire(); ok || err != nil {
 		t.Fatalf("4th acquire of 3: ok=%v err=%v", ok, err)

@@ -31,13 +31,14 @@ func (r *runner) read(ctx context.Context) {
 	var nextClaim time.Time // zero: claim at once
 	backoff := 50 * time.Millisecond
 	for !r.draining() {
-		window := r.window()
+		free := r.window() - r.inflight.Load()
 		if replay {
-			// One at a time: an entry counts a delivery when it is taken, and a
-			// job that kills its holder must not count one for its neighbours.
-			window = 1
+			// One at a time, and only once the last one is settled in Redis:
+			// an entry counts a delivery when it is taken, and a job that
+			// kills its holder must not count one for its neighbours, nor
+			// take their unsent acks down with it.
+			free = 1 - r.unsettled()
 		}
-		free := window - r.inflight.Load()
 		if limit > 0 {
 			free = min(free, limit-count)
 		}
@@ -118,6 +119,14 @@ func (r *runner) forget(ids ...string) {
 		delete(r.active, id)
 	}
 	r.mu.Unlock()
+	r.poke()
+}
+
+// unsettled counts entries read and not yet settled in Redis.
+func (r *runner) unsettled() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return int64(len(r.active))
 }
 
 func (r *runner) isActive(id string) bool {
@@ -200,6 +209,7 @@ func (r *runner) replayOne(ctx context.Context) ([]*Job, error) {
 				}
 				continue
 			}
+			r.c.Logger.Debug().Str("job", p.ID).Int64("deliveries", p.RetryCount+1).Msg("replaying own pending entry")
 			return []*Job{r.toJob(msgs[0], int(p.RetryCount)+1)}, nil
 		}
 		start = "(" + pend[len(pend)-1].ID

@@ -286,6 +286,11 @@ func (r *runner) handle(ctx context.Context, j *Job) (err error) {
 
 func (r *runner) finished() {
 	r.inflight.Add(-1)
+	r.poke()
+}
+
+// poke tells the reader that the window may have room.
+func (r *runner) poke() {
 	select {
 	case r.space <- struct{}{}:
 	default:

@@ -1,0 +1,339 @@
+// Package chaos runs baton under fire: a cron stand-in starting real baton
+// processes every second, a chaos monkey that kill -9s and SIGTERMs holders
+// and standbys, a Redis restart, failing, hanging and poison jobs. It checks
+// that no job is lost and that only poison jobs are dead-lettered.
+//
+// A short run is part of `go test ./...`; `make chaos` runs the full one
+// (20,000 jobs, 10 runs in a row).
+package chaos
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/baton-run/baton/cli"
+	"github.com/baton-run/baton/internal/redistest"
+	"github.com/baton-run/baton/lock"
+	"github.com/baton-run/baton/work"
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	jobsFlag   = flag.Int("chaos.jobs", 1000, "jobs per run")
+	runsFlag   = flag.Int("chaos.runs", 1, "runs in a row")
+	spawnFlag  = flag.Int("chaos.spawn", 1, "candidates per cron firing")
+	monkeyFlag = flag.Bool("chaos.monkey", true, "kill -9 and SIGTERM holders and standbys")
+)
+
+const (
+	asBaton = "BATON_CHAOS_AS_BATON"
+	queue   = "chaos"
+	slots   = 4
+	runsKey = "chaos:runs" // hash: job payload → completed runs
+)
+
+// Poison jobs: they always fail, or always kill their own holder.
+var poison = map[string]string{
+	"poison-fail-1": work.ReasonFailed, "poison-fail-2": work.ReasonFailed,
+	"poison-crash-1": work.ReasonCrashed, "poison-crash-2": work.ReasonCrashed,
+}
+
+func TestMain(m *testing.M) {
+	if os.Getenv(asBaton) == "1" {
+		os.Exit(cli.Main(context.Background(), os.Args[1:], cli.Options{Handler: handler()}))
+	}
+	os.Exit(m.Run())
+}
+
+// handler is the chaos job: it records each completion in Redis, fails ~10%
+// of first attempts, hangs ~0.5% of first attempts (ignoring its context, so
+// only the hard deadline ends it), and plays the poison ids.
+func handler() work.Handler {
+	opt, _ := redis.ParseURL(os.Getenv("BATON_REDIS_URL"))
+	rdb := redis.NewClient(opt)
+	return work.HandlerFunc(func(ctx context.Context, j *work.Job) error {
+		p := string(j.Payload)
+		switch poison[p] {
+		case work.ReasonFailed:
+			return errors.New("poison: always fails")
+		case work.ReasonCrashed:
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
+		h := fnv.New32a()
+		h.Write(j.Payload)
+		roll := h.Sum32() % 1000
+		if j.Attempt == 1 && roll < 100 {
+			return errors.New("transient failure")
+		}
+		if j.Attempt == 1 && roll >= 100 && roll < 105 {
+			select {} // hung: deaf to ctx
+		}
+		time.Sleep(time.Duration(1+roll%3) * time.Millisecond)
+		return rdb.HIncrBy(context.Background(), runsKey, p, 1).Err()
+	})
+}
+
+func TestChaos(t *testing.T) {
+	for run := 1; run <= *runsFlag; run++ {
+		t.Run(fmt.Sprintf("run %d of %d", run, *runsFlag), func(t *testing.T) { chaosRun(t, *jobsFlag) })
+	}
+}
+
+// fleet is the cron stand-in's processes.
+type fleet struct {
+	t      *testing.T
+	env    []string
+	args   []string
+	log    *os.File
+	mu     sync.Mutex
+	cmds   []*exec.Cmd
+	exits1 atomic.Int64 // holders that exited 1 (hard deadline)
+}
+
+func (f *fleet) fire() {
+	cmd := exec.Command(os.Args[0], f.args...)
+	cmd.Env = f.env
+	cmd.Stderr = f.log
+	if err := cmd.Start(); err != nil {
+		f.t.Errorf("start candidate: %v", err)
+		return
+	}
+	f.mu.Lock()
+	f.cmds = append(f.cmds, cmd)
+	f.mu.Unlock()
+	go func() {
+		if err := cmd.Wait(); err != nil && cmd.ProcessState.ExitCode() == 1 {
+			f.exits1.Add(1)
+		}
+	}()
+}
+
+func (f *fleet) killAll() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.cmds {
+		_ = c.Process.Kill()
+	}
+}
+
+func chaosRun(t *testing.T, jobs int) {
+	srv := redistest.Start(t, redistest.Appendonly)
+	rdb := srv.Client()
+	ctx := context.Background()
+	dir := t.TempDir()
+	locks := filepath.Join(dir, "locks")
+	logPath := filepath.Join(dir, "baton.log")
+	if keep := os.Getenv("CHAOS_KEEP_LOG"); keep != "" {
+		logPath = keep // kept after the test, for a post-mortem
+	}
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+
+	// Unique payloads, then the poison ones.
+	ids := make([]any, 0, jobs+len(poison))
+	for i := 0; i < jobs; i++ {
+		ids = append(ids, "job-"+strconv.Itoa(i))
+	}
+	for p := range poison {
+		ids = append(ids, p)
+	}
+	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, id := range ids {
+			p.XAdd(ctx, &redis.XAddArgs{Stream: work.KeysFor(queue).Stream, Values: []any{work.PayloadField, id}})
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	f := &fleet{t: t, log: logf,
+		env: append(os.Environ(), asBaton+"=1", "BATON_REDIS_URL="+srv.URL()),
+		args: []string{"run", "--queue", queue, "--lock-dir", locks, "--slots", strconv.Itoa(slots), "--spawn", strconv.Itoa(*spawnFlag),
+			"--lifetime", "2s", "--jitter", "2s", "--standby-wait", "20s", "--poll-interval", "100ms",
+			"--concurrency", "2", "--shutdown-grace", "1s", "--max-attempts", "5",
+			"--job-timeout", "2s", "--visibility-timeout", "5s",
+			"--retry-backoff", "100ms", "--retry-backoff-max", "1s", "--log-format", "json", "--log-level", cmp.Or(os.Getenv("CHAOS_LOG_LEVEL"), "info")},
+	}
+	defer f.killAll()
+	runSet, _ := lock.NewFileSet(locks, queue, lock.RoleRun, slots)
+	sbSet, _ := lock.NewFileSet(locks, queue, lock.RoleStandby, slots)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var kills, terms atomic.Int64
+	var below, none time.Duration // time with fewer than k holders, and with none
+	seen := map[int]bool{}        // pids that held a run or standby slot
+	wg.Add(3)
+	go func() { // cron: one candidate a second
+		defer wg.Done()
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			f.fire()
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	go func() { // the monkey: every 500ms maybe kill -9 or SIGTERM a random slot holder
+		defer wg.Done()
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			roll := rand.Float64()
+			if roll >= 0.16 || !*monkeyFlag {
+				continue
+			}
+			var pids []int
+			for _, s := range []*lock.FileSet{runSet, sbSet} {
+				recs, _ := s.Records()
+				for _, r := range recs {
+					if r.Held {
+						pids = append(pids, r.PID)
+					}
+				}
+			}
+			if len(pids) == 0 {
+				continue
+			}
+			pid := pids[rand.IntN(len(pids))]
+			if roll < 0.10 {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				kills.Add(1)
+			} else {
+				_ = syscall.Kill(pid, syscall.SIGTERM)
+				terms.Add(1)
+			}
+		}
+	}()
+	go func() { // coverage: sample the run slots every 20ms
+		defer wg.Done()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		last := time.Now()
+		for {
+			select {
+			case <-stop:
+				return
+			case now := <-tick.C:
+				recs, _ := runSet.Records()
+				n := 0
+				for _, r := range recs {
+					if r.Held {
+						n++
+						seen[r.PID] = true
+					}
+				}
+				sbs, _ := sbSet.Records()
+				for _, r := range sbs {
+					if r.Held {
+						seen[r.PID] = true
+					}
+				}
+				if n < slots {
+					below += now.Sub(last)
+				}
+				if n == 0 {
+					none += now.Sub(last)
+				}
+				last = now
+			}
+		}
+	}()
+
+	start := time.Now()
+	restarted := false
+	deadline := start.Add(time.Duration(jobs/20+120) * time.Second)
+	var done, dead, retry, stream int64
+	for {
+		time.Sleep(200 * time.Millisecond)
+		if !restarted && rdb.HLen(ctx, runsKey).Val() > int64(jobs)*2/5 {
+			srv.Restart() // SIGKILL and start again on the same AOF
+			restarted = true
+			t.Logf("restarted redis-server at %v", time.Since(start).Round(time.Millisecond))
+		}
+		done = rdb.HLen(ctx, runsKey).Val()
+		dead = rdb.XLen(ctx, work.KeysFor(queue).Dead).Val()
+		retry = rdb.ZCard(ctx, work.KeysFor(queue).Retry).Val()
+		stream = rdb.XLen(ctx, work.KeysFor(queue).Stream).Val()
+		if done+dead == int64(len(ids)) && retry == 0 && stream == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			close(stop)
+			wg.Wait()
+			t.Fatalf("not settled after %v: %d done, %d dead, %d retrying, %d in the stream (log %s)",
+				time.Since(start), done, dead, retry, stream, logf.Name())
+		}
+	}
+	elapsed := time.Since(start)
+	close(stop)
+	wg.Wait()
+
+	// Every id completed or dead-lettered: none lost.
+	runs := rdb.HGetAll(ctx, runsKey).Val()
+	deadMsgs := rdb.XRange(ctx, work.KeysFor(queue).Dead, "-", "+").Val()
+	deadBy := map[string]string{}
+	for _, m := range deadMsgs {
+		deadBy[m.Values["payload"].(string)] = m.Values["reason"].(string)
+	}
+	lost, duplicates := 0, 0
+	for _, id := range ids {
+		id := id.(string)
+		n, _ := strconv.Atoi(runs[id])
+		_, isDead := deadBy[id]
+		if n == 0 && !isDead {
+			lost++
+		}
+		if n > 1 {
+			duplicates += n - 1
+		}
+	}
+	if lost > 0 {
+		t.Errorf("%d jobs lost", lost)
+	}
+	// The dead letters are exactly the poison ids, with the right reasons.
+	for id, reason := range poison {
+		if deadBy[id] != reason {
+			t.Errorf("poison %s dead-lettered as %q, want %q", id, deadBy[id], reason)
+		}
+	}
+	for id, reason := range deadBy {
+		if _, ok := poison[id]; !ok {
+			t.Errorf("innocent job %s dead-lettered as %s", id, reason)
+		}
+	}
+	if p := rdb.XPending(ctx, work.KeysFor(queue).Stream, work.Group).Val(); p != nil && p.Count != 0 {
+		t.Errorf("%d entries left pending", p.Count)
+	}
+	t.Logf("%d jobs + %d poison in %v: 0 lost=%v, %d duplicates (at-least-once), %d dead letters; "+
+		"%d holders and standbys: %d kill -9, %d SIGTERM, %d hard-deadline exits, redis restarted once; below %d holders %v (%.1f%%), no holder %v (%.1f%%)",
+		jobs, len(poison), elapsed.Round(time.Millisecond), lost == 0, duplicates, len(deadMsgs),
+		len(seen), kills.Load(), terms.Load(), f.exits1.Load(), slots, below.Round(time.Millisecond), 100*below.Seconds()/elapsed.Seconds(),
+		none.Round(time.Millisecond), 100*none.Seconds()/elapsed.Seconds())
+}
