@@ -94,7 +94,8 @@ func TestRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rs[0].Held || rs[0].JobsDone != 7 || rs[0].Job != "1-0" || rs[0].Role != RoleRun || !rs[0].Since.Equal(since) || rs[1].Held {
+	me, other := rs[sl.Index()], rs[1-sl.Index()]
+	if !me.Held || me.JobsDone != 7 || me.Job != "1-0" || me.Role != RoleRun || !me.Since.Equal(since) || other.Held {
 		t.Fatalf("records: %+v", rs)
 	}
 	// A record left by a process that is gone, or whose pid was reused, is free.
@@ -102,12 +103,12 @@ func TestRecords(t *testing.T) {
 		if err := sl.Publish(r); err != nil {
 			t.Fatal(err)
 		}
-		if rs, _ := s.Records(); rs[0].Held {
+		if rs, _ := s.Records(); rs[sl.Index()].Held {
 			t.Fatalf("stale record %+v reads as held", r)
 		}
 	}
 	_ = sl.Release()
-	if rs, _ := s.Records(); rs[0].Held {
+	if rs, _ := s.Records(); rs[sl.Index()].Held {
 		t.Fatal("released slot reads as held")
 	}
 }
@@ -270,5 +271,27 @@ func TestAtMostNProcesses(t *testing.T) {
 			keepLive = append(keepLive, h)
 		}
 		live = keepLive
+	}
+}
+
+func TestWatchSeesRelease(t *testing.T) {
+	s := newSet(t, t.TempDir(), RoleRun, 1)
+	sl, _, _ := s.TryAcquire()
+	ch, stop, err := s.Watch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	// Drain events from our own acquisition.
+	time.Sleep(20 * time.Millisecond)
+	select {
+	case <-ch:
+	default:
+	}
+	_ = sl.Release()
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event when the slot was released")
 	}
 }

@@ -68,8 +68,18 @@ func (p *Protocol) Enter() (Role, lock.Slot, error) {
 // Promote polls the run set until a slot is free and returns it, having taken
 // it before releasing sb. It gives up after Wait, or when sb is lost, with
 // (nil, false, nil), and on ctx cancel with ctx.Err(); sb is released either way.
+//
+// When the run set is a lock.Watcher, a freed slot wakes the standby at once;
+// polling stays as the fallback.
 func (p *Protocol) Promote(ctx context.Context, sb lock.Slot) (lock.Slot, bool, error) {
 	defer sb.Release()
+	var changed <-chan struct{}
+	if w, ok := p.Run.(lock.Watcher); ok {
+		if ch, stop, err := w.Watch(); err == nil {
+			changed = ch
+			defer stop()
+		}
+	}
 	deadline := time.NewTimer(p.Wait)
 	defer deadline.Stop()
 	tick := time.NewTimer(0) // try at once: a slot may have freed while we set up
@@ -82,11 +92,12 @@ func (p *Protocol) Promote(ctx context.Context, sb lock.Slot) (lock.Slot, bool, 
 			return nil, false, nil
 		case <-sb.Lost():
 			return nil, false, nil
+		case <-changed:
 		case <-tick.C:
-			if s, ok, err := p.Run.TryAcquire(); err != nil || ok {
-				return s, ok, err
-			}
 			tick.Reset(jitter(p.Poll))
+		}
+		if s, ok, err := p.Run.TryAcquire(); err != nil || ok {
+			return s, ok, err
 		}
 	}
 }
