@@ -231,8 +231,11 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot) error {
 	}
 	host, _ := os.Hostname()
 	consumer := host + "/" + slot.Name()
-	if n := proc.KillLeftovers("BATON_QUEUE="+cfg.Queue, "BATON_SLOT="+consumer); n > 0 {
-		h.log.Warn().Int("processes", n).Msg("killed processes left running by this slot's previous holder")
+	if prev := slot.Inherited(); prev != nil {
+		// The previous holder died holding the slot: its job's children may live on.
+		if n := proc.KillLeftovers("BATON_QUEUE="+cfg.Queue, "BATON_SLOT="+consumer); n > 0 {
+			h.log.Warn().Int("processes", n).Int("previous_pid", prev.PID).Msg("killed processes left running by this slot's previous holder")
+		}
 	}
 	st := new(work.Stats)
 	rec := h.record(lock.RoleRun, since, until)

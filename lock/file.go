@@ -83,6 +83,12 @@ func (s *FileSet) TryAcquire() (Slot, bool, error) {
 			continue
 		}
 		sl := &fileSlot{set: s, i: i, fl: fl, lost: make(chan struct{}), stop: make(chan struct{})}
+		if b, err := os.ReadFile(s.recordPath(i)); err == nil {
+			var prev Record
+			if json.Unmarshal(b, &prev) == nil {
+				sl.prev = &prev
+			}
+		}
 		if err := sl.watchStart(); err != nil {
 			_ = fl.Unlock()
 			return nil, false, err
@@ -134,6 +140,7 @@ type fileSlot struct {
 	set  *FileSet
 	i    int
 	fl   *flock.Flock
+	prev *Record // left by a holder that died holding the slot
 	ino  uint64
 	lost chan struct{} // closed by the watch goroutine
 	stop chan struct{} // closed by Release
@@ -146,6 +153,7 @@ var _ Slot = (*fileSlot)(nil)
 func (sl *fileSlot) Index() int            { return sl.i }
 func (sl *fileSlot) Name() string          { return sl.set.role + "-" + strconv.Itoa(sl.i) }
 func (sl *fileSlot) Lost() <-chan struct{} { return sl.lost }
+func (sl *fileSlot) Inherited() *Record    { return sl.prev }
 
 // Publish writes the record to a temporary file and renames it into place, so
 // a reader sees the old record or the new one, never half of one.

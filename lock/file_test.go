@@ -111,6 +111,9 @@ func TestRecords(t *testing.T) {
 	if rs, _ := s.Records(); rs[sl.Index()].Held {
 		t.Fatal("released slot reads as held")
 	}
+	if again, _, _ := s.TryAcquire(); again.Inherited() != nil {
+		t.Fatal("a cleanly released slot reads as inherited")
+	}
 }
 
 func TestSymlinkRefused(t *testing.T) {

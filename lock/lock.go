@@ -52,6 +52,9 @@ type Slot interface {
 	Publish(Record) error
 	// Lost is closed if the slot is lost while held (lock file replaced).
 	Lost() <-chan struct{}
+	// Inherited is the record of a previous holder that died holding the
+	// slot (a clean release removes it), or nil.
+	Inherited() *Record
 	// Release clears the record and frees the slot. Safe to call twice.
 	Release() error
 }

@@ -133,3 +133,21 @@ for i = 1, #f, 2 do
 end
 return 1
 `)
+
+// backScript gives entries that were read but never started back to the
+// stream, as new entries with the same payload, runs made and first id: any
+// holder may take them at once, and no delivery is counted against them.
+//
+// KEYS[1] stream; ARGV[1] group, then per entry: id, payload, runs made, orig.
+// Returns how many were given back.
+var backScript = redis.NewScript(`
+local n = 0
+for i = 2, #ARGV, 4 do
+  if redis.call('XACK', KEYS[1], ARGV[1], ARGV[i]) == 1 then
+    redis.call('XDEL', KEYS[1], ARGV[i])
+    redis.call('XADD', KEYS[1], '*', 'payload', ARGV[i + 1], 'attempts', ARGV[i + 2], 'orig', ARGV[i + 3])
+    n = n + 1
+  end
+end
+return n
+`)

@@ -91,8 +91,7 @@ func (r *runner) read(ctx context.Context) {
 			}
 		}
 		if limit > 0 && count >= limit {
-			r.stop("max_jobs", nil)
-			return
+			return // stop reading; the workers finish what was read
 		}
 	}
 }

@@ -129,6 +129,7 @@ type result struct {
 	job  *Job
 	err  error  // the handler's error, nil on success
 	dead string // set by the reader: dead-letter without running, for this reason
+	back bool   // read but never started: give it back to the stream
 }
 
 // runner's goroutines: one reader (owns jobs and closes it), Concurrency
@@ -224,15 +225,28 @@ func (r *runner) run(ctx context.Context) error {
 		r.read(ctx)
 	}()
 
-	<-r.stopped
-	log.Debug().Str("reason", r.why).Msg("stopped reading; finishing in-flight jobs")
-	graceEnd := time.AfterFunc(r.c.Grace, func() {
-		log.Warn().Dur("shutdown_grace", r.c.Grace).Msg("grace period over: cancelling in-flight jobs")
-		cancelHandlers()
-	})
+	workersDone := make(chan struct{})
+	go func() {
+		workers.Wait()
+		close(workersDone)
+	}()
+	select {
+	case <-r.stopped: // lifetime, signal or Redis: drain
+	case <-workersDone: // the reader stopped at max_jobs and every job read is done
+	}
+	select {
+	case <-workersDone:
+	default:
+		log.Debug().Str("reason", r.why).Msg("stopped reading; finishing in-flight jobs")
+		graceEnd := time.AfterFunc(r.c.Grace, func() {
+			log.Warn().Dur("shutdown_grace", r.c.Grace).Msg("grace period over: cancelling in-flight jobs")
+			cancelHandlers()
+		})
+		<-workersDone
+		graceEnd.Stop()
+	}
+	r.stop("max_jobs", nil) // no-op when already stopped; frees the watcher goroutine
 	reader.Wait()
-	workers.Wait()
-	graceEnd.Stop()
 	close(r.results)
 	<-ackDone
 	close(keeperStop)
@@ -246,14 +260,12 @@ func (r *runner) run(ctx context.Context) error {
 	return nil
 }
 
-// work runs jobs until the reader closes the channel. Jobs already read still
-// run while draining (the read window keeps them few when jobs are slow); once
-// the grace period is over nothing new starts, and those entries stay pending
-// for the slot's next holder.
+// work runs jobs until the reader closes the channel. Once draining it
+// starts nothing new: entries read but not started go back to the stream.
 func (r *runner) work(ctx context.Context) {
 	for j := range r.jobs {
-		if ctx.Err() != nil {
-			r.forget(j.ID)
+		if r.draining() {
+			r.results <- result{job: j, back: true}
 			r.finished()
 			continue
 		}
@@ -303,12 +315,13 @@ func (r *runner) observe(d time.Duration) {
 	r.meanNS.Store(old + (int64(d)-old)/8)
 }
 
-// window is how many jobs may be read and unfinished at once: just enough to
-// keep the workers busy when jobs are slow (so other holders get the rest),
-// a whole batch when jobs are fast (so reads are few).
+// window is how many jobs may be read and unfinished at once: when jobs are
+// slow, one per worker and one read ahead (so a worker never waits for a
+// read, and other holders get the rest); when fast, a whole batch (so reads
+// are few).
 func (r *runner) window() int64 {
 	if time.Duration(r.meanNS.Load()) < time.Millisecond {
-		return int64(max(r.c.Batch, r.c.Concurrency))
+		return int64(max(r.c.Batch, r.c.Concurrency+1))
 	}
-	return int64(r.c.Concurrency)
+	return int64(r.c.Concurrency + 1)
 }

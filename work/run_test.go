@@ -188,6 +188,15 @@ func TestDrainFinishesInFlightJob(t *testing.T) {
 	if n := rdb.XLen(context.Background(), KeysFor("q").Stream).Val(); n != 4 {
 		t.Fatalf("stream holds %d, want 4 left", n)
 	}
+	// The job read ahead was given back, not left pending, and counts no run.
+	if p := pending(t, rdb, "q"); p != 0 {
+		t.Fatalf("%d pending after a drain, want 0", p)
+	}
+	msgs := rdb.XRange(context.Background(), KeysFor("q").Stream, "-", "+").Val()
+	last := msgs[len(msgs)-1].Values
+	if last[attemptsField] != "0" || last[PayloadField] != "job-1" {
+		t.Fatalf("given-back entry %v", last)
+	}
 }
 
 func TestGraceCancelsHandlers(t *testing.T) {

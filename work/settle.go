@@ -34,8 +34,27 @@ func (r *runner) settle() {
 		}
 		ids = ids[:0]
 	}
+	var back []any
+	giveBack := func() {
+		if len(back) == 0 {
+			return
+		}
+		args := append([]any{Group}, back...)
+		err := r.redisRetry(func(ctx context.Context) error {
+			return backScript.Run(ctx, r.c.Client, []string{r.keys.Stream}, args...).Err()
+		})
+		if err != nil {
+			r.c.Logger.Warn().Err(err).Int("jobs", len(back)/4).Msg("could not give unstarted jobs back; they stay pending for this slot's next holder")
+		}
+		for i := 0; i < len(back); i += 4 {
+			r.forget(back[i].(string))
+		}
+		back = back[:0]
+	}
 	one := func(res result) {
 		switch {
+		case res.back:
+			back = append(back, res.job.ID, res.job.Payload, res.job.Attempt-1, res.job.orig)
 		case res.dead != "":
 			r.deadLetter(res.job, res.dead, res.job.problem)
 		case res.err == nil:
@@ -60,8 +79,10 @@ func (r *runner) settle() {
 			}
 		}
 		flush()
+		giveBack()
 	}
 	flush()
+	giveBack()
 }
 
 // fail schedules a retry with backoff, or dead-letters the job when it has
