@@ -14,6 +14,16 @@ import (
 	"github.com/baton-run/baton/lock"
 )
 
+// records reads queue q's run slot records directly (status needs Redis).
+func (r *rig) records(q string) []lock.Record {
+	s, _ := lock.NewFileSet(r.locks, q, lock.RoleRun, 1)
+	recs, err := s.Records()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return recs
+}
+
 // killHolders SIGKILLs every process that holds a slot of queue q, spawned
 // ones included (they are not our children).
 func (r *rig) killHolders(q string) {
