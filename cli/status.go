@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
@@ -93,9 +92,7 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 		rep.Error = jerr.Error()
 	}
 	if *asJSON {
-		enc := json.NewEncoder(e.Stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
+		if err := writeJSON(e, rep); err != nil {
 			return err
 		}
 	} else {
