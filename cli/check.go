@@ -169,7 +169,6 @@ func quantityTable(q standby.Quantities) []quantity {
 	return []quantity{
 		{"C", "longest gap between cron firings", d(q.C)},
 		{"m", fmt.Sprintf("fewest candidates per firing (spawn %d × %d line%s)", q.Spawn, lines, plural(lines)), fmt.Sprint(q.M())},
-		{"m_C", "most candidates started within C", fmt.Sprint(q.MC())},
 		{"k", "run slots to keep covered (slots)", fmt.Sprint(q.Slots)},
 		{"N_s", "standby slots (standby_slots)", fmt.Sprint(q.StandbySlots)},
 		{"L_min", "shortest lifetime (lifetime)", d(q.LMin())},

@@ -23,11 +23,13 @@ Simulate a config under cron, event by event, and measure how available it
 really is: cron firings per the real schedule (the config's schedule key, or
 --crontab as for check), candidates that start within --startup of a firing
 and take a run slot, else a standby slot, else exit; jittered lifetimes and
-drains; standbys polling every poll_interval ±10% and giving up after
-standby_wait; random crashes and hangs. Nothing runs at time zero; the
-warm-up (⌈slots/spawn⌉ firings plus 1s) is not measured. A handover (a
-standby taking a freed slot within one poll) counts as covered. Deterministic
-for a seed; 30 days take milliseconds.
+drains; standbys that wake within --wake of a freed run slot, the one that
+has waited longest taking it, and give up after standby_wait (with
+--poll-only they notice it at their next poll, every poll_interval ±10%, as
+when the lock dir cannot be watched); random crashes and hangs. Nothing runs
+at time zero; the warm-up (⌈slots/spawn⌉ firings plus 1s) is not measured.
+A handover (a waiting standby taking a freed slot) counts as covered.
+Deterministic for a seed; 30 days take milliseconds.
 
 --svg draws the slot timeline of a window after the warm-up: runs, standbys,
 promotions, crashes and gaps.
@@ -50,6 +52,8 @@ type simReport struct {
 	Horizon   string   `json:"horizon"`
 	Warmup    string   `json:"warmup"`
 	Seed      uint64   `json:"seed"`
+	Wake      string   `json:"wake"`      // a standby's wake-up after a run slot frees, at most
+	PollOnly  bool     `json:"poll_only"` // standbys only poll: no inotify
 	CrashRate float64  `json:"crash_rate"`
 	HangRate  float64  `json:"hang_rate"`
 	Slots     int      `json:"slots"`
@@ -94,6 +98,8 @@ func runSimulate(ctx context.Context, e *env, args []string) error {
 	hangRate := fs.Float64("hang-rate", 0, "hangs per holder-hour (a hung holder keeps its slot until its hard deadline)")
 	seed := fs.Uint64("seed", 1, "random seed")
 	startup := fs.Duration("startup", sim.DefaultLatency, "a candidate starts uniformly within this long of its firing")
+	wake := fs.Duration("wake", sim.DefaultWake, "a standby tries a freed run slot uniformly within this long")
+	pollOnly := fs.Bool("poll-only", false, "standbys only poll, as when the lock dir cannot be watched (no inotify)")
 	warmup := fs.Duration("warmup", 0, "unmeasured start (0: ⌈slots/spawn⌉ firings + 1s)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	svgPath := fs.String("svg", "", "write the slot timeline to this SVG `file`")
@@ -113,8 +119,8 @@ func runSimulate(ctx context.Context, e *env, args []string) error {
 			return usagef("", "simulate: %s %v: must be a rate ≥ 0 per holder-hour", name, v)
 		}
 	}
-	if *startup <= 0 || *svgWindow <= 0 {
-		return usagef("", "simulate: --startup and --svg-window must be positive")
+	if *startup <= 0 || *wake <= 0 || *svgWindow <= 0 {
+		return usagef("", "simulate: --startup, --wake and --svg-window must be positive")
 	}
 	cfg, err := cf.Load(e.Getenv)
 	if err != nil {
@@ -126,7 +132,7 @@ func runSimulate(ctx context.Context, e *env, args []string) error {
 	}
 	q := quantities(cfg, sched)
 	c := sim.Config{Schedule: sched, Q: q, Horizon: hz, Warmup: *warmup, Latency: *startup,
-		CrashRate: *crashRate, HangRate: *hangRate, Seed: *seed}
+		Wake: *wake, PollOnly: *pollOnly, CrashRate: *crashRate, HangRate: *hangRate, Seed: *seed}
 	if *svgPath != "" {
 		c.Trace = *svgWindow
 	}
@@ -208,6 +214,7 @@ func simulateReport(cfg *config.Config, s *standby.Schedule, q standby.Quantitie
 	}
 	rep := &simReport{
 		Queue: cfg.Queue, Schedule: s.Specs(), Horizon: d(r.Horizon), Warmup: d(r.Warmup), Seed: c.Seed,
+		Wake: d(c.Wake), PollOnly: c.PollOnly,
 		CrashRate: c.CrashRate, HangRate: c.HangRate, Slots: cfg.Slots, Check: verdict.String(),
 		Full: r.Full, FullStrict: r.FullStrict, Any: r.Any,
 		LongestBelow: d(r.LongestBelow.Round(time.Millisecond)), Gaps: r.Gaps, GapTime: d(r.GapTime.Round(time.Millisecond)),
@@ -226,9 +233,13 @@ func writeSimulate(w io.Writer, r *simReport) {
 	pct := func(f float64) string { return fmt.Sprintf("%.4f%%", 100*f) }
 	fmt.Fprintf(w, "queue %q, schedule %s, %s simulated, seed %d, %g crashes and %g hangs per holder-hour\n",
 		r.Queue, quoteAll(r.Schedule), days(r.Horizon), r.Seed, r.CrashRate, r.HangRate)
-	fmt.Fprintf(w, "measured after a warm-up of %s; check says %s for this config\n\n", r.Warmup, r.Check)
+	wakes := "standbys wake within " + r.Wake + " of a freed run slot"
+	if r.PollOnly {
+		wakes = "standbys only poll"
+	}
+	fmt.Fprintf(w, "measured after a warm-up of %s; %s; check says %s for this config\n\n", r.Warmup, wakes, r.Check)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "time with ≥ %d holder%s\t%s\t(a handover within one poll counts as held)\n", r.Slots, plural(r.Slots), pct(r.Full))
+	fmt.Fprintf(tw, "time with ≥ %d holder%s\t%s\t(a handover to a waiting standby counts as held)\n", r.Slots, plural(r.Slots), pct(r.Full))
 	fmt.Fprintf(tw, "time with ≥ %d working holder%s\t%s\t(handovers not counted)\n", r.Slots, plural(r.Slots), pct(r.FullStrict))
 	fmt.Fprintf(tw, "time with ≥ 1 holder\t%s\t\n", pct(r.Any))
 	fmt.Fprintf(tw, "longest stretch below %d\t%s\t\n", r.Slots, r.LongestBelow)

@@ -39,18 +39,25 @@ func TestSimulateText(t *testing.T) {
 }
 
 func TestSimulateAgreesWithCheck(t *testing.T) {
-	// 2 slots fed 4 candidates a minute, short lifetimes: with 6 standby
-	// slots it passes check and has no gap; with 2 it fails standby-spare,
-	// and the standbys of one firing time out together.
+	// 2 slots fed 4 candidates a minute, short lifetimes: with 2 standby
+	// slots it passes check and has no gap, as the oldest standby is
+	// promoted first; with 1 it fails standby-slots, and the slot whose
+	// holder retires second waits for the next firing.
 	args := []string{"--horizon", "5d", "--slots", "2", "--spawn", "4", "--lifetime", "83s", "--jitter", "0s",
 		"--standby-wait", "242s", "--shutdown-grace", "36s", "--job-timeout", "81s"}
-	good := simulateJSON(t, append(args, "--standby-slots", "6")...)
-	bad := simulateJSON(t, append(args, "--standby-slots", "2")...)
-	if good.Check != "PASS" || good.Full != 1 || good.Gaps != 0 {
-		t.Fatalf("passing config: check %s, full %v, %d gaps", good.Check, good.Full, good.Gaps)
+	good := simulateJSON(t, append(args, "--standby-slots", "2")...)
+	bad := simulateJSON(t, append(args, "--standby-slots", "1")...)
+	if good.Check != "PASS" || good.Full != 1 || good.Gaps != 0 || good.Timeouts != 0 {
+		t.Fatalf("passing config: check %s, full %v, %d gaps, %d time-outs", good.Check, good.Full, good.Gaps, good.Timeouts)
 	}
 	if bad.Check != "FAIL" || bad.Full == 1 || bad.Gaps == 0 {
 		t.Fatalf("failing config: check %s, full %v, %d gaps", bad.Check, bad.Full, bad.Gaps)
+	}
+	// Standbys that only poll take a freed slot within a poll, not within
+	// the wake-up.
+	polled := simulateJSON(t, append(args, "--standby-slots", "2", "--poll-only")...)
+	if !polled.PollOnly || polled.Full != 1 || polled.FullStrict >= good.FullStrict {
+		t.Fatalf("poll-only: full %v, strict %v against %v woken", polled.Full, polled.FullStrict, good.FullStrict)
 	}
 }
 

@@ -41,6 +41,4 @@ func ExampleCheck() {
 	// Output:
 	// FAIL S ≥ 2·H: 12m ≥ 2·6m30s (-1m)
 	//   fix: raise standby_wait to at least 13m, or lower jitter to 30s
-	// FAIL N_s ≥ k + m_C: 4 ≥ 4 + 1 (-1 slots)
-	//   fix: raise standby_slots to 5
 }

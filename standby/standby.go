@@ -1,6 +1,8 @@
 // Package standby is the run/standby protocol on two slot sets, after
 // IPC::ConcurrencyLimit::WithStandby: a candidate takes a run slot, or else a
-// standby slot from which it polls the run set until promoted or timed out.
+// standby slot from which it waits for a run slot until promoted or timed
+// out. A freed run slot wakes the standbys (inotify, with polling as the
+// fallback), and the one that has waited longest takes it.
 //
 // Most callers need Protocol.Enter and, for a standby, Protocol.Promote:
 //
@@ -65,26 +67,42 @@ func (p *Protocol) Enter() (Role, lock.Slot, error) {
 	return None, nil, nil
 }
 
-// Promote polls the run set until a slot is free and returns it, having taken
-// it before releasing sb. It gives up after Wait, or when sb is lost, with
-// (nil, false, nil), and on ctx cancel with ctx.Err(); sb is released either way.
+// Promote waits for a free run slot and returns it, having taken it before
+// releasing sb. It gives up after Wait, or when sb is lost, with
+// (nil, false, nil), and on ctx cancel with ctx.Err(); sb is released either
+// way.
 //
-// When the run set is a lock.Watcher, a freed slot wakes the standby at once;
-// polling stays as the fallback.
+// When the run set is a lock.Watcher, a freed run slot wakes the standby at
+// once; it polls every Poll (±10%) as well, in case a wake-up is missed or
+// the lock directory cannot be watched.
+//
+// Promotion is fair when holders and standbys publish their slot records
+// (baton run does): the standby that has waited longest takes a freed slot,
+// and the others defer to it. A run slot that looks free for two polls while
+// an older standby does not take it (hung, stopped, still starting) is tried
+// anyway. Records also keep a standby from trying on every wake-up: a try
+// closes lock files, and closes are what the watcher reports.
 func (p *Protocol) Promote(ctx context.Context, sb lock.Slot) (lock.Slot, bool, error) {
 	defer sb.Release()
-	var changed <-chan struct{}
-	if w, ok := p.Run.(lock.Watcher); ok {
-		if ch, stop, err := w.Watch(); err == nil {
-			changed = ch
-			defer stop()
-		}
-	}
+	// Why fair: standbys that arrive together and lose handovers at random
+	// can all time out together and leave the run slots short. Served
+	// oldest first, a standby is promoted by the k-th handover after it
+	// came, within one tenure of the holders it found (docs/coverage.md).
+	changed, stop := watch(p.Run)
+	defer stop()
+	w := waiter{p: p, sb: sb, since: time.Now()}
 	deadline := time.NewTimer(p.Wait)
 	defer deadline.Stop()
 	tick := time.NewTimer(0) // try at once: a slot may have freed while we set up
 	defer tick.Stop()
+	var soon <-chan time.Time // another look, while a run slot looks free
+	quiet := false            // after a miss: wake-ups wait for soon
 	for {
+		polled := false
+		woken := changed
+		if quiet {
+			woken = nil
+		}
 		select {
 		case <-ctx.Done():
 			return nil, false, ctx.Err()
@@ -92,14 +110,109 @@ func (p *Protocol) Promote(ctx context.Context, sb lock.Slot) (lock.Slot, bool, 
 			return nil, false, nil
 		case <-sb.Lost():
 			return nil, false, nil
-		case <-changed:
+		case <-woken:
+		case <-soon:
+			soon, quiet = nil, false
 		case <-tick.C:
 			tick.Reset(jitter(p.Poll))
+			polled = true
 		}
-		if s, ok, err := p.Run.TryAcquire(); err != nil || ok {
-			return s, ok, err
+		try, free := w.turn(polled)
+		if try {
+			if s, ok, err := p.Run.TryAcquire(); err != nil || ok {
+				return s, ok, err
+			}
+		}
+		if free && (try || soon == nil) {
+			// A run slot looks free and we do not have it. Look again
+			// soon, later each time (0.5ms, 1ms, … up to Poll):
+			//  - we missed it: its old holder is still closing it, or its
+			//    new holder has not published a record yet. Our own try
+			//    closed lock files, which wakes us, so wake-ups wait for
+			//    the pause, or we would spin until the record appears;
+			//  - we defer to an older standby: it may leave without the
+			//    slot (a second slot freed, it timed out, it is stuck).
+			soon, quiet = time.After(w.pause()), try
 		}
 	}
+}
+
+// waiter is one Promote call's view of the slot records; Promote's goroutine owns it.
+type waiter struct {
+	p         *Protocol
+	sb        lock.Slot
+	since     time.Time     // when Promote began: our age if sb has no record
+	freeSince []time.Time   // per run slot: first look that found it free, zero if held at the last look
+	backoff   time.Duration // the next pause while a run slot looks free
+}
+
+// turn reports whether to try the run set now, and whether the records show
+// a free run slot. Reading records takes no lock and closes no lock file,
+// so it wakes no one.
+func (w *waiter) turn(polled bool) (try, free bool) {
+	rs, err := w.p.Run.Records()
+	if err != nil {
+		return polled, false // records unreadable: fall back to polling
+	}
+	if len(w.freeSince) != len(rs) {
+		w.freeSince = make([]time.Time, len(rs))
+	}
+	now := time.Now()
+	stuck := false // a slot looked free at every look for two polls
+	for i, r := range rs {
+		switch {
+		case r.Held:
+			w.freeSince[i] = time.Time{}
+		case w.freeSince[i].IsZero():
+			w.freeSince[i], free = now, true
+		default:
+			free, stuck = true, stuck || now.Sub(w.freeSince[i]) >= 2*w.p.Poll
+		}
+	}
+	if !free {
+		w.backoff = 0
+		return polled, false // a poll still tries: records are a hint
+	}
+	return stuck || !w.olderStandby(), true
+}
+
+// pause is the next wait for another look, doubling from 0.5ms up to Poll.
+func (w *waiter) pause() time.Duration {
+	w.backoff = min(max(2*w.backoff, 500*time.Microsecond), max(w.p.Poll, 500*time.Microsecond))
+	return w.backoff
+}
+
+// olderStandby reports whether a live standby that came before us has a
+// record. Ties go to the lower slot.
+func (w *waiter) olderStandby() bool {
+	if w.p.Standby == nil {
+		return false
+	}
+	rs, err := w.p.Standby.Records()
+	if err != nil {
+		return false
+	}
+	me := w.sb.Index()
+	mine := w.since
+	if me < len(rs) && rs[me].Held && !rs[me].Since.IsZero() {
+		mine = rs[me].Since
+	}
+	for i, r := range rs {
+		if i != me && r.Held && !r.Since.IsZero() && (r.Since.Before(mine) || r.Since.Equal(mine) && i < me) {
+			return true
+		}
+	}
+	return false
+}
+
+// watch starts watching s when it can; a nil channel when it cannot.
+func watch(s lock.Set) (<-chan struct{}, func()) {
+	if w, ok := s.(lock.Watcher); ok {
+		if ch, stop, err := w.Watch(); err == nil {
+			return ch, stop
+		}
+	}
+	return nil, func() {}
 }
 
 // jitter spreads d uniformly over ±10% so standbys do not poll in step.

@@ -3,9 +3,14 @@ package standby
 import (
 	"context"
 	"errors"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/baton-run/baton/internal/proc"
 	"github.com/baton-run/baton/lock"
 )
 
@@ -100,10 +105,216 @@ func TestPromoteCancelled(t *testing.T) {
 	}
 }
 
+// publish writes a live record for sl, as baton run does, since since.
+func publish(tb testing.TB, sl lock.Slot, since time.Time) {
+	tb.Helper()
+	start, err := proc.StartTime(os.Getpid())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := sl.Publish(lock.Record{PID: os.Getpid(), Start: start, Since: since}); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// TestPromoteOldestFirst: three standbys wait for one run slot; each time it
+// frees, the one that has waited longest takes it, whatever its slot number.
+// Poll is an hour, so only the watcher's wake-ups can promote anyone.
+func TestPromoteOldestFirst(t *testing.T) {
+	run, sb := sets(t, 1, 3)
+	p := &Protocol{Run: run, Standby: sb, Poll: time.Hour, Wait: time.Minute}
+	_, holder, _ := p.Enter()
+	base := time.Now()
+	publish(t, holder, base)
+	age := []time.Duration{2 * time.Second, 0, time.Second} // by standby slot: slot 1 is oldest
+	type promoted struct {
+		age  time.Duration
+		slot lock.Slot
+	}
+	done := make(chan promoted, 3)
+	for range 3 {
+		_, s, _ := p.Enter()
+		a := age[s.Index()]
+		publish(t, s, base.Add(a))
+		go func() {
+			r, ok, err := p.Promote(context.Background(), s)
+			if !ok || err != nil {
+				t.Errorf("promote: ok=%v err=%v", ok, err)
+			}
+			done <- promoted{a, r}
+		}()
+	}
+	time.Sleep(50 * time.Millisecond) // all three are waiting
+	for want := range 3 {
+		_ = holder.Release()
+		got := <-done
+		if got.slot == nil || got.age != time.Duration(want)*time.Second {
+			t.Fatalf("promotion %d went to the standby of age %v", want, got.age)
+		}
+		holder = got.slot
+		publish(t, holder, time.Now())
+	}
+	_ = holder.Release()
+}
+
+// TestPromotePastStuckStandby: an older standby that does not take a free
+// run slot (hung, stopped, still starting) holds the others back for two
+// polls, not for good.
+func TestPromotePastStuckStandby(t *testing.T) {
+	run, sb := sets(t, 1, 2)
+	const poll = 20 * time.Millisecond
+	p := &Protocol{Run: run, Standby: sb, Poll: poll, Wait: time.Minute}
+	stuck, _, _ := sb.TryAcquire()
+	defer stuck.Release()
+	publish(t, stuck, time.Now().Add(-time.Minute))
+	young, _, _ := sb.TryAcquire()
+	publish(t, young, time.Now())
+	start := time.Now()
+	s, ok, err := p.Promote(context.Background(), young)
+	if !ok || err != nil {
+		t.Fatalf("ok=%v err=%v", ok, err)
+	}
+	defer s.Release()
+	if waited := time.Since(start); waited < 2*poll {
+		t.Fatalf("took the slot after %v, before the older standby's two polls were up", waited)
+	}
+}
+
+// countingSet is a real FileSet that counts TryAcquire calls.
+type countingSet struct {
+	*lock.FileSet
+	tries *atomic.Int64
+}
+
+func (c countingSet) TryAcquire() (lock.Slot, bool, error) {
+	c.tries.Add(1)
+	return c.FileSet.TryAcquire()
+}
+
+// TestPromoteDoesNotSpin: a failed try closes lock files, and closing a lock
+// file is what the watcher reports, so a standby that tried on every
+// wake-up would wake itself forever (tens of thousands of tries a second).
+// It tries only when the records show a free run slot, and after a miss on
+// one (a holder that has not published yet) it backs off.
+func TestPromoteDoesNotSpin(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		published bool // the run slots' holders have records
+		most      int64
+	}{
+		{"every run slot held and recorded", true, 4}, // the first try of each standby, and a few
+		{"a holder without a record yet", false, 30},  // 1, 2, 4 … 256ms apart in 300ms
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := 1 // standbys
+			if tc.published {
+				n = 2
+			}
+			fs, sb := sets(t, 2, n)
+			run := countingSet{fs, new(atomic.Int64)}
+			p := &Protocol{Run: run, Standby: sb, Poll: time.Hour, Wait: time.Hour}
+			for range 2 {
+				_, h, _ := p.Enter()
+				defer h.Release()
+				if tc.published {
+					publish(t, h, time.Now())
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			done := make(chan struct{})
+			var standbys []lock.Slot
+			for i := range n {
+				_, s, _ := p.Enter()
+				publish(t, s, time.Now().Add(time.Duration(i)*time.Second))
+				standbys = append(standbys, s)
+			}
+			run.tries.Store(0)
+			for _, s := range standbys {
+				go func() {
+					if _, ok, _ := p.Promote(ctx, s); ok {
+						t.Error("promoted while every run slot was held")
+					}
+					done <- struct{}{}
+				}()
+			}
+			const candidates = 5 // that find nothing: they wake the standbys too
+			for range candidates {
+				time.Sleep(20 * time.Millisecond)
+				if r, _, _ := p.Enter(); r != None {
+					t.Fatalf("a candidate got %v", r)
+				}
+			}
+			for range n {
+				<-done
+			}
+			if got := run.tries.Load() - candidates; got > tc.most {
+				t.Fatalf("%d tries of the run set in 300ms; want at most %d", got, tc.most)
+			}
+			t.Logf("%d tries of the run set in 300ms", run.tries.Load()-candidates)
+		})
+	}
+}
+
 func TestJitterBounds(t *testing.T) {
 	for i := 0; i < 1000; i++ {
 		if d := jitter(time.Second); d < 900*time.Millisecond || d > 1100*time.Millisecond {
 			t.Fatalf("jitter %v outside ±10%%", d)
 		}
+	}
+}
+
+// BenchmarkHandover measures how long a waiting standby takes to hold a run
+// slot after its holder releases it: the watcher's wake-up, the records,
+// the flock calls. sim.DefaultWake models it. With several standbys the
+// oldest must win, so every one of them reads the records.
+func BenchmarkHandover(b *testing.B) {
+	for _, standbys := range []int{1, 4} {
+		b.Run(strconv.Itoa(standbys)+"-standbys", func(b *testing.B) {
+			run, sb := sets(b, 1, standbys)
+			p := &Protocol{Run: run, Standby: sb, Poll: time.Hour, Wait: time.Hour}
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			defer wg.Wait() // before the temp dir goes
+			defer cancel()
+			_, holder, _ := p.Enter()
+			publish(b, holder, time.Now())
+			got := make(chan lock.Slot, standbys)
+			wait := func(s lock.Slot) {
+				publish(b, s, time.Now())
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if r, ok, _ := p.Promote(ctx, s); ok {
+						got <- r
+					}
+				}()
+			}
+			for range standbys {
+				_, s, _ := p.Enter()
+				wait(s)
+			}
+			var total, worst time.Duration
+			b.ResetTimer()
+			for range b.N {
+				b.StopTimer()
+				time.Sleep(2 * time.Millisecond) // the standbys are back in their wait
+				b.StartTimer()
+				t0 := time.Now()
+				_ = holder.Release()
+				holder = <-got
+				d := time.Since(t0)
+				total, worst = total+d, max(worst, d)
+				b.StopTimer()
+				publish(b, holder, time.Now())
+				_, s, _ := p.Enter() // refill the standby slot it left
+				wait(s)
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(total.Microseconds())/float64(b.N), "µs/handover")
+			b.ReportMetric(float64(worst.Microseconds()), "µs-worst")
+			b.StopTimer()
+			_ = holder.Release()
+		})
 	}
 }

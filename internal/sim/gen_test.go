@@ -35,9 +35,9 @@ func randomConfig(r *rand.Rand) (standby.Quantities, *standby.Schedule) {
 	q := standby.Quantities{C: sc.Gap(), Lines: sc.MinLines(), PeakLines: sc.PeakLines()}
 	q.Slots = 1 + r.IntN(6)
 	q.Spawn = 1 + r.IntN(4)
-	q.StandbySlots = q.Slots + q.MC() + r.IntN(3) - 1
-	if q.Slots == 1 && r.IntN(2) == 0 {
-		q.StandbySlots = 1 + r.IntN(2)
+	q.StandbySlots = q.Slots + r.IntN(3) - 1 // around the limit N_s = k
+	if r.IntN(4) == 0 {
+		q.StandbySlots = q.Slots + q.MC() + r.IntN(3) // plenty: younger standbys time out
 	}
 	need := time.Duration((q.Slots+q.M()-1)/q.M()) * q.C // firings to refill every slot
 	q.Lifetime = (need + q.E() + time.Duration(r.Float64()*4*float64(need))).Round(time.Second)

@@ -11,7 +11,8 @@ const (
 	evRelease             // a holder leaves its run slot (lifetime + drain, or hard deadline)
 	evCrash               // a holder dies at once
 	evHang                // a holder stops making progress
-	evPoll                // a standby tries the run slots
+	evPoll                // a standby tries the run slots at a poll (no watcher)
+	evWake                // a standby tries the run slots, woken by a change
 	evTimeout             // a standby gives up after S
 )
 

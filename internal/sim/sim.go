@@ -1,8 +1,14 @@
 // Package sim is a discrete-event simulation of one baton config under cron:
 // firings per the real schedule, candidates that start after a short latency
-// and take a run slot, else a standby slot, else exit; holders with jittered
-// lifetimes that drain and leave; standbys that poll every poll_interval ±10%
-// and give up after standby_wait; random crashes and hangs.
+// and take a run slot, else a standby slot, else exit (each set tried from a
+// random slot, as lock.FileSet does); holders with jittered lifetimes that
+// drain and leave; standbys that give up after standby_wait; random crashes
+// and hangs.
+//
+// Standbys follow standby.Protocol.Promote: a freed run slot wakes them
+// within Config.Wake (inotify), and the longest-waiting standby takes it.
+// With Config.PollOnly they poll every poll_interval ±10% instead, as when
+// the lock directory cannot be watched.
 //
 // Most callers need Run:
 //
@@ -32,6 +38,12 @@ const (
 	// uniformly within this long of its firing. It stays below the start-up
 	// allowance that check assumes (standby.DefaultStartup).
 	DefaultLatency = 200 * time.Millisecond
+	// DefaultWake bounds how long a standby takes to try the run slots after
+	// one frees: inotify's wake-up, reading the slot records, the flock calls.
+	// standby.BenchmarkHandover measures 0.6 to 1ms on average on a loaded
+	// two-core machine (up to 10ms at worst). Steals scale with the mean, and
+	// this one's is 2.5ms.
+	DefaultWake = 5 * time.Millisecond
 )
 
 // DefaultStart is the wall-clock instant of simulated time zero: a Monday
@@ -55,6 +67,15 @@ type Config struct {
 	// HangRate is hangs per holder-hour: a holder stops working but keeps its
 	// slot until its hard deadline, lifetime + shutdown_grace + margin.
 	HangRate float64
+	// Wake bounds a standby's reaction to a freed run slot, uniform in
+	// [0, Wake); zero means DefaultWake.
+	Wake time.Duration
+	// PollOnly models standbys that cannot watch the lock directory
+	// (inotify unavailable): they notice a free slot at their next poll.
+	PollOnly bool
+	// firstAwake models the protocol before fair promotion: every standby
+	// tries when woken, and the first one awake wins. For comparisons.
+	firstAwake bool
 	// Seed seeds the random draws.
 	Seed uint64
 	// Trace records a timeline this long from the end of the warm-up, for SVG; 0 records none.
@@ -136,7 +157,8 @@ type proc struct {
 	hung      bool
 	hungAt    time.Duration
 	lastPoll  time.Duration // standby: a poll of its renewal process, the latest one drawn
-	arrived   time.Duration // standby: took the standby slot
+	arrived   time.Duration // standby: took the standby slot; the oldest is promoted first
+	wakeAt    time.Duration // standby: queued wake-up after a run slot freed, -1 when none
 }
 
 // state is one simulation in progress; Run owns it.
@@ -189,6 +211,9 @@ func Run(cfg Config) (*Result, error) {
 	}
 	if cfg.Latency <= 0 {
 		cfg.Latency = DefaultLatency
+	}
+	if cfg.Wake <= 0 {
+		cfg.Wake = DefaultWake
 	}
 	if cfg.Warmup >= cfg.Horizon {
 		return nil, fmt.Errorf("simulate: horizon %v is not longer than the warm-up %v", cfg.Horizon, cfg.Warmup)
@@ -261,6 +286,10 @@ func (s *state) handle(e event) {
 		s.poll(e)
 		return
 	}
+	if e.kind == evWake {
+		s.woken(e)
+		return
+	}
 	p := &s.procs[e.pid]
 	if p.gen != e.gen {
 		return // the process this event was for has left
@@ -283,7 +312,7 @@ func (s *state) handle(e event) {
 		if p.role == standby.Standby {
 			s.res.Timeouts++
 			s.leaveStandby(e.pid, EndTimeout)
-			s.schedulePoll()
+			s.handover()
 		}
 	}
 }
@@ -311,11 +340,8 @@ func (s *state) arrive() {
 		return
 	}
 	j := -1
-	for i, pid := range s.sb {
-		if pid < 0 {
-			j = i
-			break
-		}
+	if s.nSb < len(s.sb) {
+		j = s.firstFree(s.sb)
 	}
 	if j < 0 {
 		s.res.Nothing++
@@ -324,18 +350,27 @@ func (s *state) arrive() {
 	s.res.Standbys++
 	pid := s.newProc()
 	p := &s.procs[pid]
-	p.role, p.slot, p.since, p.arrived, p.lastPoll = standby.Standby, j, s.now, s.now, s.now
+	p.role, p.slot, p.since, p.arrived, p.lastPoll, p.wakeAt = standby.Standby, j, s.now, s.now, s.now, -1
 	s.sb[j] = pid
 	s.nSb++
 	s.queue.push(event{t: s.now + s.q.StandbyWait, kind: evTimeout, pid: pid, gen: p.gen})
 }
 
+// freeRun is the run slot a TryAcquire would take now, or -1.
 func (s *state) freeRun() int {
 	if s.nRun == len(s.run) {
 		return -1
 	}
-	for i, pid := range s.run {
-		if pid < 0 {
+	return s.firstFree(s.run)
+}
+
+// firstFree is the first free slot from a random one on, as lock.FileSet
+// tries them; the caller knows one is free.
+func (s *state) firstFree(slots []int32) int {
+	n := len(slots)
+	first := s.rng.IntN(n)
+	for k := range n {
+		if i := (first + k) % n; slots[i] < 0 {
 			return i
 		}
 	}
@@ -429,7 +464,70 @@ func (s *state) leaveRun(pid int32, why End) {
 		s.nWork--
 	}
 	s.exit(pid)
-	s.schedulePoll()
+	s.handover()
+}
+
+// handover arranges for a waiting standby to take a free run slot. With the
+// watcher, a freed slot wakes the standbys: the oldest takes it, and the
+// others defer to it. When a standby leaves (promoted or timed out) while a
+// slot is still free, the deferring ones look again within milliseconds, and
+// the next oldest takes it. Without the watcher, see schedulePoll.
+func (s *state) handover() {
+	if s.nSb == 0 || s.nRun == len(s.run) {
+		return
+	}
+	if s.cfg.PollOnly {
+		s.schedulePoll()
+		return
+	}
+	if !s.cfg.firstAwake {
+		s.wake(s.oldest())
+		return
+	}
+	for _, pid := range s.sb {
+		if pid >= 0 {
+			s.wake(pid)
+		}
+	}
+}
+
+// wake queues standby pid's try of the run set within Config.Wake, unless
+// an earlier one is queued.
+func (s *state) wake(pid int32) {
+	p := &s.procs[pid]
+	at := s.now + time.Duration(s.rng.Int64N(int64(s.cfg.Wake)))
+	if p.wakeAt >= s.now && p.wakeAt <= at {
+		return
+	}
+	p.wakeAt = at
+	s.queue.push(event{t: at, kind: evWake, pid: pid, gen: p.gen})
+}
+
+// woken is a standby's try after a wake-up.
+func (s *state) woken(e event) {
+	p := &s.procs[e.pid]
+	if p.gen != e.gen || p.role != standby.Standby || e.t != p.wakeAt {
+		return
+	}
+	p.wakeAt = -1
+	if i := s.freeRun(); i >= 0 {
+		s.promote(e.pid, i)
+		if !s.cfg.firstAwake {
+			s.handover() // a second free slot: the next oldest, deferring, looks again
+		}
+	}
+}
+
+// oldest is the standby that has waited longest; there is one.
+func (s *state) oldest() int32 {
+	best := int32(-1)
+	for _, pid := range s.sb {
+		if pid >= 0 && (best < 0 || s.procs[pid].arrived < s.procs[best].arrived ||
+			s.procs[pid].arrived == s.procs[best].arrived && s.procs[pid].serial < s.procs[best].serial) {
+			best = pid
+		}
+	}
+	return best
 }
 
 // poll is a standby trying the run slots. The event may be stale (the
@@ -451,14 +549,20 @@ func (s *state) poll(e event) {
 // schedulePoll queues the first standby poll that will find a free run slot.
 // Standbys poll all the time, but a poll matters only while a run slot is
 // free, so only the earliest such poll becomes an event: one event per
-// handover instead of one per standby per poll.
+// handover instead of one per standby per poll. Younger standbys defer to
+// the oldest for two poll intervals, longer than its next poll can take,
+// so only the oldest one's polls count.
 func (s *state) schedulePoll() {
 	if s.nSb == 0 || s.nRun == len(s.run) {
 		return
 	}
+	only := int32(-1)
+	if !s.cfg.firstAwake {
+		only = s.oldest()
+	}
 	first, at, settledN := int32(-1), time.Duration(0), 0
 	for _, pid := range s.sb {
-		if pid < 0 {
+		if pid < 0 || only >= 0 && pid != only {
 			continue
 		}
 		p := &s.procs[pid]
@@ -479,7 +583,7 @@ func (s *state) schedulePoll() {
 		if x := s.now + s.firstOf(settledN); first < 0 || x < at {
 			pick := s.rng.IntN(settledN)
 			for _, pid := range s.sb {
-				if pid >= 0 && s.procs[pid].lastPoll <= s.now && s.settled(&s.procs[pid]) {
+				if pid >= 0 && (only < 0 || pid == only) && s.procs[pid].lastPoll <= s.now && s.settled(&s.procs[pid]) {
 					if pick == 0 {
 						first, at = pid, x
 						break
