@@ -67,8 +67,10 @@ func (s *FileSet) TryAcquire() (Slot, bool, error) {
 	for k := 0; k < s.n; k++ {
 		i := (first + k) % s.n
 		path := s.Path(i)
+		// Probe read-only (flock needs no write access): a failed probe's close
+		// must not look like a holder leaving to watchers (IN_CLOSE_WRITE).
 		fl := flock.New(path,
-			flock.SetFlag(os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC),
+			flock.SetFlag(os.O_CREATE|os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC),
 			flock.SetPermissions(0o640))
 		ok, err := fl.TryLock()
 		if err != nil {
@@ -82,7 +84,15 @@ func (s *FileSet) TryAcquire() (Slot, bool, error) {
 			_ = fl.Close()
 			continue
 		}
-		sl := &fileSlot{set: s, i: i, fl: fl, lost: make(chan struct{}), stop: make(chan struct{})}
+		// The beacon: a writable descriptor that is closed, after the lock is
+		// dropped, exactly when the holder releases or dies. Its close is
+		// what Watch reports.
+		beacon, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			_ = fl.Close()
+			return nil, false, fmt.Errorf("lock %s: %w", path, err)
+		}
+		sl := &fileSlot{set: s, i: i, fl: fl, beacon: beacon, lost: make(chan struct{}), stop: make(chan struct{})}
 		if b, err := os.ReadFile(s.recordPath(i)); err == nil {
 			var prev Record
 			if json.Unmarshal(b, &prev) == nil {
@@ -90,7 +100,8 @@ func (s *FileSet) TryAcquire() (Slot, bool, error) {
 			}
 		}
 		if err := sl.watchStart(); err != nil {
-			_ = fl.Unlock()
+			_ = fl.Close()
+			_ = beacon.Close()
 			return nil, false, err
 		}
 		keep(sl)
@@ -137,15 +148,16 @@ func keep(sl *fileSlot)   { held.Store(sl, struct{}{}) }
 func unkeep(sl *fileSlot) { held.Delete(sl) }
 
 type fileSlot struct {
-	set  *FileSet
-	i    int
-	fl   *flock.Flock
-	prev *Record // left by a holder that died holding the slot
-	ino  uint64
-	lost chan struct{} // closed by the watch goroutine
-	stop chan struct{} // closed by Release
-	wg   sync.WaitGroup
-	once sync.Once
+	set    *FileSet
+	i      int
+	fl     *flock.Flock
+	beacon *os.File // write-only; closed after the lock is dropped
+	prev   *Record  // left by a holder that died holding the slot
+	ino    uint64
+	lost   chan struct{} // closed by the watch goroutine
+	stop   chan struct{} // closed by Release
+	wg     sync.WaitGroup
+	once   sync.Once
 }
 
 var _ Slot = (*fileSlot)(nil)
@@ -190,6 +202,7 @@ func (sl *fileSlot) Release() error {
 		if uerr := sl.fl.Close(); uerr != nil && err == nil {
 			err = uerr
 		}
+		_ = sl.beacon.Close()
 		unkeep(sl)
 	})
 	return err

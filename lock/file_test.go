@@ -298,3 +298,24 @@ func TestWatchSeesRelease(t *testing.T) {
 		t.Fatal("no event when the slot was released")
 	}
 }
+
+func TestWatchIgnoresFailedProbes(t *testing.T) {
+	s := newSet(t, t.TempDir(), RoleRun, 1)
+	sl, _, _ := s.TryAcquire()
+	defer sl.Release()
+	ch, stop, err := s.Watch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	for i := 0; i < 10; i++ {
+		if _, ok, _ := s.TryAcquire(); ok {
+			t.Fatal("acquired a held slot")
+		}
+	}
+	select {
+	case <-ch:
+		t.Fatal("a failed probe woke the watchers")
+	case <-time.After(100 * time.Millisecond):
+	}
+}

@@ -19,9 +19,10 @@ type Watcher interface {
 
 var _ Watcher = (*FileSet)(nil)
 
-// Watch implements Watcher with inotify on the lock dir: a holder's lock file
-// is closed when it releases the slot or dies (kill -9 included), and its
-// record is removed on release.
+// Watch implements Watcher with inotify on the lock dir: a holder's one
+// writable descriptor of its lock file is closed when it releases the slot or
+// dies (kill -9 included), and its record is removed on release. Candidates
+// probe read-only, so a failed probe raises nothing.
 func (s *FileSet) Watch() (<-chan struct{}, func(), error) {
 	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
