@@ -159,7 +159,7 @@ func (s *Schedule) MinLines() int { return s.minLines }
 // It is capped at MaxPeak.
 func (s *Schedule) PeakLines() int { return s.peakLines }
 
-// MaxPeak caps PeakLines: beyond it no standby_slots value could absorb the peak.
+// MaxPeak caps PeakLines, so dense schedules stop counting early.
 const MaxPeak = 1025
 
 // Specs returns the crontab schedules, one per line.
