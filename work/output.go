@@ -8,6 +8,9 @@ import (
 	"time"
 )
 
+// copyBufs saves io.Copy's 32 KiB per stream per job: job output is small.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 4096); return &b }}
+
 // output copies a child's stdout and stderr from pipes we own.
 type output struct {
 	readers []*os.File
@@ -29,7 +32,10 @@ func startOutput(cmd *exec.Cmd, stdout, stderr io.Writer) (*output, error) {
 		o.wg.Add(1)
 		go func() {
 			defer o.wg.Done()
-			_, _ = io.Copy(w, r)
+			buf := copyBufs.Get().(*[]byte)
+			defer copyBufs.Put(buf)
+			// Hide *os.File's WriteTo, or CopyBuffer ignores buf.
+			_, _ = io.CopyBuffer(w, struct{ io.Reader }{r}, *buf)
 		}()
 	}
 	cmd.Stdout, cmd.Stderr = o.writers[0], o.writers[1]
