@@ -66,11 +66,7 @@ func runDead(ctx context.Context, e *env, args []string) error {
 	default:
 		return usagef("run 'baton dead --help'", "dead: unknown action %q", verb)
 	}
-	cfg, err := cf.Load(e.Getenv)
-	if err != nil {
-		return err
-	}
-	rdb, err := connect(ctx, cfg, 2)
+	cfg, rdb, err := loadAndConnect(ctx, e, cf, 2)
 	if err != nil {
 		return err
 	}

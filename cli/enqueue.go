@@ -39,11 +39,7 @@ func runEnqueue(ctx context.Context, e *env, args []string) error {
 	if err := parse(e, fs, enqueueUsage, args); err != nil {
 		return err
 	}
-	cfg, err := cf.Load(e.Getenv)
-	if err != nil {
-		return err
-	}
-	rdb, err := connect(ctx, cfg, 2)
+	cfg, rdb, err := loadAndConnect(ctx, e, cf, 2)
 	if err != nil {
 		return err
 	}

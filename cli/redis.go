@@ -29,6 +29,16 @@ func connect(ctx context.Context, c *config.Config, pool int) (*redis.Client, er
 	return rdb, nil
 }
 
+// loadAndConnect loads the config bound to cf and connects to its Redis.
+func loadAndConnect(ctx context.Context, e *env, cf *config.Flags, pool int) (*config.Config, *redis.Client, error) {
+	cfg, err := cf.Load(e.Getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	rdb, err := connect(ctx, cfg, pool)
+	return cfg, rdb, err
+}
+
 // quietRedis drops go-redis's own log lines (dial retries and the like): the
 // error that matters comes back from the call and is reported once, redacted.
 type quietRedis struct{}
