@@ -123,11 +123,27 @@ func (f *fleet) fire() {
 	}()
 }
 
-func (f *fleet) killAll() {
+// killAll kills the candidates cron started and every process holding a
+// slot (spawned candidates are detached: not ours to wait for), until no
+// slot has been held for a while.
+func (f *fleet) killAll(sets ...*lock.FileSet) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	for _, c := range f.cmds {
 		_ = c.Process.Kill()
+	}
+	f.mu.Unlock()
+	quiet := 0
+	for end := time.Now().Add(10 * time.Second); quiet < 5 && time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		quiet++
+		for _, s := range sets {
+			recs, _ := s.Records()
+			for _, r := range recs {
+				if r.Held {
+					_ = syscall.Kill(r.PID, syscall.SIGKILL)
+					quiet = 0
+				}
+			}
+		}
 	}
 }
 
@@ -172,9 +188,9 @@ func chaosRun(t *testing.T, jobs int) {
 			"--job-timeout", "2s", "--visibility-timeout", "5s",
 			"--retry-backoff", "100ms", "--retry-backoff-max", "1s", "--log-format", "json", "--log-level", cmp.Or(os.Getenv("CHAOS_LOG_LEVEL"), "info")},
 	}
-	defer f.killAll()
 	runSet, _ := lock.NewFileSet(locks, queue, lock.RoleRun, slots)
 	sbSet, _ := lock.NewFileSet(locks, queue, lock.RoleStandby, slots)
+	defer f.killAll(runSet, sbSet)
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
