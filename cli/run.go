@@ -91,7 +91,8 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		log.Debug().Msg("every run and standby slot is taken: nothing to do")
 		return nil
 	}
-	h := &holder{e: e, cfg: cfg, log: log, argv: argv}
+	host, _ := os.Hostname()
+	h := &holder{e: e, cfg: cfg, log: log, argv: argv, host: host}
 	return h.serve(ctx, p, role, slot)
 }
 
@@ -128,6 +129,7 @@ type holder struct {
 	cfg  *config.Config
 	log  zerolog.Logger
 	argv []string
+	host string
 	rdb  *redis.Client
 	exec *work.Exec // nil in library mode
 }
@@ -229,8 +231,7 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot) error {
 		h.exec = &work.Exec{Argv: h.argv, Timeout: cfg.JobTimeout.D(), Grace: cfg.ShutdownGrace.D(), Logger: h.log}
 		handler = h.exec
 	}
-	host, _ := os.Hostname()
-	consumer := host + "/" + slot.Name()
+	consumer := h.host + "/" + slot.Name()
 	if prev := slot.Inherited(); prev != nil {
 		// The previous holder died holding the slot: its job's children may live on.
 		if n := proc.KillLeftovers("BATON_QUEUE="+cfg.Queue, "BATON_SLOT="+consumer); n > 0 {
@@ -258,9 +259,8 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot) error {
 }
 
 func (h *holder) record(role string, since, until time.Time) lock.Record {
-	host, _ := os.Hostname()
 	start, _ := proc.StartTime(os.Getpid())
-	return lock.Record{PID: os.Getpid(), Start: start, Host: host, Role: role, Since: since, Until: until}
+	return lock.Record{PID: os.Getpid(), Start: start, Host: h.host, Role: role, Since: since, Until: until}
 }
 
 func (h *holder) killAll() {
