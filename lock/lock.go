@@ -70,6 +70,16 @@ type Record struct {
 	// Since is when the holder took the slot; Until its planned end.
 	Since time.Time `json:"since,omitzero"`
 	Until time.Time `json:"until,omitzero"`
+	// Deadline is the holder's hard deadline (Until + shutdown grace +
+	// margin): past it, and past a further margin, the holder is overdue
+	// (frozen, stopped, stuck in the kernel) and may be killed by whoever
+	// sees it. Zero for standbys and for holders that set none.
+	Deadline time.Time `json:"deadline,omitzero"`
+	// Token is random, unique to this holder's tenure of this slot of this
+	// lock dir; its jobs carry it in their environment (BATON_HOLDER), so
+	// what a dead holder left running can be told apart from the jobs of
+	// another deployment that uses the same queue name.
+	Token string `json:"token,omitempty"`
 	// JobsDone counts jobs finished by this holder.
 	JobsDone int64 `json:"jobs_done"`
 	// Job is the id of a job in progress, JobSince when it started.

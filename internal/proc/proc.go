@@ -6,7 +6,6 @@ package proc
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"os"
 	"runtime"
 	"strconv"
@@ -21,27 +20,8 @@ var ErrNoProcess = errors.New("no such process")
 // StartTime returns the start time of pid in clock ticks since boot (field 22
 // of /proc/<pid>/stat). A pid and its start time identify one process for life.
 func StartTime(pid int) (uint64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return 0, ErrNoProcess
-		}
-		return 0, err
-	}
-	// comm (field 2) may hold spaces and parens: fields start after the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
-	}
-	f := bytes.Fields(b[i+1:])
-	// f[0] is field 3 (state); field 22 is f[19].
-	if len(f) < 20 {
-		return 0, fmt.Errorf("parse /proc/%d/stat: %d fields", pid, len(f))
-	}
-	if f[0][0] == 'Z' || f[0][0] == 'X' {
-		return 0, ErrNoProcess
-	}
-	return strconv.ParseUint(string(f[19]), 10, 64)
+	s, err := ReadStat(pid)
+	return s.Start, err
 }
 
 // Alive reports whether pid is running and started at start.
