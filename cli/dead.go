@@ -107,13 +107,13 @@ func (d *deadCmd) list(ctx context.Context, limit int64) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(d.e.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tREASON\tATTEMPTS\tFAILED\tBYTES\tERROR")
+	fmt.Fprintln(tw, "JOB\tREASON\tATTEMPTS\tFAILED\tBYTES\tERROR")
 	for _, dl := range dls {
 		size := "-"
 		if dl.Payload != nil {
 			size = strconv.Itoa(len(dl.Payload))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", dl.ID, dl.Reason, dl.Attempts,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", dl.JobID, dl.Reason, dl.Attempts,
 			dl.FailedAt.Local().Format(time.DateTime), size, firstLine(dl.Error, 60))
 	}
 	return tw.Flush()
@@ -128,9 +128,9 @@ func (d *deadCmd) show(ctx context.Context, id string) error {
 		return writeJSON(d.e, dl)
 	}
 	w := d.e.Stdout
-	fmt.Fprintf(w, "id:        %s\nreason:    %s\nattempts:  %d\n", dl.ID, dl.Reason, dl.Attempts)
-	fmt.Fprintf(w, "enqueued:  %s (entry %s)\n", dl.Enqueued().Local().Format(time.DateTime), dl.Orig)
-	fmt.Fprintf(w, "failed:    %s (entry %s)\n", dl.FailedAt.Local().Format(time.DateTime), dl.JobID)
+	fmt.Fprintf(w, "job:       %s\nreason:    %s\nattempts:  %d\n", dl.JobID, dl.Reason, dl.Attempts)
+	fmt.Fprintf(w, "enqueued:  %s\n", dl.Enqueued().Local().Format(time.DateTime))
+	fmt.Fprintf(w, "failed:    %s (last entry %s, dead letter %s)\n", dl.FailedAt.Local().Format(time.DateTime), dl.Entry, dl.ID)
 	fmt.Fprintf(w, "error:     %s\n", strings.ReplaceAll(dl.Error, "\n", "\n           "))
 	if dl.Payload == nil {
 		fmt.Fprintln(w, "payload:   none (malformed entry)")
@@ -143,12 +143,12 @@ func (d *deadCmd) show(ctx context.Context, id string) error {
 func (d *deadCmd) requeue(ctx context.Context, ids []string, all bool) error {
 	n := 0
 	each := func(id string) error {
-		newID, err := work.RequeueDead(ctx, d.rdb, d.q, id)
+		job, err := work.RequeueDead(ctx, d.rdb, d.q, id)
 		if err != nil {
 			return err
 		}
 		n++
-		fmt.Fprintf(d.e.Stdout, "%s requeued as %s\n", id, newID)
+		fmt.Fprintf(d.e.Stdout, "requeued %s\n", job)
 		return nil
 	}
 	err := d.forEach(ctx, ids, all, each)

@@ -187,9 +187,9 @@ func (h *holder) connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := work.EnsureGroup(ctx, rdb, work.KeysFor(h.cfg.Queue)); err != nil {
+	if err := work.Prepare(ctx, rdb, work.KeysFor(h.cfg.Queue)); err != nil {
 		_ = rdb.Close()
-		return fmt.Errorf("create consumer group on %s: %w", config.RedactURL(h.cfg.RedisURL), err)
+		return fmt.Errorf("prepare queue %s on %s: %w", h.cfg.Queue, config.RedactURL(h.cfg.RedisURL), err)
 	}
 	h.rdb = rdb
 	return nil
@@ -226,10 +226,11 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot) error {
 		}
 	}()
 
-	handler := h.e.Handler
+	handler, jobTimeout := h.e.Handler, cfg.JobTimeout.D()
 	if handler == nil {
-		h.exec = &work.Exec{Argv: h.argv, Timeout: cfg.JobTimeout.D(), Grace: cfg.ShutdownGrace.D(), Logger: h.log}
-		handler = h.exec
+		// The exec handler enforces job_timeout itself: SIGTERM, then SIGKILL.
+		h.exec = &work.Exec{Argv: h.argv, Timeout: jobTimeout, Grace: cfg.ShutdownGrace.D(), Logger: h.log}
+		handler, jobTimeout = h.exec, 0
 	}
 	consumer := h.host + "/" + slot.Name()
 	if prev := slot.Inherited(); prev != nil {
@@ -244,7 +245,7 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot) error {
 	h.log.Info().Time("until", until).Msg("holding run slot")
 	err := work.Run(ctx, work.Config{
 		Client: h.rdb, Queue: cfg.Queue, Consumer: consumer, Handler: handler,
-		Concurrency: cfg.Concurrency, Deadline: until, Grace: cfg.ShutdownGrace.D(),
+		Concurrency: cfg.Concurrency, Deadline: until, Grace: cfg.ShutdownGrace.D(), JobTimeout: jobTimeout,
 		MaxJobs: cfg.MaxJobs, RedisDownExit: cfg.RedisDownExit.D(),
 		MaxAttempts: cfg.MaxAttempts, RetryBackoff: cfg.RetryBackoff.D(), RetryBackoffMax: cfg.RetryBackoffMax.D(),
 		DeadMax: cfg.DeadMax, MaxPayload: cfg.MaxPayload, VisibilityTimeout: cfg.VisibilityTimeout.D(),

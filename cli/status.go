@@ -59,6 +59,7 @@ type statusReport struct {
 	Run     []slotStatus `json:"run"`
 	Standby []slotStatus `json:"standby"`
 	Jobs    *jobCounts   `json:"jobs"`
+	Memory  *work.Memory `json:"redis_memory,omitempty"`
 	Error   string       `json:"error,omitempty"`
 }
 
@@ -86,8 +87,8 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	}
-	jobs, jerr := queueCounts(ctx, cfg)
-	rep.Jobs = jobs
+	jobs, mem, jerr := queueCounts(ctx, cfg)
+	rep.Jobs, rep.Memory = jobs, mem
 	if jerr != nil {
 		rep.Error = jerr.Error()
 	}
@@ -124,12 +125,13 @@ func timePtr(t time.Time) *time.Time {
 	return &t
 }
 
-// queueCounts reads the queue's counts in one round trip. Acknowledged entries
-// are deleted, so the stream holds exactly the waiting and pending ones.
-func queueCounts(ctx context.Context, cfg *config.Config) (*jobCounts, error) {
+// queueCounts reads the queue's counts and Redis's memory in one round
+// trip. Acknowledged entries are deleted, so the stream holds exactly the
+// waiting and pending ones.
+func queueCounts(ctx context.Context, cfg *config.Config) (*jobCounts, *work.Memory, error) {
 	rdb, err := connect(ctx, cfg, 1)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer rdb.Close()
 	k := work.KeysFor(cfg.Queue)
@@ -137,6 +139,7 @@ func queueCounts(ctx context.Context, cfg *config.Config) (*jobCounts, error) {
 	var groups *redis.XInfoGroupsCmd
 	var done *redis.StringCmd
 	var retrying, dead *redis.IntCmd
+	var mem work.Memory
 	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		xlen = p.XLen(ctx, k.Stream)
 		groups = p.XInfoGroups(ctx, k.Stream)
@@ -146,7 +149,11 @@ func queueCounts(ctx context.Context, cfg *config.Config) (*jobCounts, error) {
 		return nil
 	})
 	if err := xlen.Err(); err != nil {
-		return nil, fmt.Errorf("read queue: %w", err)
+		return nil, nil, fmt.Errorf("read queue: %w", err)
+	}
+	mem, err = work.ReadMemory(ctx, rdb)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read redis memory: %w", err)
 	}
 	c := &jobCounts{}
 	for _, g := range groups.Val() { // an error here means no stream yet
@@ -157,7 +164,7 @@ func queueCounts(ctx context.Context, cfg *config.Config) (*jobCounts, error) {
 	c.Waiting = xlen.Val() - c.Pending
 	c.Retrying, c.Dead = retrying.Val(), dead.Val()
 	c.Done, _ = strconv.ParseInt(done.Val(), 10, 64)
-	return c, nil
+	return c, &mem, nil
 }
 
 func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
@@ -166,6 +173,15 @@ func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 		fmt.Fprintf(w, "jobs  %d waiting, %d pending, %d retrying, %d dead, %d done\n\n", j.Waiting, j.Pending, j.Retrying, j.Dead, j.Done)
 	} else {
 		fmt.Fprintf(w, "jobs  unknown (redis unreachable)\n\n")
+	}
+	if m := rep.Memory; m != nil && (m.AtLimit() || m.Evicts()) {
+		if m.AtLimit() {
+			fmt.Fprintf(w, "redis OUT OF MEMORY: %d of maxmemory %d bytes used; new jobs and retries are refused, holders keep acknowledging\n", m.Used, m.Max)
+		}
+		if m.Evicts() {
+			fmt.Fprintf(w, "redis maxmemory-policy is %s: at maxmemory Redis may evict queued jobs\n", m.Policy)
+		}
+		fmt.Fprintf(w, "hint: %s\n\n", work.OOMHint)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SLOT\tSTATE\tPID\tHOST\tSINCE\tUNTIL\tJOBS\tCURRENT")

@@ -2,10 +2,13 @@ package work
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -18,19 +21,41 @@ var (
 
 // DeadLetter is a job that will not run again unless requeued.
 type DeadLetter struct {
-	ID       string    `json:"id"`     // id in the dead-letter stream
+	ID       string    `json:"id"`     // the letter's own id in the dead-letter stream
+	JobID    string    `json:"job_id"` // the job's id for life: the id enqueue returned
 	Reason   string    `json:"reason"` // failed, timeout, crashed, too_large, malformed
 	Attempts int       `json:"attempts"`
-	Error    string    `json:"error"`  // the last error: a tail of the job's stderr, bounded
-	JobID    string    `json:"job_id"` // the job's last entry id
-	Orig     string    `json:"orig"`   // the job's first entry id: when it was enqueued
+	Error    string    `json:"error"` // the last error: a tail of the job's stderr, bounded
+	Entry    string    `json:"entry"` // the job's last stream entry id
 	FailedAt time.Time `json:"failed_at"`
 	Payload  []byte    `json:"payload"` // nil for a malformed entry
+	// Fields are the producer's own fields of the job, if any.
+	Fields map[string]string `json:"fields,omitempty"`
 }
 
-// Enqueued is when the job was first enqueued (from its first entry id).
+// MarshalJSON writes the payload as text when it is valid UTF-8, else as
+// base64, and says which in payload_encoding ("text" or "base64"); a letter
+// without a payload has neither.
+func (d DeadLetter) MarshalJSON() ([]byte, error) {
+	type plain DeadLetter
+	out := struct {
+		plain
+		Payload  *string `json:"payload"`
+		Encoding string  `json:"payload_encoding,omitempty"`
+	}{plain: plain(d)}
+	if d.Payload != nil {
+		p, enc := string(d.Payload), "text"
+		if !utf8.Valid(d.Payload) {
+			p, enc = base64.StdEncoding.EncodeToString(d.Payload), "base64"
+		}
+		out.Payload, out.Encoding = &p, enc
+	}
+	return json.Marshal(out)
+}
+
+// Enqueued is when the job was first enqueued (from its id).
 func (d *DeadLetter) Enqueued() time.Time {
-	ms, _, _ := cutDash(d.Orig)
+	ms, _, _ := cutDash(d.JobID)
 	return time.UnixMilli(ms)
 }
 
@@ -46,13 +71,26 @@ func cutDash(id string) (int64, string, bool) {
 
 func toDeadLetter(m redis.XMessage) DeadLetter {
 	str := func(k string) string { s, _ := m.Values[k].(string); return s }
-	d := DeadLetter{ID: m.ID, Reason: str("reason"), Error: str("error"), JobID: str("id"), Orig: str("orig")}
-	d.Attempts, _ = strconv.Atoi(str("attempts"))
-	if ms, err := strconv.ParseInt(str("failed_at"), 10, 64); err == nil {
+	d := DeadLetter{ID: m.ID, JobID: str(jobField), Reason: str(deadReason), Error: str(deadError), Entry: str(deadEntry)}
+	if d.JobID == "" {
+		d.JobID = d.Entry
+	}
+	d.Attempts, _ = strconv.Atoi(str(attemptsField))
+	if ms, err := strconv.ParseInt(str(deadFailedAt), 10, 64); err == nil {
 		d.FailedAt = time.UnixMilli(ms)
 	}
-	if p, ok := m.Values[PayloadField].(string); ok {
-		d.Payload = []byte(p)
+	for k, v := range m.Values {
+		switch k {
+		case PayloadField:
+			p, _ := v.(string)
+			d.Payload = []byte(p)
+		case jobField, attemptsField, deadReason, deadError, deadEntry, deadFailedAt:
+		default:
+			if d.Fields == nil {
+				d.Fields = map[string]string{}
+			}
+			d.Fields[k], _ = v.(string)
+		}
 	}
 	return d
 }
@@ -81,9 +119,28 @@ func ListDead(ctx context.Context, rdb redis.Cmdable, q, after string, n int64) 
 	return out, nil
 }
 
-// GetDead returns one dead letter, or ErrNoDeadLetter.
+// letterID resolves id, a job's id for life or a letter's own id, to the
+// letter's id.
+func letterID(ctx context.Context, rdb redis.Cmdable, k Keys, id string) (string, error) {
+	did, err := rdb.HGet(ctx, k.DeadIndex, id).Result()
+	switch {
+	case err == nil:
+		return did, nil
+	case isRedisNil(err):
+		return id, nil
+	}
+	return "", err
+}
+
+// GetDead returns the dead letter of a job, by the job's id (the one
+// enqueue returned) or the letter's own id, or ErrNoDeadLetter.
 func GetDead(ctx context.Context, rdb redis.Cmdable, q, id string) (*DeadLetter, error) {
-	msgs, err := rdb.XRange(ctx, KeysFor(q).Dead, id, id).Result()
+	k := KeysFor(q)
+	did, err := letterID(ctx, rdb, k, id)
+	if err != nil {
+		return nil, err
+	}
+	msgs, err := rdb.XRange(ctx, k.Dead, did, did).Result()
 	if err != nil {
 		return nil, deadIDErr(id, err)
 	}
@@ -94,11 +151,16 @@ func GetDead(ctx context.Context, rdb redis.Cmdable, q, id string) (*DeadLetter,
 	return &d, nil
 }
 
-// RequeueDead puts a dead letter back as a new job, its attempts starting
-// over, and removes the dead letter, in one step. It returns the new job id.
-func RequeueDead(ctx context.Context, rdb redis.Scripter, q, id string) (string, error) {
+// RequeueDead puts a dead letter back as the same job, with the same id and
+// its attempts starting over, and removes the letter, in one step. id is the
+// job's id or the letter's; it returns the job's id.
+func RequeueDead(ctx context.Context, rdb redis.Cmdable, q, id string) (string, error) {
 	k := KeysFor(q)
-	v, err := requeueScript.Run(ctx, rdb, []string{k.Dead, k.Stream}, id).Result()
+	did, err := letterID(ctx, rdb, k, id)
+	if err != nil {
+		return "", err
+	}
+	v, err := runScript(ctx, rdb, requeueScript, []string{k.Dead, k.DeadIndex, k.Stream}, did).Result()
 	if err != nil {
 		return "", deadIDErr(id, err)
 	}
@@ -113,22 +175,37 @@ func RequeueDead(ctx context.Context, rdb redis.Scripter, q, id string) (string,
 	return "", fmt.Errorf("%s: %w", id, ErrNoDeadLetter)
 }
 
-// PurgeDead deletes dead letters by id and returns how many there were.
+// PurgeDead deletes dead letters by job id or letter id and returns how many
+// there were.
 func PurgeDead(ctx context.Context, rdb redis.Cmdable, q string, ids ...string) (int64, error) {
-	n, err := rdb.XDel(ctx, KeysFor(q).Dead, ids...).Result()
+	k := KeysFor(q)
+	dids := make([]string, 0, len(ids))
+	for _, id := range ids {
+		did, err := letterID(ctx, rdb, k, id)
+		if err != nil {
+			return 0, err
+		}
+		dids = append(dids, did)
+	}
+	var n *redis.IntCmd
+	_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		n = p.XDel(ctx, k.Dead, dids...)
+		p.HDel(ctx, k.DeadIndex, ids...)
+		return nil
+	})
 	if err != nil {
 		return 0, deadIDErr(ids[0], err)
 	}
-	return n, nil
+	return n.Val(), nil
 }
 
 // PurgeAllDead deletes every dead letter of q and returns how many there were.
 func PurgeAllDead(ctx context.Context, rdb redis.Cmdable, q string) (int64, error) {
-	k := KeysFor(q).Dead
+	k := KeysFor(q)
 	var n *redis.IntCmd
 	_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		n = p.XLen(ctx, k)
-		p.Del(ctx, k)
+		n = p.XLen(ctx, k.Dead)
+		p.Del(ctx, k.Dead, k.DeadIndex)
 		return nil
 	})
 	if err != nil {

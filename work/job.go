@@ -18,22 +18,30 @@ import (
 	"time"
 )
 
-// Job is one stream entry handed to a Handler.
+// Job is one job handed to a Handler.
 type Job struct {
-	ID      string // stream entry id, e.g. "1700000000000-0"
+	// ID is the job's id for life: the id enqueue returned (its first stream
+	// entry's id, e.g. "1700000000000-0"). Retries, replays, dead letters
+	// and lookups keep it, so a handler may use it for idempotency.
+	ID string
+	// Entry is the id of the stream entry being run now; a retry or a
+	// give-back puts the job in a new entry. An implementation detail, shown
+	// beside ID in logs.
+	Entry   string
 	Payload []byte // the entry's payload field; data, never a command
 	Attempt int    // 1 on first delivery, counting every delivery since
 	Queue   string // queue name
 	Slot    string // consumer name, e.g. "host/run-2"
 	Started time.Time
 
-	orig    string // id of the job's first entry (retries get new ones)
 	verdict string // a dead-letter reason decided on reading: do not run
 	problem string // why, for the dead letter
 }
 
-// Handler runs one job. A nil error acknowledges it; an error leaves it to be
-// retried. Handle must return soon after ctx is done.
+// Handler runs one job. A nil error acknowledges it; an error schedules a
+// retry with backoff (a dead letter after max_attempts runs). ctx is
+// cancelled at the job's timeout (Config.JobTimeout) and at the end of the
+// holder's shutdown grace; Handle must return soon after ctx is done.
 type Handler interface {
 	Handle(ctx context.Context, j *Job) error
 }

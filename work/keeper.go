@@ -25,8 +25,8 @@ func (r *runner) keep(stop <-chan struct{}) {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if n, err := dueScript.Run(ctx, r.c.Client, []string{r.keys.Retry, r.keys.Stream}, time.Now().UnixMilli(), 100).Int(); err != nil {
-			r.c.Logger.Debug().Err(err).Msg("move due retries")
+		if n, err := runScript(ctx, r.c.Client, dueScript, []string{r.keys.Retry, r.keys.RetryJobs, r.keys.Stream}, time.Now().UnixMilli(), 100).Int(); err != nil {
+			r.dueFailed(err)
 		} else if n > 0 {
 			r.c.Logger.Debug().Int("jobs", n).Msg("moved due retries back into the queue")
 		}
@@ -39,6 +39,25 @@ func (r *runner) keep(stop <-chan struct{}) {
 		}
 		cancel()
 	}
+}
+
+// dueFailed logs a failure to move due retries: at debug while it is a
+// passing connection problem, at warn once per keeper when it will repeat
+// (OOM, a key of the wrong type). The retries stay scheduled either way.
+func (r *runner) dueFailed(err error) {
+	if !permanent(err) {
+		r.c.Logger.Debug().Err(err).Msg("move due retries")
+		return
+	}
+	if r.dueWarned {
+		return
+	}
+	r.dueWarned = true
+	ev := r.c.Logger.Warn().Err(err)
+	if IsOOM(err) {
+		ev = ev.Str("hint", OOMHint)
+	}
+	ev.Msg("cannot move due retries back into the queue; they stay scheduled")
 }
 
 // heartbeat resets the idle time of every entry this holder has read and not

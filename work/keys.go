@@ -1,7 +1,6 @@
 package work
 
 import (
-	"context"
 	"errors"
 	"strings"
 
@@ -11,37 +10,41 @@ import (
 // Group is the consumer group every holder reads through.
 const Group = "baton"
 
-// Stream entry fields. Producers set PayloadField; baton adds the others when
-// it moves a retry back into the stream.
+// Stream entry fields. Producers set PayloadField (and may add fields of
+// their own, which baton carries through retries, give-backs and dead
+// letters); baton adds the others when it moves a job back into the stream.
+// Field names baton uses itself are reserved: a producer's field of the same
+// name is overwritten.
 const (
 	PayloadField  = "payload"
 	attemptsField = "attempts" // runs already made
-	origField     = "orig"     // id of the job's first entry
+	jobField      = "orig"     // the job's id for life: the id of its first entry
+)
+
+// Dead-letter fields, beside the job's own fields.
+const (
+	deadReason   = "reason"
+	deadError    = "error"
+	deadEntry    = "id" // the job's last stream entry id
+	deadFailedAt = "failed_at"
 )
 
 // Keys are the Redis keys of one queue, all under the hash tag {queue} so a
 // cluster keeps them on one shard and scripts may touch them together.
 type Keys struct {
-	Stream string // baton:{q}: the jobs; group "baton"
-	Retry  string // baton:{q}:retry: sorted set of retries, scored by due time (ms)
-	Dead   string // baton:{q}:dead: dead letters
-	Stats  string // baton:{q}:stats: totals that outlive short-lived holders
+	Stream    string // baton:{q}: the jobs; group "baton"
+	Retry     string // baton:{q}:retry: sorted set of job ids, scored by due time (ms)
+	RetryJobs string // baton:{q}:retry:jobs: hash job id → the job's fields (MessagePack)
+	Dead      string // baton:{q}:dead: dead letters
+	DeadIndex string // baton:{q}:dead:ids: hash job id → its dead letter's id
+	Stats     string // baton:{q}:stats: totals that outlive short-lived holders
 }
 
 // KeysFor returns the keys of queue q.
 func KeysFor(q string) Keys {
 	base := "baton:{" + q + "}"
-	return Keys{Stream: base, Retry: base + ":retry", Dead: base + ":dead", Stats: base + ":stats"}
-}
-
-// EnsureGroup creates the stream and its group when missing. The group starts
-// at id 0 so jobs enqueued before any holder ran are delivered too.
-func EnsureGroup(ctx context.Context, rdb redis.Cmdable, k Keys) error {
-	err := rdb.XGroupCreateMkStream(ctx, k.Stream, Group, "0").Err()
-	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
-		return err
-	}
-	return nil
+	return Keys{Stream: base, Retry: base + ":retry", RetryJobs: base + ":retry:jobs",
+		Dead: base + ":dead", DeadIndex: base + ":dead:ids", Stats: base + ":stats"}
 }
 
 func isNoGroup(err error) bool {
@@ -50,8 +53,44 @@ func isNoGroup(err error) bool {
 
 func isRedisNil(err error) bool { return errors.Is(err, redis.Nil) }
 
+// The scripts below follow one rule, the move order: a job's destination is
+// written first and its stream entry acknowledged last, and each script
+// checks first that the entry is still pending, for this consumer where it
+// matters. A script refused or failing part way (a key of the wrong type,
+// OOM) has then written nothing, or only the destination: the entry stays
+// pending and is settled again later. Nothing is ever acknowledged into
+// nowhere. Statistics are written with pcall: they never fail a move.
+//
+// Redis runs a script that has written once to its end even under OOM, so a
+// destination written under OOM is followed by its acknowledgement.
+
+// entryLua holds Lua helpers shared by the scripts: job(stream, id) returns
+// an entry's fields with baton's bookkeeping fields taken out (nil when the
+// entry is gone), and put(t, k, v) appends a field.
+const entryLua = `
+local function fields(stream, id, drop)
+  local e = redis.call('XRANGE', stream, id, id)
+  if #e == 0 then return nil end
+  local f, out = e[1][2], {}
+  for i = 1, #f, 2 do
+    if not drop[f[i]] then out[#out + 1] = f[i]; out[#out + 1] = f[i + 1] end
+  end
+  return out
+end
+local function put(t, k, v) t[#t + 1] = k; t[#t + 1] = v end
+local baton = {attempts = true, orig = true}
+local letter = {attempts = true, orig = true, reason = true, error = true, id = true, failed_at = true}
+local function pending(stream, group, id, consumer)
+  if consumer then
+    return #redis.call('XPENDING', stream, group, id, id, 1, consumer) > 0
+  end
+  return #redis.call('XPENDING', stream, group, id, id, 1) > 0
+end
+`
+
 // ackScript acknowledges and deletes entries in one step, so an entry is never
 // deleted while still pending (a ghost) nor acked and left in the stream.
+// XACK and XDEL free memory, so this runs under OOM too.
 //
 // KEYS[1] stream, KEYS[2] stats; ARGV[1] group, ARGV[2..] entry ids.
 // Returns how many entries were pending and are now acknowledged.
@@ -60,93 +99,149 @@ local ids = {}
 for i = 2, #ARGV do ids[#ids + 1] = ARGV[i] end
 local n = redis.call('XACK', KEYS[1], ARGV[1], unpack(ids))
 redis.call('XDEL', KEYS[1], unpack(ids))
-if n > 0 then redis.call('HINCRBY', KEYS[2], 'done', n) end
+if n > 0 then redis.pcall('HINCRBY', KEYS[2], 'done', n) end
 return n
 `)
 
-// retryScript moves a failed entry to the retry schedule.
+// retryScript moves a failed entry to the retry schedule: its fields (the
+// producer's own included) under its job id in the retry hash, the job id in
+// the sorted set at its due time, then the acknowledgement.
 //
-// KEYS[1] stream, KEYS[2] retry, KEYS[3] stats; ARGV[1] group, ARGV[2] entry
-// id, ARGV[3] due (unix ms), ARGV[4] member (see retryMember).
-// Returns 1 when scheduled, 0 when the entry was no longer pending.
-var retryScript = redis.NewScript(`
-if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
+// KEYS[1] stream, KEYS[2] retry, KEYS[3] retry jobs, KEYS[4] stats;
+// ARGV[1] group, ARGV[2] entry id, ARGV[3] consumer, ARGV[4] due (unix ms),
+// ARGV[5] job id, ARGV[6] runs made.
+// Returns 1 when scheduled, 0 when the entry is no longer pending for this
+// consumer, -1 when it was deleted while pending (cleared).
+var retryScript = redis.NewScript(entryLua + `
+if not pending(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return 0 end
+local f = fields(KEYS[1], ARGV[2], baton)
+if not f then
+  redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+  return -1
+end
+put(f, 'attempts', ARGV[6])
+put(f, 'orig', ARGV[5])
+redis.call('HSET', KEYS[3], ARGV[5], cmsgpack.pack(f))
+redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
-redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
-redis.call('HINCRBY', KEYS[3], 'retried', 1)
+redis.pcall('HINCRBY', KEYS[4], 'retried', 1)
 return 1
 `)
 
-// dueScript moves due retries back into the stream as new entries that carry
-// their attempt count and first id.
+// dueScript moves due retries back into the stream as new entries with
+// their fields, attempt count and job id: XADD first, then the removal from
+// the schedule. A member of the old "<entry id>|<attempts>|<orig>|<payload>"
+// form (written by baton before 0.2) is read as such.
 //
-// KEYS[1] retry, KEYS[2] stream; ARGV[1] now (unix ms), ARGV[2] most to move.
-// Members are "<entry id>|<attempts>|<orig id>|<payload>".
-// Returns how many were moved.
+// KEYS[1] retry, KEYS[2] retry jobs, KEYS[3] stream; ARGV[1] now (unix ms),
+// ARGV[2] most to move. Returns how many were moved.
 var dueScript = redis.NewScript(`
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
 for _, m in ipairs(due) do
-  local a = string.find(m, '|', 1, true)
-  local b = string.find(m, '|', a + 1, true)
-  local c = string.find(m, '|', b + 1, true)
-  redis.call('XADD', KEYS[2], '*', 'payload', string.sub(m, c + 1),
-    'attempts', string.sub(m, a + 1, b - 1), 'orig', string.sub(m, b + 1, c - 1))
+  local packed = redis.call('HGET', KEYS[2], m)
+  if packed then
+    redis.call('XADD', KEYS[3], '*', unpack(cmsgpack.unpack(packed)))
+  else
+    local a = string.find(m, '|', 1, true)
+    local b = a and string.find(m, '|', a + 1, true)
+    local c = b and string.find(m, '|', b + 1, true)
+    if c then
+      redis.call('XADD', KEYS[3], '*', 'payload', string.sub(m, c + 1),
+        'attempts', string.sub(m, a + 1, b - 1), 'orig', string.sub(m, b + 1, c - 1))
+    else
+      -- no record: an entry without a payload, dead-lettered as malformed
+      redis.call('XADD', KEYS[3], '*', 'orig', m)
+    end
+  end
   redis.call('ZREM', KEYS[1], m)
+  redis.call('HDEL', KEYS[2], m)
 end
 return #due
 `)
 
-// deadScript moves an entry to the dead-letter stream, bounded by dead_max.
+// deadScript moves an entry to the dead letters, bounded by dead_max: the
+// letter (the entry's fields, the producer's own included, and why it died)
+// and its index entry first, then the acknowledgement. The oldest letters
+// beyond dead_max are dropped, with their index entries.
 //
-// KEYS[1] stream, KEYS[2] dead, KEYS[3] stats; ARGV[1] group, ARGV[2] entry
-// id, ARGV[3] dead_max, ARGV[4..] field/value pairs of the dead letter.
-// Returns -1 when the entry was no longer pending, 1 when the oldest dead
-// letter was dropped to make room, else 0.
-var deadScript = redis.NewScript(`
-if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then return -1 end
+// KEYS[1] stream, KEYS[2] dead, KEYS[3] dead index, KEYS[4] stats;
+// ARGV[1] group, ARGV[2] entry id, ARGV[3] consumer, ARGV[4] dead_max,
+// ARGV[5] job id, ARGV[6..] baton's field/value pairs of the letter.
+// Returns -1 when the entry is no longer pending for this consumer, 1 when
+// letters were dropped to make room, else 0.
+var deadScript = redis.NewScript(entryLua + `
+if not pending(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return -1 end
+local f = fields(KEYS[1], ARGV[2], letter) or {}
+put(f, 'orig', ARGV[5])
+for i = 6, #ARGV, 2 do put(f, ARGV[i], ARGV[i + 1]) end
+local over = redis.call('XLEN', KEYS[2]) + 1 - tonumber(ARGV[4])
+local id = redis.call('XADD', KEYS[2], '*', unpack(f))
+redis.call('HSET', KEYS[3], ARGV[5], id)
+if over > 0 then
+  for _, e in ipairs(redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', over)) do
+    local g = e[2]
+    for i = 1, #g, 2 do
+      if g[i] == 'orig' and redis.call('HGET', KEYS[3], g[i + 1]) == e[1] then
+        redis.call('HDEL', KEYS[3], g[i + 1])
+      end
+    end
+    redis.call('XDEL', KEYS[2], e[1])
+  end
+end
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
-local full = redis.call('XLEN', KEYS[2]) >= tonumber(ARGV[3])
-local fields = {}
-for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
-redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[3], '*', unpack(fields))
-redis.call('HINCRBY', KEYS[3], 'dead', 1)
-if full then return 1 end
+redis.pcall('HINCRBY', KEYS[4], 'dead', 1)
+if over > 0 then return 1 end
 return 0
 `)
 
-// requeueScript puts a dead letter back as a new job (attempts start over)
-// and removes it.
+// requeueScript puts a dead letter back as the same job (same id, attempts
+// starting over): the new entry first, then the letter and its index entry
+// are removed.
 //
-// KEYS[1] dead, KEYS[2] stream; ARGV[1] dead letter id.
-// Returns the new entry id, 0 when there is no such dead letter, 1 when it
-// has no payload (a malformed entry).
-var requeueScript = redis.NewScript(`
+// KEYS[1] dead, KEYS[2] dead index, KEYS[3] stream; ARGV[1] dead letter id.
+// Returns the job id, 0 when there is no such dead letter, 1 when it has no
+// payload (a malformed entry).
+var requeueScript = redis.NewScript(entryLua + `
 local e = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])
 if #e == 0 then return 0 end
-local f = e[1][2]
-for i = 1, #f, 2 do
-  if f[i] == 'payload' then
-    local id = redis.call('XADD', KEYS[2], '*', 'payload', f[i + 1])
-    redis.call('XDEL', KEYS[1], ARGV[1])
-    return id
+local g, f, job, has = e[1][2], {}, ARGV[1], false
+for i = 1, #g, 2 do
+  if g[i] == 'orig' then
+    job = g[i + 1]
+  elseif not letter[g[i]] then
+    put(f, g[i], g[i + 1])
+    has = has or g[i] == 'payload'
   end
 end
-return 1
+if not has then return 1 end
+put(f, 'orig', job)
+redis.call('XADD', KEYS[3], '*', unpack(f))
+if redis.call('HGET', KEYS[2], job) == ARGV[1] then redis.call('HDEL', KEYS[2], job) end
+redis.call('XDEL', KEYS[1], ARGV[1])
+return job
 `)
 
 // backScript gives entries that were read but never started back to the
-// stream, as new entries with the same payload, runs made and first id: any
+// stream, as new entries with the same fields, runs made and job id: any
 // holder may take them at once, and no delivery is counted against them.
 //
-// KEYS[1] stream; ARGV[1] group, then per entry: id, payload, runs made, orig.
-// Returns how many were given back.
-var backScript = redis.NewScript(`
+// KEYS[1] stream; ARGV[1] group, ARGV[2] consumer, then per entry: entry
+// id, runs made, job id. Returns how many were given back.
+var backScript = redis.NewScript(entryLua + `
 local n = 0
-for i = 2, #ARGV, 4 do
-  if redis.call('XACK', KEYS[1], ARGV[1], ARGV[i]) == 1 then
+for i = 3, #ARGV, 3 do
+  if pending(KEYS[1], ARGV[1], ARGV[i], ARGV[2]) then
+    local f = fields(KEYS[1], ARGV[i], baton)
+    if f then
+      put(f, 'attempts', ARGV[i + 1])
+      put(f, 'orig', ARGV[i + 2])
+      redis.call('XADD', KEYS[1], '*', unpack(f))
+      n = n + 1
+    end
+    redis.call('XACK', KEYS[1], ARGV[1], ARGV[i])
     redis.call('XDEL', KEYS[1], ARGV[i])
-    redis.call('XADD', KEYS[1], '*', 'payload', ARGV[i + 1], 'attempts', ARGV[i + 2], 'orig', ARGV[i + 3])
-    n = n + 1
   end
 end
 return n

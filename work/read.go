@@ -100,7 +100,7 @@ func (r *runner) read(ctx context.Context) {
 // must not run.
 func (r *runner) dispatch(j *Job) {
 	r.mu.Lock()
-	r.active[j.ID] = struct{}{}
+	r.active[j.Entry] = struct{}{}
 	r.mu.Unlock()
 	r.inflight.Add(1)
 	if j.verdict != "" {
@@ -208,7 +208,7 @@ func (r *runner) replayOne(ctx context.Context) ([]*Job, error) {
 				}
 				continue
 			}
-			r.c.Logger.Debug().Str("job", p.ID).Int64("deliveries", p.RetryCount+1).Msg("replaying own pending entry")
+			r.c.Logger.Debug().Str("entry", p.ID).Int64("deliveries", p.RetryCount+1).Msg("replaying own pending entry")
 			return []*Job{r.toJob(msgs[0], int(p.RetryCount)+1)}, nil
 		}
 		start = "(" + pend[len(pend)-1].ID
@@ -240,8 +240,9 @@ func (r *runner) claim(ctx context.Context, n int64) ([]*Job, error) {
 			if len(pend) == 1 {
 				deliveries = int(pend[0].RetryCount)
 			}
-			r.c.Logger.Warn().Str("job", m.ID).Msg("claimed a job abandoned by a consumer that is gone")
-			jobs = append(jobs, r.toJob(m, deliveries))
+			j := r.toJob(m, deliveries)
+			r.c.Logger.Warn().Str("job", j.ID).Str("entry", j.Entry).Msg("claimed a job abandoned by a consumer that is gone")
+			jobs = append(jobs, j)
 		}
 		if next == "0-0" {
 			break
@@ -253,7 +254,7 @@ func (r *runner) claim(ctx context.Context, n int64) ([]*Job, error) {
 // toJob turns a stream entry into a job and decides whether it may run:
 // Attempt counts every delivery, including runs made before a retry.
 func (r *runner) toJob(m redis.XMessage, deliveries int) *Job {
-	j := &Job{ID: m.ID, Queue: r.c.Queue, Slot: r.c.Consumer, Attempt: deliveries, orig: m.ID}
+	j := &Job{ID: m.ID, Entry: m.ID, Queue: r.c.Queue, Slot: r.c.Consumer, Attempt: deliveries}
 	p, ok := m.Values[PayloadField].(string)
 	if !ok {
 		j.verdict, j.problem = ReasonMalformed, fmt.Sprintf("entry has no %q field", PayloadField)
@@ -268,8 +269,8 @@ func (r *runner) toJob(m redis.XMessage, deliveries int) *Job {
 		}
 		j.Attempt += n
 	}
-	if o, ok := m.Values[origField].(string); ok && o != "" {
-		j.orig = o
+	if o, ok := m.Values[jobField].(string); ok && o != "" {
+		j.ID = o
 	}
 	switch {
 	case len(p) > r.c.MaxPayload:

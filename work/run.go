@@ -15,11 +15,18 @@ import (
 
 // Config is one holder's job loop.
 type Config struct {
-	Client   *redis.Client
+	Client   redis.UniversalClient // a *redis.Client, or a failover or cluster client
 	Queue    string
 	Consumer string // the slot's identity, e.g. "host/run-2"
 	Handler  Handler
 
+	// JobTimeout bounds one run of a job: the handler's context is cancelled
+	// then (with cause ErrJobTimeout), and a handler that returns an error
+	// after it is counted as a timeout (retried; dead letter "timeout" after
+	// the last attempt). A handler that ignores its context is stopped by the
+	// caller's hard deadline. 0: none. Exec handlers enforce their own
+	// (Exec.Timeout: SIGTERM, then SIGKILL).
+	JobTimeout time.Duration
 	// Concurrency is jobs at once. Default 1.
 	Concurrency int
 	// Deadline is the end of the lifetime: reading stops then. Zero: none.
@@ -53,8 +60,14 @@ type Config struct {
 	Logger            zerolog.Logger
 }
 
-// ErrRedisDown is returned when Redis kept failing for RedisDownExit.
-var ErrRedisDown = errors.New("redis unavailable")
+// Errors of Run.
+var (
+	// ErrRedisDown is returned when Redis kept failing for RedisDownExit.
+	ErrRedisDown = errors.New("redis unavailable")
+	// ErrJobTimeout is the cause of a handler context cancelled at
+	// JobTimeout, and wrapped in the error of a job that ran past it.
+	ErrJobTimeout = errors.New("job timed out")
+)
 
 func (c *Config) defaults() {
 	if c.Concurrency < 1 {
@@ -147,6 +160,7 @@ type runner struct {
 	meanNS   atomic.Int64 // moving mean of handler time, for the read window
 
 	claimFrom string // XAUTOCLAIM cursor; the reader's own
+	dueWarned bool   // the keeper warned that due retries cannot move; the keeper's own
 
 	mu     sync.Mutex
 	active map[string]struct{} // ids read and not yet settled; guarded by mu
@@ -176,8 +190,8 @@ func (r *runner) draining() bool {
 
 func (r *runner) run(ctx context.Context) error {
 	log := r.c.Logger
-	if err := EnsureGroup(ctx, r.c.Client, r.keys); err != nil {
-		return fmt.Errorf("create consumer group: %w", err)
+	if err := Prepare(ctx, r.c.Client, r.keys); err != nil {
+		return err
 	}
 	// Handlers get their own context: a drain must not cancel running jobs,
 	// only the end of the grace period does.
@@ -277,7 +291,7 @@ func (r *runner) work(ctx context.Context) {
 		if err != nil && ctx.Err() != nil {
 			// Cut short by the end of the grace period: leave it pending for
 			// the slot's next holder, which replays it at once.
-			r.forget(j.ID)
+			r.forget(j.Entry)
 		} else {
 			r.results <- result{job: j, err: err}
 		}
@@ -285,7 +299,8 @@ func (r *runner) work(ctx context.Context) {
 	}
 }
 
-// handle runs the handler, turning a panic into a job error.
+// handle runs the handler, turning a panic into a job error, under the job
+// timeout when there is one.
 func (r *runner) handle(ctx context.Context, j *Job) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -293,7 +308,16 @@ func (r *runner) handle(ctx context.Context, j *Job) (err error) {
 			r.c.Logger.Error().Str("job", j.ID).Interface("panic", p).Str("stack", string(debug.Stack())).Msg("handler panicked")
 		}
 	}()
-	return r.c.Handler.Handle(ctx, j)
+	if r.c.JobTimeout <= 0 {
+		return r.c.Handler.Handle(ctx, j)
+	}
+	jctx, cancel := context.WithTimeoutCause(ctx, r.c.JobTimeout, ErrJobTimeout)
+	defer cancel()
+	err = r.c.Handler.Handle(jctx, j)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(jctx), ErrJobTimeout) {
+		return fmt.Errorf("%w after %s: %w", ErrJobTimeout, r.c.JobTimeout, err)
+	}
+	return err
 }
 
 func (r *runner) finished() {

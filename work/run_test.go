@@ -78,7 +78,7 @@ func runUntil(tb testing.TB, c Config, st *Stats, stop func() bool) error {
 }
 
 func testConfig(rdb *redis.Client, h Handler) Config {
-	return Config{Client: rdb, Queue: "q", Consumer: "h/run-0", Handler: h, Grace: 5 * time.Second, Logger: zerolog.Nop()}
+	return Config{Client: rdb, Queue: "q", Consumer: "h/run-0", Handler: h, Grace: 5 * time.Second, Logger: testLogger()}
 }
 
 func TestRunDrainsQueue(t *testing.T) {
@@ -260,4 +260,11 @@ func TestPanicIsAJobFailure(t *testing.T) {
 	})
 	st := new(Stats)
 	runUntil(t, testConfig(rdb, h), st, func() bool { return st.Done.Load() == 1 && st.Failed.Load() == 1 })
+}
+
+func testLogger() zerolog.Logger {
+	if testing.Verbose() {
+		return zerolog.New(zerolog.NewConsoleWriter()).Level(zerolog.DebugLevel)
+	}
+	return zerolog.Nop()
 }

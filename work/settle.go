@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"strconv"
 	"time"
 )
 
@@ -13,9 +12,12 @@ const maxErrorLen = 2048
 
 // settle records every outcome in Redis: successes are acknowledged in
 // batches (whatever is waiting goes in one script call), failures are
-// scheduled for retry or dead-lettered. A Redis error is retried until
-// RedisDownExit; meanwhile the entry stays pending, so it can run again but
-// never vanish.
+// scheduled for retry or dead-lettered. A transient Redis error (the
+// connection) is retried until RedisDownExit; a permanent one (a key of the
+// wrong type, OOM, a refused script) is not. Either way the entry stays
+// pending until a move succeeds, so it can run again but never vanish: the
+// slot's next holder replays it, or another holder claims it after
+// visibility_timeout.
 func (r *runner) settle() {
 	ids := make([]any, 0, 256)
 	flush := func() {
@@ -23,11 +25,16 @@ func (r *runner) settle() {
 			return
 		}
 		args := append([]any{Group}, ids...)
+		var n int64
 		err := r.redisRetry(func(ctx context.Context) error {
-			return ackScript.Run(ctx, r.c.Client, []string{r.keys.Stream, r.keys.Stats}, args...).Err()
+			var err error
+			n, err = runScript(ctx, r.c.Client, ackScript, []string{r.keys.Stream, r.keys.Stats}, args...).Int64()
+			return err
 		})
 		if err != nil {
-			r.c.Logger.Error().Err(err).Int("jobs", len(ids)).Msg("ack failed; these jobs stay pending and will run again")
+			r.moveFailed(err, len(ids), "could not acknowledge finished jobs; they stay pending and will run again")
+		} else {
+			r.st.Done.Add(n)
 		}
 		for _, id := range ids {
 			r.forget(id.(string))
@@ -39,14 +46,14 @@ func (r *runner) settle() {
 		if len(back) == 0 {
 			return
 		}
-		args := append([]any{Group}, back...)
+		args := append([]any{Group, r.c.Consumer}, back...)
 		err := r.redisRetry(func(ctx context.Context) error {
-			return backScript.Run(ctx, r.c.Client, []string{r.keys.Stream}, args...).Err()
+			return runScript(ctx, r.c.Client, backScript, []string{r.keys.Stream}, args...).Err()
 		})
 		if err != nil {
-			r.c.Logger.Warn().Err(err).Int("jobs", len(back)/4).Msg("could not give unstarted jobs back; they stay pending for this slot's next holder")
+			r.moveFailed(err, len(back)/3, "could not give unstarted jobs back; they stay pending for this slot's next holder")
 		}
-		for i := 0; i < len(back); i += 4 {
+		for i := 0; i < len(back); i += 3 {
 			r.forget(back[i].(string))
 		}
 		back = back[:0]
@@ -54,12 +61,11 @@ func (r *runner) settle() {
 	one := func(res result) {
 		switch {
 		case res.back:
-			back = append(back, res.job.ID, res.job.Payload, res.job.Attempt-1, res.job.orig)
+			back = append(back, res.job.Entry, res.job.Attempt-1, res.job.ID)
 		case res.dead != "":
 			r.deadLetter(res.job, res.dead, res.job.problem)
 		case res.err == nil:
-			r.st.Done.Add(1)
-			ids = append(ids, res.job.ID)
+			ids = append(ids, res.job.Entry)
 		default:
 			r.fail(res.job, res.err)
 		}
@@ -85,33 +91,57 @@ func (r *runner) settle() {
 	giveBack()
 }
 
+// moveFailed logs a move that could not be written; the entries stay pending.
+func (r *runner) moveFailed(err error, jobs int, msg string) {
+	ev := r.c.Logger.Error().Err(err).Int("jobs", jobs)
+	if IsOOM(err) {
+		ev = r.c.Logger.Warn().Err(err).Int("jobs", jobs).Str("hint", OOMHint)
+	}
+	ev.Msg(msg)
+}
+
 // fail schedules a retry with backoff, or dead-letters the job when it has
 // had max_attempts runs.
 func (r *runner) fail(j *Job, err error) {
 	r.st.Failed.Add(1)
-	defer r.forget(j.ID)
+	defer r.forget(j.Entry)
 	if j.Attempt >= r.c.MaxAttempts {
 		reason := ReasonFailed
-		var ee *ExecError
-		if errors.As(err, &ee) && ee.TimedOut {
+		if timedOut(err) {
 			reason = ReasonTimeout
 		}
 		r.deadLetter(j, reason, err.Error())
 		return
 	}
 	delay := r.backoff(j.Attempt)
-	member := j.ID + "|" + strconv.Itoa(j.Attempt) + "|" + j.orig + "|" + string(j.Payload)
 	due := time.Now().Add(delay).UnixMilli()
+	var n int64
 	rerr := r.redisRetry(func(ctx context.Context) error {
-		return retryScript.Run(ctx, r.c.Client, []string{r.keys.Stream, r.keys.Retry, r.keys.Stats},
-			Group, j.ID, due, member).Err()
+		var err error
+		n, err = runScript(ctx, r.c.Client, retryScript, []string{r.keys.Stream, r.keys.Retry, r.keys.RetryJobs, r.keys.Stats},
+			Group, j.Entry, r.c.Consumer, due, j.ID, j.Attempt).Int64()
+		return err
 	})
-	log := r.c.Logger.Warn().Str("job", j.ID).Int("attempt", j.Attempt).Err(err)
-	if rerr != nil {
+	log := r.c.Logger.Warn().Str("job", j.ID).Str("entry", j.Entry).Int("attempt", j.Attempt).Err(err)
+	switch {
+	case rerr != nil:
+		if IsOOM(rerr) {
+			log = log.Str("hint", OOMHint)
+		}
 		log.AnErr("redis", rerr).Msg("job failed; could not schedule its retry: it stays pending and runs again")
-		return
+	case n == 0:
+		log.Msg("job failed; its entry is no longer ours (claimed by another holder): left to it")
+	case n < 0:
+		log.Msg("job failed; its entry was deleted while it ran: nothing to retry")
+	default:
+		log.Str("retry_in", delay.String()).Msg("job failed; retry scheduled")
 	}
-	log.Dur("retry_in", delay).Msg("job failed; retry scheduled")
+}
+
+// timedOut reports whether err is a job that ran past its timeout.
+func timedOut(err error) bool {
+	var ee *ExecError
+	return errors.Is(err, ErrJobTimeout) || errors.As(err, &ee) && ee.TimedOut
 }
 
 // backoff is RetryBackoff·2^(attempt−1), capped, with "equal jitter": half
@@ -124,39 +154,37 @@ func (r *runner) backoff(attempt int) time.Duration {
 	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
 }
 
-// deadLetter moves j to the dead-letter stream with why it died.
+// deadLetter moves j to the dead letters with why it died.
 func (r *runner) deadLetter(j *Job, reason, why string) {
-	defer r.forget(j.ID)
+	defer r.forget(j.Entry)
 	if len(why) > maxErrorLen {
 		why = "…" + why[len(why)-maxErrorLen:]
-	}
-	fields := []any{"reason", reason, "attempts", j.Attempt, "error", why, "id", j.ID, "orig", j.orig,
-		"failed_at", time.Now().UnixMilli()}
-	if j.verdict != ReasonMalformed {
-		fields = append(fields, PayloadField, j.Payload)
 	}
 	var n int64
 	err := r.redisRetry(func(ctx context.Context) error {
 		var err error
-		n, err = deadScript.Run(ctx, r.c.Client, []string{r.keys.Stream, r.keys.Dead, r.keys.Stats},
-			append([]any{Group, j.ID, r.c.DeadMax}, fields...)...).Int64()
+		n, err = runScript(ctx, r.c.Client, deadScript, []string{r.keys.Stream, r.keys.Dead, r.keys.DeadIndex, r.keys.Stats},
+			Group, j.Entry, r.c.Consumer, r.c.DeadMax, j.ID,
+			deadReason, reason, attemptsField, j.Attempt, deadError, why, deadEntry, j.Entry,
+			deadFailedAt, time.Now().UnixMilli()).Int64()
 		return err
 	})
 	log := r.c.Logger
 	switch {
 	case err != nil:
-		log.Error().Err(err).Str("job", j.ID).Msg("could not dead-letter the job; it stays pending")
+		r.moveFailed(err, 1, "could not dead-letter job "+j.ID+"; it stays pending")
 		return
 	case n < 0:
 		return // settled elsewhere meanwhile
 	case n == 1:
-		log.Warn().Int("dead_max", r.c.DeadMax).Msg("dead-letter stream full: dropped the oldest dead letter")
+		log.Warn().Int("dead_max", r.c.DeadMax).Msg("dead letters full: dropped the oldest")
 	}
 	r.st.Dead.Add(1)
-	log.Error().Str("job", j.ID).Str("reason", reason).Int("attempts", j.Attempt).Str("error", why).Msg("job dead-lettered")
+	log.Error().Str("job", j.ID).Str("entry", j.Entry).Str("reason", reason).Int("attempts", j.Attempt).Str("error", why).Msg("job dead-lettered")
 }
 
-// redisRetry runs fn until it succeeds or Redis has failed for RedisDownExit.
+// redisRetry runs fn until it succeeds, fails permanently, or Redis has
+// failed for RedisDownExit.
 func (r *runner) redisRetry(fn func(context.Context) error) error {
 	backoff := 50 * time.Millisecond
 	start := time.Now()
@@ -165,7 +193,7 @@ func (r *runner) redisRetry(fn func(context.Context) error) error {
 		if err == nil {
 			return nil
 		}
-		if time.Since(start) > r.c.RedisDownExit {
+		if permanent(err) || time.Since(start) > r.c.RedisDownExit {
 			return err
 		}
 		time.Sleep(backoff)

@@ -13,6 +13,7 @@ import (
 
 type deadJSON struct {
 	ID       string `json:"id"`
+	JobID    string `json:"job_id"`
 	Reason   string `json:"reason"`
 	Attempts int    `json:"attempts"`
 	Error    string `json:"error"`
@@ -79,15 +80,19 @@ if [ "$p" = poison ]; then echo "taking my holder with me" >&2; kill -9 $PPID; s
 }
 
 // TestDeadRequeue: a job that failed max_attempts times is listed, shown and,
-// once requeued, runs again.
+// once requeued, runs again; the id enqueue printed names it throughout: in
+// the job's environment on every attempt, in dead list/show/requeue.
 func TestDeadRequeue(t *testing.T) {
 	r := newRig(t)
 	ok := filepath.Join(r.dir, "fixed")
 	ran := filepath.Join(r.dir, "ran")
+	ids := filepath.Join(r.dir, "ids")
 	job := r.script("job.sh", `p=$(cat)
+echo "$BATON_JOB_ID" >> `+ids+`
 [ -e `+ok+` ] || { echo "cannot resize: disk full" >&2; exit 3; }
 echo "$p" >> `+ran+"\n")
-	r.baton("enqueue", "img-1.jpg")
+	out, _, _ := r.baton("enqueue", "img-1.jpg")
+	id := strings.TrimSpace(out)
 	h := r.start("run", "--max-attempts", "2", "--retry-backoff", "50ms", "--lifetime", "1m", "--", job)
 	defer r.killHolders("default")
 	eventually(t, 20*time.Second, "job dead-lettered", func() bool { return len(r.dead(t)) == 1 })
@@ -95,12 +100,15 @@ echo "$p" >> `+ran+"\n")
 	if d.Reason != "failed" || d.Attempts != 2 || !strings.Contains(d.Error, "exit status 3: cannot resize: disk full") {
 		t.Fatalf("dead letter %+v", d)
 	}
-	out, _, code := r.baton("dead", "show", d.ID)
-	if code != 0 || !strings.Contains(out, "reason:    failed") || !strings.Contains(out, "payload:   9 bytes\nimg-1.jpg") {
+	if d.JobID != id {
+		t.Fatalf("dead letter job id %q, want the id enqueue printed %q", d.JobID, id)
+	}
+	out, _, code := r.baton("dead", "show", id)
+	if code != 0 || !strings.Contains(out, "job:       "+id) || !strings.Contains(out, "reason:    failed") || !strings.Contains(out, "payload:   9 bytes\nimg-1.jpg") {
 		t.Fatalf("dead show: %d\n%s", code, out)
 	}
 	out, _, _ = r.baton("dead", "list")
-	if !strings.Contains(out, d.ID) || strings.Contains(out, "img-1.jpg") {
+	if !strings.Contains(out, id) || strings.Contains(out, "img-1.jpg") {
 		t.Fatalf("dead list shows the id but never the payload:\n%s", out)
 	}
 	if s := r.status(); s.Jobs.Waiting+s.Jobs.Pending != 0 {
@@ -110,14 +118,17 @@ echo "$p" >> `+ran+"\n")
 	if err := os.WriteFile(ok, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, errOut, code := r.baton("dead", "requeue", d.ID); code != 0 || !strings.Contains(out, "requeued as") {
+	if out, errOut, code := r.baton("dead", "requeue", id); code != 0 || !strings.Contains(out, "requeued "+id) {
 		t.Fatalf("requeue: %d %s %s", code, out, errOut)
 	}
 	eventually(t, 20*time.Second, "requeued job ran", func() bool { return len(readLines(t, ran)) == 1 })
 	if len(r.dead(t)) != 0 {
 		t.Fatal("dead letter still there after requeue")
 	}
-	if _, errOut, code := r.baton("dead", "requeue", d.ID); code != 1 || !strings.Contains(errOut, "no such dead letter") {
+	if got := readLines(t, ids); len(got) != 3 || got[0] != id || got[1] != id || got[2] != id {
+		t.Fatalf("BATON_JOB_ID over two attempts and a requeue: %q, want %q each time", got, id)
+	}
+	if _, errOut, code := r.baton("dead", "requeue", id); code != 1 || !strings.Contains(errOut, "no such dead letter") {
 		t.Fatalf("requeue twice: %d %s", code, errOut)
 	}
 	if _, errOut, code := r.baton("dead", "show", "nonsense"); code != 1 || !strings.Contains(errOut, "not a dead-letter id") {

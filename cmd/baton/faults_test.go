@@ -66,3 +66,37 @@ func TestRedisRestartCarriesOn(t *testing.T) {
 		t.Fatalf("the holder did not carry on: %s", h.log())
 	}
 }
+
+// TestScriptingDisabled: with EVAL and EVALSHA renamed away a holder could
+// never acknowledge a job: it refuses to start with one line naming the
+// cause, runs nothing, and the job stays queued.
+func TestScriptingDisabled(t *testing.T) {
+	r := newRig(t, redistest.Option{"--rename-command", "EVALSHA", "", "--rename-command", "EVAL", ""})
+	ran := filepath.Join(r.dir, "ran")
+	r.baton("enqueue", "job-1")
+	_, errOut, code := r.baton("run", "--lifetime", "10s", "--", r.script("job.sh", "cat >> "+ran+"\n"))
+	if code != 1 || !strings.Contains(errOut, "does not run Lua scripts") {
+		t.Fatalf("exit %d, stderr:\n%s", code, errOut)
+	}
+	if got := readLines(t, ran); len(got) != 0 {
+		t.Fatalf("ran %q", got)
+	}
+	if s := r.status(); s.Jobs.Waiting != 1 || held(s.Run) != 0 {
+		t.Fatalf("status %+v, want the job waiting and no holder", s)
+	}
+}
+
+// TestStatusShowsOOM: at maxmemory status says so, with the hint; with an
+// eviction policy it warns that jobs may be evicted.
+func TestStatusShowsOOM(t *testing.T) {
+	r := newRig(t, redistest.Option{"--maxmemory", "1", "--maxmemory-policy", "noeviction"})
+	out, _, _ := r.baton("status")
+	if !strings.Contains(out, "redis OUT OF MEMORY") || !strings.Contains(out, "hint: give Redis headroom") {
+		t.Fatalf("status at maxmemory:\n%s", out)
+	}
+	r2 := newRig(t, redistest.Option{"--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"})
+	out, _, _ = r2.baton("status")
+	if !strings.Contains(out, "maxmemory-policy is allkeys-lru: at maxmemory Redis may evict queued jobs") {
+		t.Fatalf("status with an eviction policy:\n%s", out)
+	}
+}

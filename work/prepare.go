@@ -1,0 +1,125 @@
+package work
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Errors of Prepare.
+var (
+	// ErrNoScripting means Redis refuses the Lua scripts baton settles jobs
+	// with (EVALSHA or SCRIPT renamed away, or scripting disabled). Without
+	// them no job could ever be acknowledged, so a holder must not start.
+	ErrNoScripting = errors.New("redis does not run Lua scripts (EVALSHA and SCRIPT LOAD): baton needs them to settle jobs atomically")
+	// ErrOOM means Redis is at maxmemory and refuses writes that need memory.
+	ErrOOM = errors.New("redis is out of memory (maxmemory reached)")
+)
+
+// OOMHint says what to do about ErrOOM.
+const OOMHint = "give Redis headroom (raise maxmemory or free memory) and keep maxmemory-policy noeviction, so jobs are refused rather than evicted"
+
+// scripts are every script a holder runs; Prepare loads them all.
+var scripts = []*redis.Script{ackScript, retryScript, dueScript, deadScript, requeueScript, backScript, probeScript}
+
+// probeScript proves that EVALSHA runs.
+var probeScript = redis.NewScript(`return 1`)
+
+// Prepare makes a queue ready for a holder, as one check at start: it loads
+// baton's scripts into Redis (ErrNoScripting when Redis refuses them) and
+// creates the stream and its consumer group only when missing, so a holder
+// still starts on a Redis at maxmemory, where acknowledging jobs frees
+// memory. The group starts at id 0 so jobs enqueued before any holder ran
+// are delivered too.
+func Prepare(ctx context.Context, rdb redis.Cmdable, k Keys) error {
+	for _, s := range scripts {
+		if err := s.Load(ctx, rdb).Err(); err != nil {
+			return scriptingErr("SCRIPT LOAD", err)
+		}
+	}
+	if err := probeScript.EvalSha(ctx, rdb, nil).Err(); err != nil {
+		return scriptingErr("EVALSHA", err)
+	}
+	return ensureGroup(ctx, rdb, k)
+}
+
+// scriptingErr tells a Redis that refuses scripts from one that failed.
+func scriptingErr(cmd string, err error) error {
+	var rerr redis.Error
+	if errors.As(err, &rerr) && (strings.Contains(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "NOPERM")) {
+		return fmt.Errorf("%w (%s: %v)", ErrNoScripting, cmd, err)
+	}
+	return err
+}
+
+// ensureGroup creates the stream and group when missing. XINFO GROUPS reads
+// only, so it works under OOM; XGROUP CREATE … MKSTREAM does not.
+func ensureGroup(ctx context.Context, rdb redis.Cmdable, k Keys) error {
+	groups, err := rdb.XInfoGroups(ctx, k.Stream).Result()
+	if err == nil {
+		for _, g := range groups {
+			if g.Name == Group {
+				return nil
+			}
+		}
+	} else if !strings.HasPrefix(err.Error(), "ERR no such key") {
+		return err
+	}
+	err = rdb.XGroupCreateMkStream(ctx, k.Stream, Group, "0").Err()
+	switch {
+	case err == nil || strings.HasPrefix(err.Error(), "BUSYGROUP"):
+		return nil
+	case IsOOM(err):
+		return fmt.Errorf("create consumer group: %w: %v", ErrOOM, err)
+	}
+	return fmt.Errorf("create consumer group: %w", err)
+}
+
+// EnsureGroup creates the stream and its group when missing.
+//
+// Deprecated: use Prepare, which also checks that Redis runs baton's scripts.
+func EnsureGroup(ctx context.Context, rdb redis.Cmdable, k Keys) error {
+	return ensureGroup(ctx, rdb, k)
+}
+
+// IsOOM reports whether err is Redis refusing a write at maxmemory.
+func IsOOM(err error) bool {
+	return err != nil && (errors.Is(err, ErrOOM) || strings.HasPrefix(err.Error(), "OOM "))
+}
+
+// runScript runs s by EVALSHA, loading it again when Redis lost it (a
+// restart): it never needs EVAL, so a Redis with EVAL renamed away works.
+func runScript(ctx context.Context, rdb redis.Scripter, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	cmd := s.EvalSha(ctx, rdb, keys, args...)
+	if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		if lerr := s.Load(ctx, rdb).Err(); lerr != nil {
+			return cmd
+		}
+		cmd = s.EvalSha(ctx, rdb, keys, args...)
+	}
+	return cmd
+}
+
+// permanent reports whether a Redis error will repeat however often the same
+// call is retried: a key of the wrong type, OOM, a script error, a refused
+// command. Connection errors, timeouts and a Redis that is loading or busy
+// are transient.
+func permanent(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false // network: transient
+	}
+	msg := err.Error()
+	for _, p := range []string{"LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "READONLY", "CLUSTERDOWN", "MOVED", "ASK"} {
+		if strings.HasPrefix(msg, p) {
+			return false
+		}
+	}
+	return true
+}

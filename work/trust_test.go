@@ -1,0 +1,224 @@
+package work
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/baton-run/baton/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// The move order: a move whose destination cannot be written (a key of the
+// wrong type here) leaves the entry pending, and the job is not lost; once
+// the key is fixed, the slot's next holder settles it.
+func TestMoveToWrongTypeKeyLeavesJobPending(t *testing.T) {
+	for _, tc := range []struct {
+		name, key   string
+		maxAttempts int
+	}{
+		{"retry set", KeysFor("q").Retry, 5},
+		{"retry jobs", KeysFor("q").RetryJobs, 5},
+		{"dead letters", KeysFor("q").Dead, 1},
+		{"dead index", KeysFor("q").DeadIndex, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rdb := redistest.Start(t).Client()
+			ctx := context.Background()
+			ids := enqueue(t, rdb, "q", 1)
+			if err := rdb.Set(ctx, tc.key, "not a "+tc.name, 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			var runs atomic.Int64
+			fails := HandlerFunc(func(context.Context, *Job) error { runs.Add(1); return errors.New("boom") })
+			c := testConfig(rdb, fails)
+			c.MaxAttempts = tc.maxAttempts
+			st := new(Stats)
+			runUntil(t, c, st, func() bool { return runs.Load() == 1 && st.Failed.Load() == 1 })
+			if p := pending(t, rdb, "q"); p != 1 {
+				t.Fatalf("after a refused move: %d pending, want the job still pending", p)
+			}
+			if n := rdb.XLen(ctx, KeysFor("q").Stream).Val(); n != 1 {
+				t.Fatalf("stream holds %d entries, want the job's", n)
+			}
+			// Fixed: the next holder of the slot replays it and, this time, it works.
+			rdb.Del(ctx, tc.key)
+			var got []*Job
+			ok := HandlerFunc(func(_ context.Context, j *Job) error { got = append(got, j); return nil })
+			st = new(Stats)
+			runUntil(t, testConfig(rdb, ok), st, func() bool { return st.Done.Load() == 1 })
+			if len(got) != 1 || got[0].ID != ids[0] || got[0].Attempt != 2 {
+				t.Fatalf("replayed %+v, want job %s at attempt 2", got, ids[0])
+			}
+			settled(t, rdb, "q")
+		})
+	}
+}
+
+// Retries carry every byte of every field: a payload and a producer's own
+// field holding '|', NUL and invalid UTF-8 come back exactly, and the job
+// keeps its id.
+func TestRetryKeepsEveryByteAndField(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	payload := "a|b|c\x00\xff|" + strings.Repeat("|", 10)
+	trace := "t|1|\x00|2"
+	id, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: KeysFor("q").Stream, Values: []any{PayloadField, payload, "trace", trace}}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs []*Job
+	h := HandlerFunc(func(_ context.Context, j *Job) error {
+		runs = append(runs, j)
+		if len(runs) < 3 {
+			return errors.New("again")
+		}
+		return nil
+	})
+	st := new(Stats)
+	var seen []map[string]any
+	c := fastRetry(testConfig(rdb, HandlerFunc(func(ctx context.Context, j *Job) error {
+		m, _ := rdb.XRange(ctx, KeysFor("q").Stream, j.Entry, j.Entry).Result()
+		if len(m) == 1 {
+			seen = append(seen, m[0].Values)
+		}
+		return h(ctx, j)
+	})))
+	runUntil(t, c, st, func() bool { return st.Done.Load() == 1 })
+	if len(runs) != 3 {
+		t.Fatalf("%d runs, want 3", len(runs))
+	}
+	for i, j := range runs {
+		if string(j.Payload) != payload || j.ID != id || j.Attempt != i+1 {
+			t.Fatalf("run %d: id %s payload %q attempt %d; want id %s payload %q", i, j.ID, j.Payload, j.Attempt, id, payload)
+		}
+		if seen[i]["trace"] != trace {
+			t.Fatalf("run %d: producer field trace = %q, want %q", i, seen[i]["trace"], trace)
+		}
+	}
+	if runs[1].Entry == runs[0].Entry {
+		t.Fatal("a retry must come back as a new entry")
+	}
+	settled(t, rdb, "q")
+	if n := rdb.HLen(ctx, KeysFor("q").RetryJobs).Val(); n != 0 {
+		t.Fatalf("%d retry records left", n)
+	}
+}
+
+// A retry scheduled by baton before 0.2 ("<entry>|<attempts>|<orig>|<payload>")
+// still comes back.
+func TestLegacyRetryMemberComesBack(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	member := "1-0|2|1-0|old|payload"
+	if err := rdb.ZAdd(ctx, KeysFor("q").Retry, redis.Z{Score: 0, Member: member}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var got *Job
+	st := new(Stats)
+	runUntil(t, testConfig(rdb, HandlerFunc(func(_ context.Context, j *Job) error { got = j; return nil })), st,
+		func() bool { return st.Done.Load() == 1 })
+	if got.ID != "1-0" || string(got.Payload) != "old|payload" || got.Attempt != 3 {
+		t.Fatalf("legacy retry came back as %+v", got)
+	}
+}
+
+// With EVALSHA renamed away no job could ever be acknowledged: Run refuses
+// to start, and runs nothing.
+func TestScriptingDisabledRefusesToRun(t *testing.T) {
+	srv := redistest.Start(t, redistest.Option{"--rename-command", "EVALSHA", "", "--rename-command", "EVAL", ""})
+	rdb := srv.Client()
+	enqueue(t, rdb, "q", 3)
+	var runs atomic.Int64
+	st := new(Stats)
+	err := Run(context.Background(), testConfig(rdb, HandlerFunc(func(context.Context, *Job) error { runs.Add(1); return nil })), st)
+	if !errors.Is(err, ErrNoScripting) {
+		t.Fatalf("Run: %v, want ErrNoScripting", err)
+	}
+	if runs.Load() != 0 || st.Done.Load() != 0 {
+		t.Fatalf("ran %d jobs, reported %d done; want none", runs.Load(), st.Done.Load())
+	}
+}
+
+// At maxmemory with noeviction, a holder starts (the group exists) and works
+// through what is queued: acknowledging frees memory.
+func TestOOMKeepsWorkingTheQueue(t *testing.T) {
+	rdb := redistest.Start(t, redistest.Option{"--maxmemory-policy", "noeviction"}).Client()
+	ctx := context.Background()
+	enqueue(t, rdb, "q", 50)
+	if err := Prepare(ctx, rdb, KeysFor("q")); err != nil {
+		t.Fatal(err)
+	}
+	fillToOOM(t, rdb)
+	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: KeysFor("q").Stream, Values: []any{PayloadField, "x"}}).Err(); !IsOOM(err) {
+		t.Fatalf("XADD at maxmemory: %v, want OOM", err)
+	}
+	st := new(Stats)
+	err := runUntil(t, testConfig(rdb, HandlerFunc(func(context.Context, *Job) error { return nil })), st,
+		func() bool { return st.Done.Load() == 50 })
+	if err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	settled(t, rdb, "q")
+
+	// A queue with no group yet cannot be created at maxmemory: a clear error.
+	err = Prepare(ctx, rdb, KeysFor("other"))
+	if !errors.Is(err, ErrOOM) {
+		t.Fatalf("Prepare of a new queue at maxmemory: %v, want ErrOOM", err)
+	}
+}
+
+// fillToOOM writes 2 MiB of junk, then sets maxmemory 1 MiB below what
+// Redis uses: every write that needs memory is refused from then on.
+func fillToOOM(tb testing.TB, rdb *redis.Client) {
+	tb.Helper()
+	ctx := context.Background()
+	junk := strings.Repeat("j", 16<<10)
+	for i := 0; i < 128; i++ {
+		if err := rdb.Set(ctx, "junk:"+strconv.Itoa(i), junk, 0).Err(); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	used, err := strconv.ParseInt(rdb.InfoMap(ctx, "memory").Val()["Memory"]["used_memory"], 10, 64)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used-1<<20, 10)).Err(); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// A Go handler's context is cancelled at JobTimeout; its error counts as a
+// timeout: retried, then dead-lettered as "timeout".
+func TestJobTimeoutForGoHandlers(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	enqueue(t, rdb, "q", 1)
+	var runs atomic.Int64
+	h := HandlerFunc(func(ctx context.Context, j *Job) error {
+		runs.Add(1)
+		<-ctx.Done()
+		if !errors.Is(context.Cause(ctx), ErrJobTimeout) {
+			t.Errorf("cause %v, want ErrJobTimeout", context.Cause(ctx))
+		}
+		return ctx.Err()
+	})
+	c := fastRetry(testConfig(rdb, h))
+	c.JobTimeout, c.MaxAttempts = 50*time.Millisecond, 2
+	st := new(Stats)
+	start := time.Now()
+	runUntil(t, c, st, func() bool { return st.Dead.Load() == 1 })
+	if runs.Load() != 2 {
+		t.Fatalf("%d runs, want 2", runs.Load())
+	}
+	d := deadLetters(t, rdb, "q")
+	if len(d) != 1 || d[0].Values["reason"] != ReasonTimeout {
+		t.Fatalf("dead letters %v, want one with reason timeout", d)
+	}
+	if el := time.Since(start); el > 20*time.Second {
+		t.Fatalf("took %v", el)
+	}
+}
