@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/baton-run/baton/internal/config"
 	"github.com/baton-run/baton/work"
@@ -17,110 +18,200 @@ const enqueueUsage = `Usage: baton enqueue [flags] [PAYLOAD...]
 
 Add one job per PAYLOAD argument or, with none, one job per line of standard
 input (the newline is not part of the payload; empty lines are skipped).
-Jobs are sent pipelined; each job's id is printed on its own line. A payload
-over max_payload bytes is refused (exit 2); the jobs before it are added.
+Each job's id is printed on its own line: the job's id for life, which
+BATON_JOB_ID, status and 'baton dead' use. Jobs are sent 1000 per round
+trip. Every payload is checked first: one over max_payload adds nothing
+(exit 2) unless --skip-bad, which adds the others and reports the bad ones
+by line number.
+
+Job options (each applies to every job of the call):
+  --in D            run after D (e.g. 10m); status counts it as scheduled
+  --at TIME         run at TIME (RFC 3339, e.g. 2026-12-01T09:00:00Z); a past time runs now
+  --unique-key K    add nothing while a job with key K is waiting, scheduled,
+                    running or retrying: print that job's id instead, exit 0
+  --unique-for D    hold the unique key at most D (default: until done or dead)
+  --timeout D       this job's own job_timeout
 
 Flags:
 {{flags}}
 Example:
   baton enqueue --queue thumbs /srv/img/1.jpg /srv/img/2.jpg
   find /srv/img -name '*.jpg' | baton enqueue --queue thumbs --quiet
+  baton enqueue --queue mail --in 10m --unique-key welcome-42 '{"user":42}'
 `
 
-// enqueueChunk is how many XADDs go in one pipeline round trip.
+// enqueueChunk is how many jobs go in one pipeline round trip.
 const enqueueChunk = 1000
 
 func init() { register("enqueue", "add jobs to the queue", runEnqueue) }
+
+// enqueueFlags are the per-job options as given on the command line.
+type enqueueFlags struct {
+	in, uniqueFor, timeout time.Duration
+	at, uniqueKey          string
+}
 
 func runEnqueue(ctx context.Context, e *env, args []string) error {
 	fs := flagSet("enqueue")
 	cf := config.Bind(fs)
 	quiet := fs.BoolP("quiet", "q", false, "do not print job ids")
+	asJSON := fs.Bool("json", false, `print one JSON object per job: {"id": ..., "duplicate": bool}`)
+	skipBad := fs.Bool("skip-bad", false, "add the good jobs and report the bad ones (exit 0)")
+	var f enqueueFlags
+	fs.DurationVar(&f.in, "in", 0, "run after this delay")
+	fs.StringVar(&f.at, "at", "", "run at this time (RFC 3339)")
+	fs.StringVar(&f.uniqueKey, "unique-key", "", "add nothing while a job with this key is queued")
+	fs.DurationVar(&f.uniqueFor, "unique-for", 0, "hold the unique key at most this long")
+	fs.DurationVar(&f.timeout, "timeout", 0, "this job's own job_timeout")
 	if err := parse(e, fs, enqueueUsage, args); err != nil {
 		return err
 	}
-	cfg, rdb, err := loadAndConnect(ctx, e, cf, 2)
+	opts, err := f.options(fs.Changed("unique-key"))
+	if err != nil {
+		return err
+	}
+	cfg, err := cf.Load(e.Getenv)
+	if err != nil {
+		return err
+	}
+	payloads, lines, err := readPayloads(e, fs.Args())
+	if err != nil {
+		return err
+	}
+	payloads, lines, err = checkPayloads(e, payloads, lines, cfg.MaxPayload, *skipBad)
+	if err != nil {
+		return err
+	}
+	rdb, err := connect(ctx, cfg, 2)
 	if err != nil {
 		return err
 	}
 	defer rdb.Close()
-	q := &enqueuer{rdb: rdb, stream: work.KeysFor(cfg.Queue).Stream, out: bufio.NewWriter(e.Stdout), quiet: *quiet, max: cfg.MaxPayload}
-	defer q.out.Flush()
-	if fs.NArg() > 0 {
-		for _, p := range fs.Args() {
-			if err := q.add(ctx, []byte(p)); err != nil {
-				return err
-			}
+	out := bufio.NewWriter(e.Stdout)
+	defer out.Flush()
+	return sendJobs(ctx, rdb, cfg.Queue, payloads, opts, func(id string, dup bool) {
+		switch {
+		case *asJSON:
+			fmt.Fprintf(out, "{\"id\":%q,\"duplicate\":%t}\n", id, dup)
+		case !*quiet:
+			fmt.Fprintln(out, id)
 		}
-		return q.flush(ctx)
+	})
+}
+
+// options turns the flags into job options, naming the flag of a bad value.
+func (f *enqueueFlags) options(uniqueSet bool) ([]work.Option, error) {
+	var opts []work.Option
+	switch {
+	case f.in < 0:
+		return nil, usagef("", "enqueue: --in %s: must not be negative", f.in)
+	case f.in > 0 && f.at != "":
+		return nil, usagef("", "enqueue: --in and --at: give one of them")
+	case f.in > 0:
+		opts = append(opts, work.In(f.in))
+	case f.at != "":
+		t, err := time.Parse(time.RFC3339, f.at)
+		if err != nil {
+			return nil, usagef("e.g. --at 2026-12-01T09:00:00Z or --at 2026-12-01T10:00:00+01:00",
+				"enqueue: --at %q: want an RFC 3339 time", f.at)
+		}
+		opts = append(opts, work.At(t))
+	}
+	switch {
+	case uniqueSet && f.uniqueKey == "":
+		return nil, usagef("", "enqueue: --unique-key: must not be empty")
+	case f.uniqueKey != "":
+		opts = append(opts, work.UniqueKey(f.uniqueKey))
+	}
+	switch {
+	case f.uniqueFor < 0:
+		return nil, usagef("", "enqueue: --unique-for %s: must be positive", f.uniqueFor)
+	case f.uniqueFor > 0 && f.uniqueKey == "":
+		return nil, usagef("add --unique-key K", "enqueue: --unique-for needs --unique-key")
+	case f.uniqueFor > 0:
+		opts = append(opts, work.UniqueFor(f.uniqueFor))
+	}
+	switch {
+	case f.timeout < 0:
+		return nil, usagef("", "enqueue: --timeout %s: must be positive", f.timeout)
+	case f.timeout > 0:
+		opts = append(opts, work.Timeout(f.timeout))
+	}
+	return opts, nil
+}
+
+// readPayloads takes the arguments, or else one payload per stdin line, with
+// their line (or argument) numbers.
+func readPayloads(e *env, args []string) ([][]byte, []int, error) {
+	var payloads [][]byte
+	var lines []int
+	if len(args) > 0 {
+		for i, a := range args {
+			payloads, lines = append(payloads, []byte(a)), append(lines, i+1)
+		}
+		return payloads, lines, nil
 	}
 	in := bufio.NewReaderSize(e.Stdin, 64<<10)
-	for {
-		line, rerr := in.ReadBytes('\n')
+	for n := 1; ; n++ {
+		line, err := in.ReadBytes('\n')
 		line = bytes.TrimSuffix(line, []byte("\n"))
 		if len(line) > 0 {
-			if err := q.add(ctx, line); err != nil {
-				return err
+			payloads, lines = append(payloads, line), append(lines, n)
+		}
+		if errors.Is(err, io.EOF) {
+			return payloads, lines, nil
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("read stdin: %w", err)
+		}
+	}
+}
+
+// checkPayloads refuses payloads over max: all of them (nothing is sent), or
+// with skip only the bad ones, each reported.
+func checkPayloads(e *env, payloads [][]byte, lines []int, max int, skip bool) ([][]byte, []int, error) {
+	good, goodLines := payloads[:0:0], lines[:0:0]
+	for i, p := range payloads {
+		if len(p) <= max {
+			good, goodLines = append(good, p), append(goodLines, lines[i])
+			continue
+		}
+		if !skip {
+			return nil, nil, usagef("raise max_payload, pass a reference (a path, a URL) instead of the data, or add --skip-bad",
+				"enqueue: payload %d is %d bytes, over max_payload (%d); nothing added", lines[i], len(p), max)
+		}
+		fmt.Fprintf(e.Stderr, "baton: enqueue: payload %d is %d bytes, over max_payload (%d): skipped\n", lines[i], len(p), max)
+	}
+	return good, goodLines, nil
+}
+
+// sendJobs enqueues payloads in chunks and reports each job's id.
+func sendJobs(ctx context.Context, rdb redis.Cmdable, q string, payloads [][]byte, opts []work.Option, report func(id string, dup bool)) error {
+	added := 0
+	for start := 0; start < len(payloads); start += enqueueChunk {
+		chunk := payloads[start:min(start+enqueueChunk, len(payloads))]
+		msgs := make([]work.Message, len(chunk))
+		for i, p := range chunk {
+			msgs[i] = work.Message{Payload: p, Options: opts}
+		}
+		ids, err := work.EnqueueMany(ctx, rdb, q, msgs)
+		dups := map[int]bool{}
+		var de *work.DuplicateError
+		if errors.As(err, &de) {
+			for _, i := range de.Jobs {
+				dups[i] = true
+			}
+			err = nil
+		}
+		for i, id := range ids {
+			if id != "" {
+				report(id, dups[i])
+				added++
 			}
 		}
-		if errors.Is(rerr, io.EOF) {
-			return q.flush(ctx)
+		if err != nil {
+			return fmt.Errorf("enqueue: %d jobs added before: %w", added, err)
 		}
-		if rerr != nil {
-			_ = q.flush(ctx)
-			return fmt.Errorf("read stdin: %w", rerr)
-		}
-	}
-}
-
-// enqueuer batches XADDs into pipelines.
-type enqueuer struct {
-	rdb    *redis.Client
-	stream string
-	out    *bufio.Writer
-	quiet  bool
-	max    int // max_payload
-	batch  [][]byte
-	added  int
-	line   int // payloads seen, for errors
-}
-
-func (q *enqueuer) add(ctx context.Context, payload []byte) error {
-	q.line++
-	if len(payload) > q.max {
-		ferr := q.flush(ctx)
-		return errors.Join(usagef("raise max_payload, or pass a reference (a path, a URL) instead of the data",
-			"enqueue: payload %d is %d bytes, over max_payload (%d); %d jobs added before it", q.line, len(payload), q.max, q.added), ferr)
-	}
-	q.batch = append(q.batch, payload)
-	if len(q.batch) >= enqueueChunk {
-		return q.flush(ctx)
-	}
-	return nil
-}
-
-func (q *enqueuer) flush(ctx context.Context) error {
-	if len(q.batch) == 0 {
-		return nil
-	}
-	cmds, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, b := range q.batch {
-			p.XAdd(ctx, &redis.XAddArgs{Stream: q.stream, Values: []any{work.PayloadField, b}})
-		}
-		return nil
-	})
-	for _, c := range cmds {
-		if c.Err() != nil {
-			break
-		}
-		q.added++
-		if !q.quiet {
-			fmt.Fprintln(q.out, c.(*redis.StringCmd).Val())
-		}
-	}
-	q.batch = q.batch[:0]
-	if err != nil {
-		return fmt.Errorf("enqueue: %d jobs added before: %w", q.added, err)
 	}
 	return nil
 }

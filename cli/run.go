@@ -226,11 +226,10 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot) error {
 		}
 	}()
 
-	handler, jobTimeout := h.e.Handler, cfg.JobTimeout.D()
+	handler := h.e.Handler
 	if handler == nil {
-		// The exec handler enforces job_timeout itself: SIGTERM, then SIGKILL.
-		h.exec = &work.Exec{Argv: h.argv, Timeout: jobTimeout, Grace: cfg.ShutdownGrace.D(), Logger: h.log}
-		handler, jobTimeout = h.exec, 0
+		h.exec = &work.Exec{Argv: h.argv, Timeout: cfg.JobTimeout.D(), Grace: cfg.ShutdownGrace.D(), Logger: h.log}
+		handler = h.exec
 	}
 	consumer := h.host + "/" + slot.Name()
 	if prev := slot.Inherited(); prev != nil {
@@ -245,7 +244,7 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot) error {
 	h.log.Info().Time("until", until).Msg("holding run slot")
 	err := work.Run(ctx, work.Config{
 		Client: h.rdb, Queue: cfg.Queue, Consumer: consumer, Handler: handler,
-		Concurrency: cfg.Concurrency, Deadline: until, Grace: cfg.ShutdownGrace.D(), JobTimeout: jobTimeout,
+		Concurrency: cfg.Concurrency, Deadline: until, Grace: cfg.ShutdownGrace.D(), JobTimeout: cfg.JobTimeout.D(),
 		MaxJobs: cfg.MaxJobs, RedisDownExit: cfg.RedisDownExit.D(),
 		MaxAttempts: cfg.MaxAttempts, RetryBackoff: cfg.RetryBackoff.D(), RetryBackoffMax: cfg.RetryBackoffMax.D(),
 		DeadMax: cfg.DeadMax, MaxPayload: cfg.MaxPayload, VisibilityTimeout: cfg.VisibilityTimeout.D(),

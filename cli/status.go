@@ -18,8 +18,9 @@ const statusUsage = `Usage: baton status [flags]
 
 Show every run and standby slot (held or free, pid, host, since, until, jobs
 done, current job) and the queue's jobs: waiting (never delivered), pending
-(running or left by a holder that died), retrying (failed, due later), dead
-(see 'baton dead') and done (all time). It reads
+(running or left by a holder that died), scheduled (delayed by enqueue --in
+or --at), retrying (failed, due later), dead (see 'baton dead') and done (all
+time). It also says when Redis is at maxmemory or may evict jobs. It reads
 the holders' records and never takes a slot. Exit 1 when Redis cannot be
 reached (the slots are still shown).
 
@@ -47,11 +48,12 @@ type slotStatus struct {
 
 // jobCounts is the queue in status output.
 type jobCounts struct {
-	Waiting  int64 `json:"waiting"`  // in the stream, never delivered
-	Pending  int64 `json:"pending"`  // delivered, not yet acknowledged
-	Retrying int64 `json:"retrying"` // failed, waiting for their retry time
-	Dead     int64 `json:"dead"`     // dead letters kept
-	Done     int64 `json:"done"`     // acknowledged, all time
+	Waiting   int64 `json:"waiting"`   // in the stream, never delivered
+	Pending   int64 `json:"pending"`   // delivered, not yet acknowledged
+	Scheduled int64 `json:"scheduled"` // delayed by their producer (enqueue --in, --at)
+	Retrying  int64 `json:"retrying"`  // failed, waiting for their retry time
+	Dead      int64 `json:"dead"`      // dead letters kept
+	Done      int64 `json:"done"`      // acknowledged, all time
 }
 
 type statusReport struct {
@@ -138,11 +140,12 @@ func queueCounts(ctx context.Context, cfg *config.Config) (*jobCounts, *work.Mem
 	var xlen *redis.IntCmd
 	var groups *redis.XInfoGroupsCmd
 	var done *redis.StringCmd
-	var retrying, dead *redis.IntCmd
+	var scheduled, retrying, dead *redis.IntCmd
 	var mem work.Memory
 	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		xlen = p.XLen(ctx, k.Stream)
 		groups = p.XInfoGroups(ctx, k.Stream)
+		scheduled = p.ZCard(ctx, k.Scheduled)
 		retrying = p.ZCard(ctx, k.Retry)
 		dead = p.XLen(ctx, k.Dead)
 		done = p.HGet(ctx, k.Stats, "done")
@@ -162,7 +165,7 @@ func queueCounts(ctx context.Context, cfg *config.Config) (*jobCounts, *work.Mem
 		}
 	}
 	c.Waiting = xlen.Val() - c.Pending
-	c.Retrying, c.Dead = retrying.Val(), dead.Val()
+	c.Scheduled, c.Retrying, c.Dead = scheduled.Val(), retrying.Val(), dead.Val()
 	c.Done, _ = strconv.ParseInt(done.Val(), 10, 64)
 	return c, &mem, nil
 }
@@ -170,7 +173,7 @@ func queueCounts(ctx context.Context, cfg *config.Config) (*jobCounts, *work.Mem
 func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 	fmt.Fprintf(w, "queue %s on %s\n", rep.Queue, config.RedactURL(cfg.RedisURL))
 	if j := rep.Jobs; j != nil {
-		fmt.Fprintf(w, "jobs  %d waiting, %d pending, %d retrying, %d dead, %d done\n\n", j.Waiting, j.Pending, j.Retrying, j.Dead, j.Done)
+		fmt.Fprintf(w, "jobs  %d waiting, %d pending, %d scheduled, %d retrying, %d dead, %d done\n\n", j.Waiting, j.Pending, j.Scheduled, j.Retrying, j.Dead, j.Done)
 	} else {
 		fmt.Fprintf(w, "jobs  unknown (redis unreachable)\n\n")
 	}

@@ -2,12 +2,72 @@ package work_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"testing"
 	"time"
 
+	"github.com/baton-run/baton/internal/redistest"
 	"github.com/baton-run/baton/work"
 	"github.com/redis/go-redis/v9"
 )
+
+// exampleRedis is a throwaway redis-server for the Examples that print.
+var exampleRedis string
+
+func TestMain(m *testing.M) {
+	addr, stop, err := redistest.StartMain()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	exampleRedis = addr
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}
+
+// Enqueue adds a job and returns its id for life; options make it delayed,
+// unique, or give it its own attempts and timeout.
+func ExampleEnqueue() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleRedis})
+	defer rdb.Close()
+
+	id, err := work.Enqueue(ctx, rdb, "thumbs", []byte("/srv/img/1.jpg"),
+		work.UniqueKey("img-1"), work.In(10*time.Minute), work.MaxAttempts(3))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	// The same unique key again: nothing is added, the first job's id comes back.
+	again, err := work.Enqueue(ctx, rdb, "thumbs", []byte("/srv/img/1.jpg"), work.UniqueKey("img-1"))
+	fmt.Println(errors.Is(err, work.ErrDuplicate), again == id)
+	// Output: true true
+}
+
+// EnqueueMany sends many jobs in one round trip; a bad option adds none.
+func ExampleEnqueueMany() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleRedis})
+	defer rdb.Close()
+
+	ids, err := work.EnqueueMany(ctx, rdb, "mail", []work.Message{
+		{Payload: []byte(`{"to":"a@example.com"}`)},
+		{Payload: []byte(`{"to":"b@example.com"}`), Options: []work.Option{work.Timeout(30 * time.Second)}},
+	})
+	fmt.Println(len(ids), err)
+
+	_, err = work.EnqueueMany(ctx, rdb, "mail", []work.Message{
+		{Payload: []byte("fine")},
+		{Payload: []byte("bad"), Options: []work.Option{work.In(-time.Minute)}},
+	})
+	fmt.Println(err)
+	// Output:
+	// 2 <nil>
+	// job 2: bad job option: delay -1m0s is negative
+}
 
 // Run drains a queue with a Go handler until the deadline; a nil error
 // acknowledges the job, an error leaves it pending for the slot's next holder.

@@ -33,9 +33,14 @@ type Job struct {
 	Queue   string // queue name
 	Slot    string // consumer name, e.g. "host/run-2"
 	Started time.Time
+	// Timeout is the job's own timeout, set by its producer (work.Timeout,
+	// enqueue --timeout); 0 means the queue's job_timeout applies.
+	Timeout time.Duration
 
-	verdict string // a dead-letter reason decided on reading: do not run
-	problem string // why, for the dead letter
+	maxAttempts int    // the job's own max_attempts; 0: the queue's
+	unique      string // the job's unique key, freed when it is done or dead
+	verdict     string // a dead-letter reason decided on reading: do not run
+	problem     string // why, for the dead letter
 }
 
 // Handler runs one job. A nil error acknowledges it; an error schedules a

@@ -10,8 +10,8 @@ import (
 // keepEvery is how often the keeper looks for due retries.
 const keepEvery = 250 * time.Millisecond
 
-// keep does the holder's upkeep until stop closes: it moves due retries back
-// into the stream (any running holder does, so no extra process is needed),
+// keep does the holder's upkeep until stop closes: it moves due retries and
+// scheduled jobs into the stream (any running holder does, so no extra process is needed),
 // and keeps this holder's running entries fresh so that no other holder
 // claims them as abandoned.
 func (r *runner) keep(stop <-chan struct{}) {
@@ -25,7 +25,8 @@ func (r *runner) keep(stop <-chan struct{}) {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if n, err := runScript(ctx, r.c.Client, dueScript, []string{r.keys.Retry, r.keys.RetryJobs, r.keys.Stream}, time.Now().UnixMilli(), 100).Int(); err != nil {
+		if n, err := runScript(ctx, r.c.Client, dueScript,
+			[]string{r.keys.Stream, r.keys.Retry, r.keys.RetryJobs, r.keys.Scheduled, r.keys.ScheduledJobs}, time.Now().UnixMilli(), 100).Int(); err != nil {
 			r.dueFailed(err)
 		} else if n > 0 {
 			r.c.Logger.Debug().Int("jobs", n).Msg("moved due retries back into the queue")

@@ -32,20 +32,26 @@ const (
 // Keys are the Redis keys of one queue, all under the hash tag {queue} so a
 // cluster keeps them on one shard and scripts may touch them together.
 type Keys struct {
-	Stream    string // baton:{q}: the jobs; group "baton"
-	Retry     string // baton:{q}:retry: sorted set of job ids, scored by due time (ms)
-	RetryJobs string // baton:{q}:retry:jobs: hash job id → the job's fields (MessagePack)
-	Dead      string // baton:{q}:dead: dead letters
-	DeadIndex string // baton:{q}:dead:ids: hash job id → its dead letter's id
-	Stats     string // baton:{q}:stats: totals that outlive short-lived holders
+	Stream        string // baton:{q}: the jobs; group "baton"
+	Retry         string // baton:{q}:retry: sorted set of job ids, scored by due time (ms)
+	RetryJobs     string // baton:{q}:retry:jobs: hash job id → the job's fields (MessagePack)
+	Scheduled     string // baton:{q}:scheduled: delayed jobs, as Retry
+	ScheduledJobs string // baton:{q}:scheduled:jobs: as RetryJobs
+	Dead          string // baton:{q}:dead: dead letters
+	DeadIndex     string // baton:{q}:dead:ids: hash job id → its dead letter's id
+	Stats         string // baton:{q}:stats: totals that outlive short-lived holders
 }
 
 // KeysFor returns the keys of queue q.
 func KeysFor(q string) Keys {
 	base := "baton:{" + q + "}"
 	return Keys{Stream: base, Retry: base + ":retry", RetryJobs: base + ":retry:jobs",
+		Scheduled: base + ":scheduled", ScheduledJobs: base + ":scheduled:jobs",
 		Dead: base + ":dead", DeadIndex: base + ":dead:ids", Stats: base + ":stats"}
 }
+
+// Unique is the key that holds the id of the job queued under a unique key.
+func (k Keys) Unique(key string) string { return k.Stream + ":unique:" + key }
 
 func isNoGroup(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOGROUP")
@@ -79,6 +85,10 @@ local function fields(stream, id, drop)
 end
 local function put(t, k, v) t[#t + 1] = k; t[#t + 1] = v end
 local baton = {attempts = true, orig = true}
+-- release frees a unique key if it still names this job.
+local function release(key, job)
+  if redis.call('GET', key) == job then redis.call('DEL', key) end
+end
 local letter = {attempts = true, orig = true, reason = true, error = true, id = true, failed_at = true}
 local function pending(stream, group, id, consumer)
   if consumer then
@@ -89,18 +99,23 @@ end
 `
 
 // ackScript acknowledges and deletes entries in one step, so an entry is never
-// deleted while still pending (a ghost) nor acked and left in the stream.
-// XACK and XDEL free memory, so this runs under OOM too.
+// deleted while still pending (a ghost) nor acked and left in the stream,
+// then frees the unique keys of the jobs that had one. XACK and XDEL free
+// memory, so this runs under OOM too.
 //
-// KEYS[1] stream, KEYS[2] stats; ARGV[1] group, ARGV[2..] entry ids.
+// KEYS[1] stream, KEYS[2] stats, KEYS[3..] unique keys; ARGV[1] group,
+// ARGV[2] n, ARGV[3..2+n] entry ids, then one job id per unique key.
 // Returns how many entries were pending and are now acknowledged.
 var ackScript = redis.NewScript(`
-local ids = {}
-for i = 2, #ARGV do ids[#ids + 1] = ARGV[i] end
-local n = redis.call('XACK', KEYS[1], ARGV[1], unpack(ids))
+local ids, n = {}, tonumber(ARGV[2])
+for i = 3, 2 + n do ids[#ids + 1] = ARGV[i] end
+local acked = redis.call('XACK', KEYS[1], ARGV[1], unpack(ids))
 redis.call('XDEL', KEYS[1], unpack(ids))
-if n > 0 then redis.pcall('HINCRBY', KEYS[2], 'done', n) end
-return n
+for i = 3, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[i + n] then redis.call('DEL', KEYS[i]) end
+end
+if acked > 0 then redis.pcall('HINCRBY', KEYS[2], 'done', acked) end
+return acked
 `)
 
 // retryScript moves a failed entry to the retry schedule: its fields (the
@@ -129,35 +144,80 @@ redis.pcall('HINCRBY', KEYS[4], 'retried', 1)
 return 1
 `)
 
-// dueScript moves due retries back into the stream as new entries with
-// their fields, attempt count and job id: XADD first, then the removal from
-// the schedule. A member of the old "<entry id>|<attempts>|<orig>|<payload>"
-// form (written by baton before 0.2) is read as such.
+// dueScript moves due jobs of the retry and scheduled sets back into the
+// stream as new entries with their fields, attempt count and job id: XADD
+// first, then the removal from the set. A retry member of the old
+// "<entry id>|<attempts>|<orig>|<payload>" form (written by baton before
+// 0.2) is read as such.
 //
-// KEYS[1] retry, KEYS[2] retry jobs, KEYS[3] stream; ARGV[1] now (unix ms),
-// ARGV[2] most to move. Returns how many were moved.
+// KEYS[1] stream, then pairs: a sorted set and its hash of records;
+// ARGV[1] now (unix ms), ARGV[2] most to move per set. Returns how many were
+// moved.
 var dueScript = redis.NewScript(`
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
-for _, m in ipairs(due) do
-  local packed = redis.call('HGET', KEYS[2], m)
-  if packed then
-    redis.call('XADD', KEYS[3], '*', unpack(cmsgpack.unpack(packed)))
-  else
-    local a = string.find(m, '|', 1, true)
-    local b = a and string.find(m, '|', a + 1, true)
-    local c = b and string.find(m, '|', b + 1, true)
-    if c then
-      redis.call('XADD', KEYS[3], '*', 'payload', string.sub(m, c + 1),
-        'attempts', string.sub(m, a + 1, b - 1), 'orig', string.sub(m, b + 1, c - 1))
+local moved = 0
+for k = 2, #KEYS, 2 do
+  local due = redis.call('ZRANGEBYSCORE', KEYS[k], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+  for _, m in ipairs(due) do
+    local packed = redis.call('HGET', KEYS[k + 1], m)
+    if packed then
+      redis.call('XADD', KEYS[1], '*', unpack(cmsgpack.unpack(packed)))
     else
-      -- no record: an entry without a payload, dead-lettered as malformed
-      redis.call('XADD', KEYS[3], '*', 'orig', m)
+      local a = string.find(m, '|', 1, true)
+      local b = a and string.find(m, '|', a + 1, true)
+      local c = b and string.find(m, '|', b + 1, true)
+      if c then
+        redis.call('XADD', KEYS[1], '*', 'payload', string.sub(m, c + 1),
+          'attempts', string.sub(m, a + 1, b - 1), 'orig', string.sub(m, b + 1, c - 1))
+      else
+        -- no record: an entry without a payload, dead-lettered as malformed
+        redis.call('XADD', KEYS[1], '*', 'orig', m)
+      end
     end
+    redis.call('ZREM', KEYS[k], m)
+    redis.call('HDEL', KEYS[k + 1], m)
+    moved = moved + 1
   end
-  redis.call('ZREM', KEYS[1], m)
-  redis.call('HDEL', KEYS[2], m)
 end
-return #due
+return moved
+`)
+
+// enqueueScript adds one job with options: refused as a duplicate while its
+// unique key names a job; else added to the stream, or, when due later,
+// given an id from the stream's own id space (an entry added and deleted at
+// once, so ids never collide) and put in the scheduled set; then the unique
+// key is taken.
+//
+// KEYS[1] stream, KEYS[2] scheduled, KEYS[3] scheduled jobs, KEYS[4] unique
+// key (the stream when none); ARGV[1] due (unix ms, 0: now), ARGV[2] "1" when
+// unique, ARGV[3] unique key TTL (ms, 0: until done or dead), ARGV[4..] the
+// job's field/value pairs. Returns {job id, 1 when a duplicate else 0}.
+var enqueueScript = redis.NewScript(`
+local unique = ARGV[2] == '1'
+if unique then
+  local old = redis.call('GET', KEYS[4])
+  if old then return {old, 1} end
+end
+local f = {}
+for i = 4, #ARGV do f[#f + 1] = ARGV[i] end
+local id
+if tonumber(ARGV[1]) > 0 then
+  id = redis.call('XADD', KEYS[1], '*', 'orig', '')
+  redis.call('XDEL', KEYS[1], id)
+  f[#f + 1] = 'orig'
+  f[#f + 1] = id
+  redis.call('HSET', KEYS[3], id, cmsgpack.pack(f))
+  redis.call('ZADD', KEYS[2], ARGV[1], id)
+else
+  id = redis.call('XADD', KEYS[1], '*', unpack(f))
+end
+if unique then
+  if tonumber(ARGV[3]) > 0 then
+    redis.call('SET', KEYS[4], id, 'PX', ARGV[3])
+  else
+    redis.call('SET', KEYS[4], id)
+  end
+end
+return {id, 0}
 `)
 
 // deadScript moves an entry to the dead letters, bounded by dead_max: the
@@ -165,7 +225,8 @@ return #due
 // and its index entry first, then the acknowledgement. The oldest letters
 // beyond dead_max are dropped, with their index entries.
 //
-// KEYS[1] stream, KEYS[2] dead, KEYS[3] dead index, KEYS[4] stats;
+// KEYS[1] stream, KEYS[2] dead, KEYS[3] dead index, KEYS[4] stats, KEYS[5]
+// the job's unique key (the stream when none), freed last;
 // ARGV[1] group, ARGV[2] entry id, ARGV[3] consumer, ARGV[4] dead_max,
 // ARGV[5] job id, ARGV[6..] baton's field/value pairs of the letter.
 // Returns -1 when the entry is no longer pending for this consumer, 1 when
@@ -191,6 +252,7 @@ if over > 0 then
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
+if KEYS[5] ~= KEYS[1] then release(KEYS[5], ARGV[5]) end
 redis.pcall('HINCRBY', KEYS[4], 'dead', 1)
 if over > 0 then return 1 end
 return 0

@@ -17,6 +17,7 @@ const (
 	ReasonCrashed   = "crashed"   // delivered max_attempts times, never finished: it kills its holder
 	ReasonTooLarge  = "too_large" // payload over max_payload: never run
 	ReasonMalformed = "malformed" // no payload field, or a bad attempts field: never run
+	ReasonRejected  = "rejected"  // the handler said not to retry (ErrSkipRetry, reject_exit_codes)
 )
 
 // read feeds the workers: first this consumer's own pending entries, then,
@@ -251,6 +252,14 @@ func (r *runner) claim(ctx context.Context, n int64) ([]*Job, error) {
 	return jobs, nil
 }
 
+// maxAttempts is the job's own max_attempts, or the queue's.
+func (r *runner) maxAttempts(j *Job) int {
+	if j.maxAttempts > 0 {
+		return j.maxAttempts
+	}
+	return r.c.MaxAttempts
+}
+
 // toJob turns a stream entry into a job and decides whether it may run:
 // Attempt counts every delivery, including runs made before a retry.
 func (r *runner) toJob(m redis.XMessage, deliveries int) *Job {
@@ -272,10 +281,17 @@ func (r *runner) toJob(m redis.XMessage, deliveries int) *Job {
 	if o, ok := m.Values[jobField].(string); ok && o != "" {
 		j.ID = o
 	}
+	j.unique, _ = m.Values[uniqueField].(string)
+	if v, ok := m.Values[maxAttemptsField]; ok {
+		j.maxAttempts, _ = strconv.Atoi(fmt.Sprint(v))
+	}
+	if v, ok := m.Values[timeoutField]; ok {
+		j.Timeout, _ = jobTimeout(v)
+	}
 	switch {
 	case len(p) > r.c.MaxPayload:
 		j.verdict, j.problem = ReasonTooLarge, fmt.Sprintf("payload of %d bytes is over max_payload (%d)", len(p), r.c.MaxPayload)
-	case j.Attempt > r.c.MaxAttempts:
+	case j.Attempt > r.maxAttempts(j):
 		j.verdict, j.problem = ReasonCrashed, fmt.Sprintf("delivered %d times without finishing: it kills or hangs its holder", j.Attempt-1)
 		j.Attempt--
 	}

@@ -23,9 +23,10 @@ type Config struct {
 	// JobTimeout bounds one run of a job: the handler's context is cancelled
 	// then (with cause ErrJobTimeout), and a handler that returns an error
 	// after it is counted as a timeout (retried; dead letter "timeout" after
-	// the last attempt). A handler that ignores its context is stopped by the
-	// caller's hard deadline. 0: none. Exec handlers enforce their own
-	// (Exec.Timeout: SIGTERM, then SIGKILL).
+	// the last attempt). A job's own timeout (Job.Timeout) overrides it. A
+	// handler that ignores its context is stopped by the caller's hard
+	// deadline. 0: none. The exec handler enforces timeouts itself
+	// (Exec.Timeout or Job.Timeout: SIGTERM, then SIGKILL).
 	JobTimeout time.Duration
 	// Concurrency is jobs at once. Default 1.
 	Concurrency int
@@ -67,6 +68,9 @@ var (
 	// ErrJobTimeout is the cause of a handler context cancelled at
 	// JobTimeout, and wrapped in the error of a job that ran past it.
 	ErrJobTimeout = errors.New("job timed out")
+	// ErrSkipRetry, wrapped in a handler's error, says the failure is final:
+	// the job is dead-lettered at once with reason "rejected".
+	ErrSkipRetry = errors.New("do not retry")
 )
 
 func (c *Config) defaults() {
@@ -299,6 +303,11 @@ func (r *runner) work(ctx context.Context) {
 	}
 }
 
+// ownsTimeouts is a Handler that enforces job timeouts itself (Exec:
+// SIGTERM, then SIGKILL after a grace), so the runner does not cancel its
+// context at the timeout.
+type ownsTimeouts interface{ ownsTimeouts() }
+
 // handle runs the handler, turning a panic into a job error, under the job
 // timeout when there is one.
 func (r *runner) handle(ctx context.Context, j *Job) (err error) {
@@ -308,14 +317,18 @@ func (r *runner) handle(ctx context.Context, j *Job) (err error) {
 			r.c.Logger.Error().Str("job", j.ID).Interface("panic", p).Str("stack", string(debug.Stack())).Msg("handler panicked")
 		}
 	}()
-	if r.c.JobTimeout <= 0 {
+	timeout := r.c.JobTimeout
+	if j.Timeout > 0 {
+		timeout = j.Timeout
+	}
+	if _, own := r.c.Handler.(ownsTimeouts); own || timeout <= 0 {
 		return r.c.Handler.Handle(ctx, j)
 	}
-	jctx, cancel := context.WithTimeoutCause(ctx, r.c.JobTimeout, ErrJobTimeout)
+	jctx, cancel := context.WithTimeoutCause(ctx, timeout, ErrJobTimeout)
 	defer cancel()
 	err = r.c.Handler.Handle(jctx, j)
 	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(jctx), ErrJobTimeout) {
-		return fmt.Errorf("%w after %s: %w", ErrJobTimeout, r.c.JobTimeout, err)
+		return fmt.Errorf("%w after %s: %w", ErrJobTimeout, timeout, err)
 	}
 	return err
 }

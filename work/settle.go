@@ -19,16 +19,20 @@ const maxErrorLen = 2048
 // slot's next holder replays it, or another holder claims it after
 // visibility_timeout.
 func (r *runner) settle() {
-	ids := make([]any, 0, 256)
+	const most = 256
+	ids := make([]any, 0, most)
+	var uniqueKeys []string // keys of acked jobs that hold one; their job ids in uniqueIDs
+	var uniqueIDs []any
 	flush := func() {
 		if len(ids) == 0 {
 			return
 		}
-		args := append([]any{Group}, ids...)
+		keys := append([]string{r.keys.Stream, r.keys.Stats}, uniqueKeys...)
+		args := append(append([]any{Group, len(ids)}, ids...), uniqueIDs...)
 		var n int64
 		err := r.redisRetry(func(ctx context.Context) error {
 			var err error
-			n, err = runScript(ctx, r.c.Client, ackScript, []string{r.keys.Stream, r.keys.Stats}, args...).Int64()
+			n, err = runScript(ctx, r.c.Client, ackScript, keys, args...).Int64()
 			return err
 		})
 		if err != nil {
@@ -39,7 +43,7 @@ func (r *runner) settle() {
 		for _, id := range ids {
 			r.forget(id.(string))
 		}
-		ids = ids[:0]
+		ids, uniqueKeys, uniqueIDs = ids[:0], uniqueKeys[:0], uniqueIDs[:0]
 	}
 	var back []any
 	giveBack := func() {
@@ -66,6 +70,10 @@ func (r *runner) settle() {
 			r.deadLetter(res.job, res.dead, res.job.problem)
 		case res.err == nil:
 			ids = append(ids, res.job.Entry)
+			if res.job.unique != "" {
+				uniqueKeys = append(uniqueKeys, r.keys.Unique(res.job.unique))
+				uniqueIDs = append(uniqueIDs, res.job.ID)
+			}
 		default:
 			r.fail(res.job, res.err)
 		}
@@ -73,7 +81,7 @@ func (r *runner) settle() {
 	for res := range r.results {
 		one(res)
 	more:
-		for len(ids) < cap(ids) {
+		for len(ids) < most {
 			select {
 			case res, ok := <-r.results:
 				if !ok {
@@ -105,7 +113,11 @@ func (r *runner) moveFailed(err error, jobs int, msg string) {
 func (r *runner) fail(j *Job, err error) {
 	r.st.Failed.Add(1)
 	defer r.forget(j.Entry)
-	if j.Attempt >= r.c.MaxAttempts {
+	if errors.Is(err, ErrSkipRetry) {
+		r.deadLetter(j, ReasonRejected, err.Error())
+		return
+	}
+	if j.Attempt >= r.maxAttempts(j) {
 		reason := ReasonFailed
 		if timedOut(err) {
 			reason = ReasonTimeout
@@ -160,10 +172,14 @@ func (r *runner) deadLetter(j *Job, reason, why string) {
 	if len(why) > maxErrorLen {
 		why = "…" + why[len(why)-maxErrorLen:]
 	}
+	unique := r.keys.Stream // none
+	if j.unique != "" {
+		unique = r.keys.Unique(j.unique)
+	}
 	var n int64
 	err := r.redisRetry(func(ctx context.Context) error {
 		var err error
-		n, err = runScript(ctx, r.c.Client, deadScript, []string{r.keys.Stream, r.keys.Dead, r.keys.DeadIndex, r.keys.Stats},
+		n, err = runScript(ctx, r.c.Client, deadScript, []string{r.keys.Stream, r.keys.Dead, r.keys.DeadIndex, r.keys.Stats, unique},
 			Group, j.Entry, r.c.Consumer, r.c.DeadMax, j.ID,
 			deadReason, reason, attemptsField, j.Attempt, deadError, why, deadEntry, j.Entry,
 			deadFailedAt, time.Now().UnixMilli()).Int64()

@@ -137,16 +137,27 @@ echo "$p" >> `+ran+"\n")
 	_ = h
 }
 
-// TestEnqueueRefusesLargePayload: exit 2, nothing after it added, a clear line.
+// TestEnqueueRefusesLargePayload: exit 2, nothing added, a clear line; with
+// --skip-bad the others are added and the bad one is reported by line.
 func TestEnqueueRefusesLargePayload(t *testing.T) {
 	r := newRig(t)
+	input := "small\n" + strings.Repeat("x", 11) + "\nafter\n"
 	cmd := r.cmd("enqueue", "-q", "--max-payload", "10")
-	cmd.Stdin = strings.NewReader("small\n" + strings.Repeat("x", 11) + "\nafter\n")
+	cmd.Stdin = strings.NewReader(input)
 	out, err := cmd.CombinedOutput()
-	if cmd.ProcessState.ExitCode() != 2 || !strings.Contains(string(out), "payload 2 is 11 bytes, over max_payload (10); 1 jobs added before it") {
+	if cmd.ProcessState.ExitCode() != 2 || !strings.Contains(string(out), "payload 2 is 11 bytes, over max_payload (10); nothing added") {
 		t.Fatalf("%v: %s", err, out)
 	}
-	if s := r.status(); s.Jobs.Waiting != 1 {
-		t.Fatalf("waiting %d, want only the payload before the big one", s.Jobs.Waiting)
+	if s := r.status(); s.Jobs.Waiting != 0 {
+		t.Fatalf("waiting %d, want nothing added", s.Jobs.Waiting)
+	}
+	cmd = r.cmd("enqueue", "-q", "--max-payload", "10", "--skip-bad")
+	cmd.Stdin = strings.NewReader(input)
+	out, err = cmd.CombinedOutput()
+	if cmd.ProcessState.ExitCode() != 0 || !strings.Contains(string(out), "payload 2 is 11 bytes, over max_payload (10): skipped") {
+		t.Fatalf("--skip-bad: %v: %s", err, out)
+	}
+	if s := r.status(); s.Jobs.Waiting != 2 {
+		t.Fatalf("waiting %d, want the 2 good jobs", s.Jobs.Waiting)
 	}
 }

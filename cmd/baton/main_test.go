@@ -160,7 +160,7 @@ type slotJSON struct {
 
 type statusJSON struct {
 	Run, Standby []slotJSON
-	Jobs         *struct{ Waiting, Pending, Done int64 }
+	Jobs         *struct{ Waiting, Pending, Scheduled, Done int64 }
 }
 
 func (r *rig) status(args ...string) statusJSON {

@@ -125,3 +125,34 @@ func freePort(tb testing.TB) int {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
 }
+
+// StartMain starts a redis-server for a TestMain (where there is no
+// testing.TB: runnable Examples need one too). It returns the address and a
+// stop func that kills the server and removes its dir.
+func StartMain() (addr string, stop func(), err error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", nil, fmt.Errorf("%s", InstallHint)
+	}
+	dir, err := os.MkdirTemp("", "redistest-")
+	if err != nil {
+		return "", nil, err
+	}
+	s := &Server{Dir: dir}
+	for attempt := 0; ; attempt++ {
+		l, lerr := net.Listen("tcp", "127.0.0.1:0")
+		if lerr != nil {
+			return "", nil, lerr
+		}
+		s.Addr = l.Addr().String()
+		_ = l.Close()
+		if err = s.start(bin); err == nil {
+			break
+		}
+		if attempt == 4 {
+			_ = os.RemoveAll(dir)
+			return "", nil, err
+		}
+	}
+	return s.Addr, func() { s.Stop(); _ = os.RemoveAll(dir) }, nil
+}

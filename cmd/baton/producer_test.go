@@ -1,0 +1,89 @@
+package main
+
+import (
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestUniqueKeyFreedAfterHolderKilled: a holder killed (kill -9) while it
+// runs a unique job does not leave the key held forever: the job is replayed,
+// and the key is freed when it is finally done.
+func TestUniqueKeyFreedAfterHolderKilled(t *testing.T) {
+	r := newRig(t)
+	once := filepath.Join(r.dir, "killed-once")
+	ran := filepath.Join(r.dir, "ran")
+	job := r.script("job.sh", `cat >> `+ran+`; echo >> `+ran+`
+if [ ! -e `+once+` ]; then touch `+once+`; kill -9 $PPID; sleep 5; fi
+`)
+	out, _, code := r.baton("enqueue", "--unique-key", "report-7", "payload")
+	first := strings.TrimSpace(out)
+	if code != 0 || first == "" {
+		t.Fatalf("enqueue: %d %q", code, out)
+	}
+	stop := r.cron(200*time.Millisecond, "run", "--poll-interval", "50ms", "--lifetime", "1m", "--", job)
+	defer stop()
+	defer r.killHolders("default")
+	eventually(t, 30*time.Second, "the job done after its holder was killed", func() bool {
+		return r.status().Jobs.Done == 1
+	})
+	if n := len(readLines(t, ran)); n != 2 {
+		t.Fatalf("ran %d times, want 2 (killed once, then done)", n)
+	}
+	out, _, code = r.baton("enqueue", "--unique-key", "report-7", "--json", "payload")
+	if code != 0 || !strings.Contains(out, `"duplicate":false`) || strings.Contains(out, first) {
+		t.Fatalf("the key is still held after the job was done: %d %s", code, out)
+	}
+}
+
+// TestDelayedJobsSurviveKilledHolders: 100 delayed jobs come due while
+// holders are killed with kill -9 every 300ms (from 1s to 3s after the
+// enqueue; due at 1.5s): every job runs, none is left scheduled, none lost.
+func TestDelayedJobsSurviveKilledHolders(t *testing.T) {
+	r := newRig(t)
+	ran := filepath.Join(r.dir, "ran")
+	job := r.script("job.sh", `printf '%s\n' "$(cat)" >> `+ran+"\n")
+	args := []string{"enqueue", "-q", "--in", "1500ms"}
+	for i := 0; i < 100; i++ {
+		args = append(args, "job-"+strconv.Itoa(i))
+	}
+	if _, errOut, code := r.baton(args...); code != 0 {
+		t.Fatal(errOut)
+	}
+	stop := r.cron(100*time.Millisecond, "run", "--slots", "2", "--poll-interval", "50ms", "--lifetime", "1m", "--", job)
+	defer stop()
+	defer r.killHolders("default")
+	enqueued := time.Now()
+	kills := 0
+	for time.Since(enqueued) < 3*time.Second {
+		time.Sleep(300 * time.Millisecond)
+		if time.Since(enqueued) > time.Second {
+			r.killHolders("default")
+			kills++
+		}
+	}
+	last := time.Now()
+	eventually(t, 60*time.Second, "every delayed job done", func() bool {
+		s := r.status()
+		if time.Since(last) > 2*time.Second {
+			last = time.Now()
+			t.Logf("%v: %+v", time.Since(enqueued).Round(time.Second), *s.Jobs)
+		}
+		return s.Jobs.Done == 100 && s.Jobs.Waiting == 0 && s.Jobs.Pending == 0
+	})
+	t.Logf("%d kill rounds around the due time", kills)
+	seen := map[string]bool{}
+	for _, l := range readLines(t, ran) {
+		seen[l] = true
+	}
+	for i := 0; i < 100; i++ {
+		if !seen["job-"+strconv.Itoa(i)] {
+			t.Errorf("job-%d never ran", i)
+		}
+	}
+	if s := r.status(); s.Jobs.Scheduled != 0 {
+		t.Fatalf("%d still scheduled", s.Jobs.Scheduled)
+	}
+}

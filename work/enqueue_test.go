@@ -1,0 +1,183 @@
+package work
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/baton-run/baton/internal/redistest"
+)
+
+// A delayed job waits in the scheduled set, keeps the id Enqueue returned,
+// and runs once due, about one keeper tick late at most.
+func TestDelayedJob(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	const delay = 700 * time.Millisecond
+	start := time.Now()
+	id, err := Enqueue(ctx, rdb, "q", []byte("later"), In(delay))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := Enqueue(ctx, rdb, "q", []byte("now"), At(time.Now().Add(-time.Hour)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.ZCard(ctx, KeysFor("q").Scheduled).Val(); n != 1 {
+		t.Fatalf("%d scheduled, want the delayed job only (a time in the past runs now)", n)
+	}
+	var mu sync.Mutex
+	ran := map[string]time.Duration{}
+	st := new(Stats)
+	runUntil(t, testConfig(rdb, HandlerFunc(func(_ context.Context, j *Job) error {
+		mu.Lock()
+		ran[j.ID+" "+string(j.Payload)] = time.Since(start)
+		mu.Unlock()
+		return nil
+	})), st, func() bool { return st.Done.Load() == 2 })
+	late, ok := ran[id+" later"]
+	if !ok || ran[now+" now"] == 0 {
+		t.Fatalf("ran %v; want %s later and %s now", ran, id, now)
+	}
+	if late < delay || late > delay+keepEvery+2*time.Second {
+		t.Fatalf("delayed job ran after %v, want %v plus at most a keeper tick (generous bound)", late, delay)
+	}
+	if ran[now+" now"] > delay {
+		t.Fatalf("a job at a past time waited %v", ran[now+" now"])
+	}
+	settled(t, rdb, "q")
+	if n := rdb.HLen(ctx, KeysFor("q").ScheduledJobs).Val(); n != 0 {
+		t.Fatalf("%d scheduled records left", n)
+	}
+}
+
+// A second job with the same unique key adds nothing while the first is
+// queued; once the first is done the key is free again.
+func TestUniqueJob(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	first, err := Enqueue(ctx, rdb, "q", []byte("a"), UniqueKey("img-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := Enqueue(ctx, rdb, "q", []byte("b"), UniqueKey("img-1"), In(time.Hour))
+	if !errors.Is(err, ErrDuplicate) || again != first {
+		t.Fatalf("duplicate: id %q err %v, want %q and ErrDuplicate", again, err, first)
+	}
+	if n := rdb.XLen(ctx, KeysFor("q").Stream).Val(); n != 1 {
+		t.Fatalf("stream holds %d, want 1", n)
+	}
+	// Failing once keeps the key (the job is retrying), success frees it.
+	var runs atomic.Int64
+	st := new(Stats)
+	runUntil(t, fastRetry(testConfig(rdb, HandlerFunc(func(_ context.Context, j *Job) error {
+		if runs.Add(1) == 1 {
+			if _, err := Enqueue(ctx, rdb, "q", []byte("c"), UniqueKey("img-1")); !errors.Is(err, ErrDuplicate) {
+				t.Errorf("while running: %v, want ErrDuplicate", err)
+			}
+			return errors.New("once")
+		}
+		return nil
+	}))), st, func() bool { return st.Done.Load() == 1 })
+	if n := rdb.Exists(ctx, KeysFor("q").Unique("img-1")).Val(); n != 0 {
+		t.Fatal("unique key still held after the job was done")
+	}
+	next, err := Enqueue(ctx, rdb, "q", []byte("d"), UniqueKey("img-1"))
+	if err != nil || next == first {
+		t.Fatalf("after done: %q %v, want a new job", next, err)
+	}
+}
+
+// A dead-lettered job frees its unique key; UniqueFor bounds the key.
+func TestUniqueKeyFreedWhenDeadAndByTTL(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	if _, err := Enqueue(ctx, rdb, "q", []byte("a"), UniqueKey("k"), MaxAttempts(1)); err != nil {
+		t.Fatal(err)
+	}
+	st := new(Stats)
+	runUntil(t, testConfig(rdb, HandlerFunc(func(context.Context, *Job) error { return errors.New("no") })), st,
+		func() bool { return st.Dead.Load() == 1 })
+	if n := rdb.Exists(ctx, KeysFor("q").Unique("k")).Val(); n != 0 {
+		t.Fatal("unique key still held after the job was dead-lettered")
+	}
+	if _, err := Enqueue(ctx, rdb, "q", []byte("b"), UniqueKey("t"), UniqueFor(100*time.Millisecond), In(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if _, err := Enqueue(ctx, rdb, "q", []byte("c"), UniqueKey("t")); err != nil {
+		t.Fatalf("after unique-for: %v", err)
+	}
+}
+
+// Per-job max attempts and timeout override the queue's; ErrSkipRetry
+// dead-letters at once as rejected.
+func TestPerJobOptionsAndSkipRetry(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	ids, err := EnqueueMany(ctx, rdb, "q", []Message{
+		{Payload: []byte("once"), Options: []Option{MaxAttempts(1)}},
+		{Payload: []byte("slow"), Options: []Option{Timeout(50 * time.Millisecond), MaxAttempts(1)}},
+		{Payload: []byte("reject")},
+	})
+	if err != nil || len(ids) != 3 {
+		t.Fatal(ids, err)
+	}
+	st := new(Stats)
+	c := testConfig(rdb, HandlerFunc(func(ctx context.Context, j *Job) error {
+		switch string(j.Payload) {
+		case "slow":
+			<-ctx.Done()
+			return ctx.Err()
+		case "reject":
+			return fmt.Errorf("bad input: %w", ErrSkipRetry)
+		}
+		return errors.New("failed")
+	}))
+	c.MaxAttempts = 5
+	runUntil(t, c, st, func() bool { return st.Dead.Load() == 3 })
+	want := map[string]string{ids[0]: ReasonFailed, ids[1]: ReasonTimeout, ids[2]: ReasonRejected}
+	for _, d := range deadLetters(t, rdb, "q") {
+		if want[d.Values["orig"].(string)] != d.Values["reason"] || d.Values["attempts"] != "1" {
+			t.Errorf("dead letter %v", d.Values)
+		}
+	}
+	if st.Failed.Load() != 3 {
+		t.Fatalf("%d runs failed, want 3 (each job ran once)", st.Failed.Load())
+	}
+}
+
+// Bad options are refused before anything is sent.
+func TestBadOptionsAddNothing(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	for _, opts := range [][]Option{
+		{In(-time.Second)}, {UniqueKey("")}, {UniqueFor(time.Second)}, {MaxAttempts(0)}, {Timeout(0)},
+	} {
+		_, err := EnqueueMany(ctx, rdb, "q", []Message{{Payload: []byte("ok")}, {Payload: []byte("bad"), Options: opts}})
+		if !errors.Is(err, ErrBadOption) {
+			t.Errorf("%v: want ErrBadOption", err)
+		}
+	}
+	if n := rdb.XLen(ctx, KeysFor("q").Stream).Val(); n != 0 {
+		t.Fatalf("%d jobs added", n)
+	}
+}
+
+// A Redis that lost the enqueue script (a restart, SCRIPT FLUSH) gets it again.
+func TestEnqueueAfterScriptFlush(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	rdb.ScriptFlush(ctx)
+	ids, err := EnqueueMany(ctx, rdb, "q", []Message{{Payload: []byte("a")}, {Payload: []byte("b"), Options: []Option{MaxAttempts(2)}}})
+	if err != nil || ids[0] == "" || ids[1] == "" {
+		t.Fatal(ids, err)
+	}
+	if n := rdb.XLen(ctx, KeysFor("q").Stream).Val(); n != 2 {
+		t.Fatalf("stream holds %d, want 2", n)
+	}
+}
