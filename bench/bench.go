@@ -27,6 +27,8 @@ func (b *bench) measure(ctx context.Context, sel []string) error {
 		switch g {
 		case "throughput":
 			err = b.rounds(ctx, b.throughput(ctx))
+		case "enqueue":
+			err = b.rounds(ctx, b.enqueue(ctx))
 		case "exec":
 			err = b.exec(ctx)
 		case "pickup":

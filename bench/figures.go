@@ -31,7 +31,7 @@ func (f *figure) add(v float64) {
 	}
 }
 
-// target is one goal of issue 5, judged on medians.
+// target is one goal of issue 5 (or 14: enqueue), judged on medians.
 type target struct {
 	Goal  string  `json:"goal"`
 	Value float64 `json:"value"` // the median, or the ratio of medians
@@ -49,6 +49,8 @@ type results struct {
 // figureOrder is the table's order: the order of issue 5.
 var figureOrder = []string{
 	"noop_c1", "noop_c10", "asynq_c1", "asynq_c10", "raw_batch_c1",
+	"xadd_batch", "enqueue_plain", "asynq_enqueue_plain", "enqueue_unique", "asynq_enqueue_unique",
+	"enqueue_in", "asynq_enqueue_in",
 	"exec_c1", "exec_c2", "fork_c1", "fork_c2",
 	"pickup_p50_ms", "pickup_p99_ms", "promotion_p50_ms", "promotion_p99_ms",
 	"recovery_ms", "loser_wall_ms", "loser_rss_kb", "holder_rss_kb",
@@ -104,6 +106,9 @@ func (r *results) targets() []target {
 	below("loser_wall_ms < 20", "loser_wall_ms", 20)
 	below("loser_rss_kb < 15360", "loser_rss_kb", 15*1024)
 	below("holder_rss_kb < 30720", "holder_rss_kb", 30*1024)
+	ratio("enqueue_plain >= 0.9 x xadd_batch", "enqueue_plain", "xadd_batch", 0.9)
+	ratio("enqueue_unique >= 5 x asynq_enqueue_unique", "enqueue_unique", "asynq_enqueue_unique", 5)
+	ratio("enqueue_in >= 5 x asynq_enqueue_in", "enqueue_in", "asynq_enqueue_in", 5)
 	return out
 }
 

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/baton-run/baton/work"
+	"github.com/hibiken/asynq"
+)
+
+// The enqueue group: jobs per second a producer adds, baton's client against
+// asynq's, with no options, with a unique key per job, and delayed by an
+// hour. baton sends 1,000 jobs per round trip (EnqueueMany, what `baton
+// enqueue` does); asynq's client has no batch call, so it enqueues from 8
+// goroutines, as asynqFill does. xadd_batch is the bare pipelined XADD that
+// baton's enqueue was before it had options: the bar for the plain case.
+
+// enqueueKind is one way of enqueueing.
+type enqueueKind int
+
+const (
+	plainJobs enqueueKind = iota
+	uniqueJobs
+	delayedJobs
+)
+
+func (b *bench) enqueue(ctx context.Context) []contender {
+	n := b.cfg.Jobs
+	rate := func(f func() error) (float64, error) {
+		rdb := b.srv.Client(0)
+		defer rdb.Close()
+		if err := rdb.FlushAll(ctx).Err(); err != nil {
+			return 0, err
+		}
+		start := time.Now()
+		if err := f(); err != nil {
+			return 0, err
+		}
+		return float64(n) / time.Since(start).Seconds(), nil
+	}
+	baton := func(k enqueueKind) func() (float64, error) {
+		return func() (float64, error) { return rate(func() error { return batonEnqueue(ctx, b.srv, n, k) }) }
+	}
+	asq := func(k enqueueKind) func() (float64, error) {
+		return func() (float64, error) { return rate(func() error { return asynqEnqueue(b.srv, n, k) }) }
+	}
+	return []contender{
+		{"xadd_batch", "jobs/s", func() (float64, error) {
+			return rate(func() error {
+				rdb := b.srv.Client(0)
+				defer rdb.Close()
+				return addJobs(ctx, rdb, "bench", n, string(payload))
+			})
+		}},
+		{"enqueue_plain", "jobs/s", baton(plainJobs)},
+		{"asynq_enqueue_plain", "jobs/s", asq(plainJobs)},
+		{"enqueue_unique", "jobs/s", baton(uniqueJobs)},
+		{"asynq_enqueue_unique", "jobs/s", asq(uniqueJobs)},
+		{"enqueue_in", "jobs/s", baton(delayedJobs)},
+		{"asynq_enqueue_in", "jobs/s", asq(delayedJobs)},
+	}
+}
+
+// batonEnqueue adds n jobs with work.EnqueueMany, 1,000 per call.
+func batonEnqueue(ctx context.Context, srv *redisServer, n int, k enqueueKind) error {
+	rdb := srv.Client(0)
+	defer rdb.Close()
+	msgs := make([]work.Message, 0, 1000)
+	for done := 0; done < n; {
+		msgs = msgs[:0]
+		for i := done; i < min(done+1000, n); i++ {
+			m := work.Message{Payload: payload}
+			switch k {
+			case uniqueJobs:
+				m.Options = []work.Option{work.UniqueKey("job-" + strconv.Itoa(i))}
+			case delayedJobs:
+				m.Options = []work.Option{work.In(time.Hour)}
+			}
+			msgs = append(msgs, m)
+		}
+		if _, err := work.EnqueueMany(ctx, rdb, "bench", msgs); err != nil {
+			return fmt.Errorf("baton enqueue: %w", err)
+		}
+		done += len(msgs)
+	}
+	return nil
+}
+
+// asynqEnqueue adds n tasks with asynq's client from 8 goroutines. Unique
+// tasks differ by payload (asynq's uniqueness key is type, queue and payload).
+func asynqEnqueue(srv *redisServer, n int, k enqueueKind) error {
+	rdb := srv.Client(0)
+	defer rdb.Close()
+	cl := asynq.NewClientFromRedisClient(rdb)
+	const workers = 8
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += workers {
+				opts := []asynq.Option{asynq.Queue("bench")}
+				p := payload
+				switch k {
+				case uniqueJobs:
+					p = []byte(string(payload) + strconv.Itoa(i))
+					opts = append(opts, asynq.Unique(time.Hour))
+				case delayedJobs:
+					opts = append(opts, asynq.ProcessIn(time.Hour))
+				}
+				if _, err := cl.Enqueue(asynq.NewTask("noop", p), opts...); err != nil {
+					mu.Lock()
+					first = cmp.Or(first, fmt.Errorf("asynq enqueue: %w", err))
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
