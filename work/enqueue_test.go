@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // A delayed job waits in the scheduled set, keeps the id Enqueue returned,
@@ -179,5 +180,83 @@ func TestEnqueueAfterScriptFlush(t *testing.T) {
 	}
 	if n := rdb.XLen(ctx, KeysFor("q").Stream).Val(); n != 2 {
 		t.Fatalf("stream holds %d, want 2", n)
+	}
+}
+
+// Locate finds a job in every place it can be, by its id for life.
+func TestLocate(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	ids, err := EnqueueMany(ctx, rdb, "q", []Message{
+		{Payload: []byte("fails")}, {Payload: []byte("runs")}, {Payload: []byte("dies")},
+		{Payload: []byte("waits")}, {Payload: []byte("later"), Options: []Option{In(time.Hour)}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := func(id string) *Location {
+		t.Helper()
+		l, err := Locate(ctx, rdb, "q", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	if l := state(ids[3]); l.State != StateWaiting || l.Ahead != 3 {
+		t.Fatalf("before any holder: %+v, want waiting with 3 ahead", l)
+	}
+	if l := state(ids[4]); l.State != StateScheduled || time.Until(l.Due) < 59*time.Minute {
+		t.Fatalf("delayed: %+v", l)
+	}
+	running := make(chan struct{})
+	release := make(chan struct{})
+	c := testConfig(rdb, HandlerFunc(func(_ context.Context, j *Job) error {
+		switch string(j.Payload) {
+		case "fails":
+			return errors.New("once")
+		case "dies":
+			return fmt.Errorf("never: %w", ErrSkipRetry)
+		case "runs":
+			close(running)
+			<-release
+		case "waits":
+			<-release
+		}
+		return nil
+	}))
+	c.RetryBackoff, c.RetryBackoffMax = time.Hour, time.Hour
+	c.Concurrency = 4 // two jobs block until release
+	st := new(Stats)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runUntil(t, c, st, func() bool { return st.Done.Load() == 2 })
+	}()
+	<-running
+	if l := state(ids[1]); l.State != StateRunning || l.Consumer != "h/run-0" || l.Entry != ids[1] {
+		t.Fatalf("running: %+v", l)
+	}
+	for end := time.Now().Add(20 * time.Second); st.Dead.Load() != 1 || st.Failed.Load() != 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
+			close(release)
+			t.Fatalf("dead %d failed %d, want 1 and 2", st.Dead.Load(), st.Failed.Load())
+		}
+	}
+	if l := state(ids[0]); l.State != StateRetrying || l.Attempts != 1 || time.Until(l.Due) < 29*time.Minute {
+		t.Fatalf("retrying: %+v", l)
+	}
+	if l := state(ids[2]); l.State != StateDead || l.Dead.Reason != ReasonRejected {
+		t.Fatalf("dead: %+v", l)
+	}
+	close(release)
+	<-done
+	if l := state(ids[1]); l.State != StateUnknown {
+		t.Fatalf("done: %+v, want unknown (done jobs are not kept)", l)
+	}
+	// A retried job back in the stream is found under its new entry.
+	rdb.ZAdd(ctx, KeysFor("q").Retry, redis.Z{Score: 0, Member: ids[0]})
+	runScript(ctx, rdb, dueScript, []string{KeysFor("q").Stream, KeysFor("q").Retry, KeysFor("q").RetryJobs}, time.Now().UnixMilli(), 10)
+	if l := state(ids[0]); l.State != StateWaiting || l.Entry == ids[0] || l.Entry == "" {
+		t.Fatalf("retried, back in the stream: %+v", l)
 	}
 }

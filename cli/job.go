@@ -1,0 +1,123 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/baton-run/baton/internal/config"
+	"github.com/baton-run/baton/work"
+)
+
+const jobUsage = `Usage: baton job [flags] ID
+
+Say where a job is, by the id enqueue printed: waiting (and how many
+waiting jobs are ahead of it), running (on which slot, since when, which
+attempt; with the holder's pid when it runs on this host), scheduled (due
+when), retrying (attempt, due when), dead (why), or unknown: done jobs are
+not kept, so a job that is done, or was never enqueued on this queue, is
+unknown. It only reads. Exit 0 when the job was found, 1 when unknown.
+
+Flags:
+{{flags}}
+Example:
+  baton job --config /etc/baton/thumbs.toml 1795277752922-0
+  baton job --queue thumbs --json 1795277752922-0 | jq -r .state
+`
+
+func init() { register("job", "say where a job is: waiting, running, retrying, dead", runJob) }
+
+func runJob(ctx context.Context, e *env, args []string) error {
+	fs := flagSet("job")
+	cf := config.Bind(fs)
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	if err := parse(e, fs, jobUsage, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usagef("run 'baton job --help'", "job: give one job id")
+	}
+	cfg, rdb, err := loadAndConnect(ctx, e, cf, 1)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	loc, err := work.Locate(ctx, rdb, cfg.Queue, fs.Arg(0))
+	if err != nil {
+		return fmt.Errorf("job %s: %w", fs.Arg(0), err)
+	}
+	holder := localHolder(cfg, loc)
+	if loc.State == work.StateUnknown && !*asJSON {
+		return fmt.Errorf("job %s is unknown on queue %s: done (done jobs are not kept), or never enqueued here", loc.ID, cfg.Queue)
+	}
+	if *asJSON {
+		if err := writeJSON(e, struct {
+			*work.Location
+			PID   int        `json:"pid,omitempty"`
+			Since *time.Time `json:"since,omitempty"`
+		}{loc, holder.PID, timePtr(holder.JobSince)}); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintln(e.Stdout, describeJob(loc, holder.PID, holder.JobSince))
+	}
+	if loc.State == work.StateUnknown {
+		return fmt.Errorf("job %s is unknown on queue %s", loc.ID, cfg.Queue)
+	}
+	return nil
+}
+
+// localHolder is the slot record of the holder running loc on this host, if any.
+func localHolder(cfg *config.Config, loc *work.Location) (h struct {
+	PID      int
+	JobSince time.Time
+}) {
+	host, _ := os.Hostname()
+	slot, ok := strings.CutPrefix(loc.Consumer, host+"/run-")
+	if loc.State != work.StateRunning || !ok {
+		return h
+	}
+	i, err := strconv.Atoi(slot)
+	run, _, serr := slotSets(cfg)
+	if err != nil || serr != nil || i >= run.Size() {
+		return h
+	}
+	recs, err := run.Records()
+	if err == nil && recs[i].Held && recs[i].Job == loc.ID {
+		h.PID, h.JobSince = recs[i].PID, recs[i].JobSince
+	}
+	return h
+}
+
+func describeJob(l *work.Location, pid int, since time.Time) string {
+	in := func(t time.Time) string {
+		d := time.Until(t).Round(time.Second)
+		if d <= 0 {
+			return "now"
+		}
+		return "in " + d.String()
+	}
+	switch l.State {
+	case work.StateWaiting:
+		return fmt.Sprintf("job %s: waiting, %d waiting jobs ahead of it (entry %s)", l.ID, l.Ahead, l.Entry)
+	case work.StateRunning:
+		s := fmt.Sprintf("job %s: running on %s, delivery %d of entry %s", l.ID, l.Consumer, l.Deliveries, l.Entry)
+		if pid > 0 {
+			s += fmt.Sprintf(", pid %d, for %s", pid, time.Since(since).Round(100*time.Millisecond))
+		} else {
+			s += fmt.Sprintf(", last touched %s ago", l.Idle.Round(100*time.Millisecond))
+		}
+		return s
+	case work.StateScheduled:
+		return fmt.Sprintf("job %s: scheduled, due %s (%s)", l.ID, l.Due.Local().Format(time.DateTime), in(l.Due))
+	case work.StateRetrying:
+		return fmt.Sprintf("job %s: retrying, %d runs failed, next due %s (%s)", l.ID, l.Attempts, l.Due.Local().Format(time.DateTime), in(l.Due))
+	case work.StateDead:
+		return fmt.Sprintf("job %s: dead (%s after %d attempts, %s): see 'baton dead show %s'",
+			l.ID, l.Dead.Reason, l.Attempts, l.Dead.FailedAt.Local().Format(time.DateTime), l.ID)
+	}
+	return fmt.Sprintf("job %s: %s", l.ID, l.State)
+}

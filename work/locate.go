@@ -1,0 +1,170 @@
+package work
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Where a job can be, as Locate reports it.
+const (
+	StateWaiting   = "waiting"   // in the stream, not yet delivered
+	StateRunning   = "running"   // delivered to a slot, not yet settled (or left by a holder that died)
+	StateScheduled = "scheduled" // delayed by its producer
+	StateRetrying  = "retrying"  // failed, due again later
+	StateDead      = "dead"      // dead-lettered
+	StateUnknown   = "unknown"   // done (done jobs are not kept), or never enqueued here
+)
+
+// locateScan bounds how many stream entries Locate reads when the job is in
+// the stream under a newer entry id than its own (a retry or a give-back).
+const locateScan = 100000
+
+// Location is where a job is now.
+type Location struct {
+	ID    string `json:"id"`
+	State string `json:"state"`
+	// Entry is the job's stream entry (waiting, running).
+	Entry string `json:"entry,omitempty"`
+	// Ahead counts waiting entries before it (waiting), at most the scan bound.
+	Ahead int64 `json:"ahead,omitempty"`
+	// Consumer is the slot it runs on, e.g. "web1/run-2" (running).
+	Consumer string `json:"consumer,omitempty"`
+	// Since is how long ago it was last delivered or kept fresh (running).
+	Idle time.Duration `json:"idle_ns,omitempty"`
+	// Deliveries counts deliveries of this entry (running).
+	Deliveries int64 `json:"deliveries,omitempty"`
+	// Due is when it runs (scheduled) or runs again (retrying).
+	Due time.Time `json:"due,omitzero"`
+	// Attempts counts runs made (retrying, dead).
+	Attempts int `json:"attempts,omitempty"`
+	// Dead is its dead letter (dead).
+	Dead *DeadLetter `json:"dead_letter,omitempty"`
+}
+
+// recordFieldScript reads one field of a packed retry or scheduled record.
+//
+// KEYS[1] the hash of records; ARGV[1] job id, ARGV[2] field.
+// Returns the value, or false.
+var recordFieldScript = redis.NewScript(`
+local p = redis.call('HGET', KEYS[1], ARGV[1])
+if not p then return false end
+local f = cmsgpack.unpack(p)
+for i = 1, #f, 2 do
+  if f[i] == ARGV[2] then return f[i + 1] end
+end
+return false
+`)
+
+// Locate says where job id of queue q is: a few reads for a job in the
+// retry or scheduled sets, the dead letters, or the stream under its own id;
+// a bounded scan for a job back in the stream under a newer entry. It never
+// writes.
+func Locate(ctx context.Context, rdb redis.Cmdable, q, id string) (*Location, error) {
+	if _, _, ok := cutDash(id); !ok {
+		return nil, fmt.Errorf("%q is not a job id (they look like 1700000000000-0)", id)
+	}
+	k := KeysFor(q)
+	loc := &Location{ID: id, State: StateUnknown}
+	var retry, sched *redis.FloatCmd
+	var letter *redis.StringCmd
+	var own *redis.XMessageSliceCmd
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		retry = p.ZScore(ctx, k.Retry, id)
+		sched = p.ZScore(ctx, k.Scheduled, id)
+		letter = p.HGet(ctx, k.DeadIndex, id)
+		own = p.XRange(ctx, k.Stream, id, id)
+		return nil
+	})
+	if err != nil && !isRedisNil(err) {
+		return nil, err
+	}
+	switch {
+	case retry.Err() == nil:
+		loc.State, loc.Due = StateRetrying, time.UnixMilli(int64(retry.Val()))
+		if a, err := runScript(ctx, rdb, recordFieldScript, []string{k.RetryJobs}, id, attemptsField).Text(); err == nil {
+			loc.Attempts, _ = strconv.Atoi(a)
+		}
+		return loc, nil
+	case sched.Err() == nil:
+		loc.State, loc.Due = StateScheduled, time.UnixMilli(int64(sched.Val()))
+		return loc, nil
+	case letter.Err() == nil:
+		if d, err := GetDead(ctx, rdb, q, id); err == nil {
+			loc.State, loc.Attempts, loc.Dead = StateDead, d.Attempts, d
+			return loc, nil
+		}
+	}
+	entry := ""
+	if msgs := own.Val(); len(msgs) == 1 {
+		if o, _ := msgs[0].Values[jobField].(string); o == "" || o == id {
+			entry = id
+		}
+	}
+	if entry == "" {
+		if entry, err = findEntry(ctx, rdb, k.Stream, id); err != nil || entry == "" {
+			return loc, err
+		}
+	}
+	loc.Entry = entry
+	return loc, inStream(ctx, rdb, k.Stream, loc)
+}
+
+// findEntry scans the stream, newest entries first being the likeliest, for
+// the entry that carries job id; "" when none within locateScan entries.
+func findEntry(ctx context.Context, rdb redis.Cmdable, stream, id string) (string, error) {
+	end := "+"
+	for read := 0; read < locateScan; {
+		msgs, err := rdb.XRevRangeN(ctx, stream, end, "-", 1000).Result()
+		if err != nil || len(msgs) == 0 {
+			return "", err
+		}
+		for _, m := range msgs {
+			if o, _ := m.Values[jobField].(string); o == id {
+				return m.ID, nil
+			}
+		}
+		read += len(msgs)
+		end = "(" + msgs[len(msgs)-1].ID
+	}
+	return "", nil
+}
+
+// inStream fills in a job found in the stream: running (pending) or waiting.
+func inStream(ctx context.Context, rdb redis.Cmdable, stream string, loc *Location) error {
+	pend, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: Group, Start: loc.Entry, End: loc.Entry, Count: 1}).Result()
+	if err != nil && !isNoGroup(err) {
+		return err
+	}
+	if len(pend) == 1 {
+		p := pend[0]
+		loc.State, loc.Consumer, loc.Idle, loc.Deliveries = StateRunning, p.Consumer, p.Idle, p.RetryCount
+		return nil
+	}
+	loc.State = StateWaiting
+	start := "-"
+	if groups, err := rdb.XInfoGroups(ctx, stream).Result(); err == nil {
+		for _, g := range groups {
+			if g.Name == Group {
+				start = "(" + g.LastDeliveredID
+			}
+		}
+	}
+	// Waiting entries before it: those after the group's last delivered id.
+	for read := int64(0); read < locateScan; {
+		msgs, err := rdb.XRangeN(ctx, stream, start, "("+loc.Entry, 1000).Result()
+		if err != nil {
+			return err
+		}
+		loc.Ahead += int64(len(msgs))
+		if len(msgs) < 1000 {
+			return nil
+		}
+		read += int64(len(msgs))
+		start = "(" + msgs[len(msgs)-1].ID
+	}
+	return nil
+}
