@@ -226,20 +226,24 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot) error {
 		}
 	}()
 
+	// The token proves which processes are this tenure's: its jobs carry it.
+	token := proc.NewToken()
 	handler := h.e.Handler
 	if handler == nil {
-		h.exec = &work.Exec{Argv: h.argv, Timeout: cfg.JobTimeout.D(), Grace: cfg.ShutdownGrace.D(), Logger: h.log}
+		h.exec = &work.Exec{Argv: h.argv, Timeout: cfg.JobTimeout.D(), Grace: cfg.ShutdownGrace.D(), Logger: h.log, Holder: token}
 		handler = h.exec
 	}
 	consumer := h.host + "/" + slot.Name()
 	if prev := slot.Inherited(); prev != nil {
-		// The previous holder died holding the slot: its job's children may live on.
-		if n := proc.KillLeftovers("BATON_QUEUE="+cfg.Queue, "BATON_SLOT="+consumer); n > 0 {
+		// The previous holder died holding the slot: what its jobs started may
+		// live on; they carry its token, and nothing else does.
+		if n := proc.KillHolderLeftovers(prev.Token); n > 0 {
 			h.log.Warn().Int("processes", n).Int("previous_pid", prev.PID).Msg("killed processes left running by this slot's previous holder")
 		}
 	}
 	st := new(work.Stats)
 	rec := h.record(lock.RoleRun, since, until)
+	rec.Token = token
 	stopPublish := publish(slot, rec, st, h.log)
 	h.log.Info().Time("until", until).Msg("holding run slot")
 	err := work.Run(ctx, work.Config{

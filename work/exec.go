@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/baton-run/baton/internal/proc"
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 )
@@ -21,17 +22,21 @@ import (
 // Exec is the CLI's default Handler: it runs a command once per job with the
 // payload on stdin, never in argv or a shell string.
 //
-// The child gets BATON_JOB_ID, BATON_ATTEMPT, BATON_QUEUE and BATON_SLOT. It
-// runs in its own process group with Pdeathsig=SIGKILL, so it dies with its
-// holder even on kill -9; on timeout or cancel the group gets SIGTERM, then
-// SIGKILL after Grace. Its output is logged line by line, tagged with the job
-// id and bounded by OutputLimit.
+// The child gets BATON_JOB_ID, BATON_ATTEMPT, BATON_QUEUE, BATON_SLOT, and,
+// when Holder is set, BATON_HOLDER. It runs in its own process group
+// with Pdeathsig=SIGKILL, so it dies with its holder even on kill -9; on
+// timeout or cancel the group gets SIGTERM, then SIGKILL after Grace. Its
+// output is logged line by line, tagged with the job id and bounded by
+// OutputLimit.
 type Exec struct {
 	Argv        []string
 	Timeout     time.Duration // per job; 0: none
 	Grace       time.Duration // SIGTERM to SIGKILL; default 10s
 	OutputLimit int           // bytes of stdout and of stderr logged per job; default 16 KiB
 	Logger      zerolog.Logger
+	// Holder is the holder's token (proc.NewToken), given to every job as
+	// BATON_HOLDER: it proves which processes are this holder's. "": none.
+	Holder string
 
 	mu     sync.Mutex
 	groups map[int]struct{} // live process groups, for KillAll
@@ -80,14 +85,18 @@ func (x *Exec) Handle(ctx context.Context, j *Job) error {
 	stderr := &lineLog{log: log, stream: "stderr", left: limit, tail: make([]byte, 0, tailSize)}
 
 	cmd := exec.Command(x.Argv[0], x.Argv[1:]...)
-	cmd.Stdin = bytes.NewReader(j.Payload)
-	cmd.Env = append(os.Environ(),
+	env := append(os.Environ(),
 		"BATON_JOB_ID="+j.ID,
 		"BATON_ATTEMPT="+strconv.Itoa(j.Attempt),
 		"BATON_QUEUE="+j.Queue,
 		"BATON_SLOT="+j.Slot,
 	)
+	if x.Holder != "" {
+		env = append(env, proc.EnvHolder+"="+x.Holder)
+	}
+	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Stdin = bytes.NewReader(j.Payload)
 	cmd.WaitDelay = grace // bounds the stdin copy if a grandchild holds stdin
 	// Our own pipes, so Wait returns when the child exits even if something it
 	// left in its group still holds them; the group is killed right after.

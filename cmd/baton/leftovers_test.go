@@ -1,0 +1,101 @@
+package main
+
+import (
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/baton-run/baton/internal/proc"
+)
+
+// pidsIn reads the pids a job script wrote to path, one per line, and kills
+// them when the test ends, so a failing test leaves no sleeps behind.
+func pidsIn(t *testing.T, path string, want int) []int {
+	t.Helper()
+	var pids []int
+	eventually(t, 10*time.Second, "pids in "+filepath.Base(path), func() bool {
+		pids = pids[:0]
+		for _, l := range readLines(t, path) {
+			if p, err := strconv.Atoi(strings.TrimSpace(l)); err == nil {
+				pids = append(pids, p)
+			}
+		}
+		return len(pids) >= want
+	})
+	for _, p := range pids {
+		if s, err := proc.ReadStat(p); err == nil {
+			t.Cleanup(func() {
+				if proc.Alive(p, s.Start) {
+					_ = syscall.Kill(p, syscall.SIGKILL)
+				}
+			})
+		}
+	}
+	return pids
+}
+
+// gone reports whether pid has exited (a zombie counts as gone).
+func gone(pid int) bool {
+	_, err := proc.ReadStat(pid)
+	return err != nil
+}
+
+// TestSweepKeepsToItsDeployment: two deployments on one host use the same
+// queue name and the same Redis server (two databases), each with its own
+// lock dir. One's holder is killed mid-job; its next holder kills what that
+// job left running, and never the other deployment's job, although both
+// carry the same BATON_QUEUE and BATON_SLOT.
+func TestSweepKeepsToItsDeployment(t *testing.T) {
+	prod := newRig(t)
+	staging := &rig{t: t, redis: prod.redis, dir: prod.dir, locks: filepath.Join(prod.dir, "staging-locks"),
+		extraEnv: []string{"BATON_REDIS_URL=redis://" + prod.redis.Addr + "/1"}}
+	t.Cleanup(func() {
+		for _, p := range staging.procs {
+			_ = syscall.Kill(p.cmd.Process.Pid, syscall.SIGKILL)
+			<-p.done
+		}
+	})
+	// Attempt 1 leaves a grandchild and waits; a replay returns at once.
+	job := func(name string) string {
+		pids := filepath.Join(prod.dir, name+".pids")
+		return prod.script(name+".sh", `cat >/dev/null
+[ "$BATON_ATTEMPT" = 1 ] || exit 0
+echo $$ >> `+pids+`
+sh -c 'sleep 60 & echo $! >> `+pids+`; wait' &
+wait
+`)
+	}
+	args := func(j string) []string {
+		return []string{"run", "--lifetime", "1m", "--poll-interval", "100ms", "--", j}
+	}
+	stagingJob, prodJob := job("staging"), job("prod")
+	staging.start(args(stagingJob)...)
+	staging.baton("enqueue", "s")
+	stagingPids := pidsIn(t, filepath.Join(prod.dir, "staging.pids"), 2)
+
+	holder := prod.start(args(prodJob)...)
+	prod.baton("enqueue", "p")
+	prodPids := pidsIn(t, filepath.Join(prod.dir, "prod.pids"), 2)
+	_ = holder.cmd.Process.Signal(syscall.SIGKILL)
+	holder.wait(t, 5*time.Second)
+
+	next := prod.start(args(prodJob)...)
+	eventually(t, 10*time.Second, "the prod job replayed and acked", func() bool {
+		s := prod.status()
+		return s.Jobs.Done == 1 && s.Jobs.Pending == 0
+	})
+	for _, p := range prodPids {
+		eventually(t, 5*time.Second, "prod leftover "+strconv.Itoa(p)+" killed", func() bool { return gone(p) })
+	}
+	if !strings.Contains(next.log(), "killed processes left running") {
+		t.Errorf("the next prod holder did not say it killed leftovers: %s", next.log())
+	}
+	for _, p := range stagingPids {
+		if gone(p) {
+			t.Fatalf("staging job process %d was killed by prod's sweep", p)
+		}
+	}
+}
