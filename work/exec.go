@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -23,7 +24,9 @@ import (
 // payload on stdin, never in argv or a shell string.
 //
 // The child gets BATON_JOB_ID, BATON_ATTEMPT, BATON_QUEUE, BATON_SLOT, and,
-// when Holder is set, BATON_HOLDER. It runs in its own process group
+// when Holder is set, BATON_HOLDER; baton's own variables
+// (BATON_REDIS_URL, which may hold a password, and BATON_SPAWNED) are
+// removed from the environment it inherits. It runs in its own process group
 // with Pdeathsig=SIGKILL, so it dies with its holder even on kill -9; on
 // timeout or cancel the group gets SIGTERM, then SIGKILL after Grace. Its
 // output is logged line by line, tagged with the job id and bounded by
@@ -38,11 +41,35 @@ type Exec struct {
 	// BATON_HOLDER: it proves which processes are this holder's. "": none.
 	Holder string
 
+	env  []string  // the environment jobs inherit; built once
+	once sync.Once // builds env
+
 	mu     sync.Mutex
 	groups map[int]struct{} // live process groups, for KillAll
 }
 
 var _ Handler = (*Exec)(nil)
+
+// ownEnv names baton's own variables: never passed to jobs. The first two
+// are baton's configuration (a Redis URL may hold a password); the others
+// are set per job, so inherited values are dropped.
+var ownEnv = []string{"BATON_REDIS_URL", "BATON_SPAWNED",
+	proc.EnvHolder, "BATON_JOB_ID", "BATON_ATTEMPT", "BATON_QUEUE", "BATON_SLOT"}
+
+// jobEnv is os.Environ without baton's own variables.
+func jobEnv() []string {
+	var out []string
+next:
+	for _, kv := range os.Environ() {
+		for _, name := range ownEnv {
+			if strings.HasPrefix(kv, name+"=") {
+				continue next
+			}
+		}
+		out = append(out, kv)
+	}
+	return out
+}
 
 // ExecError is a job whose command did not exit 0.
 type ExecError struct {
@@ -84,8 +111,11 @@ func (x *Exec) Handle(ctx context.Context, j *Job) error {
 	stdout := &lineLog{log: log, stream: "stdout", left: limit}
 	stderr := &lineLog{log: log, stream: "stderr", left: limit, tail: make([]byte, 0, tailSize)}
 
+	x.once.Do(func() { x.env = jobEnv() })
 	cmd := exec.Command(x.Argv[0], x.Argv[1:]...)
-	env := append(os.Environ(),
+	env := make([]string, len(x.env), len(x.env)+5)
+	copy(env, x.env)
+	env = append(env,
 		"BATON_JOB_ID="+j.ID,
 		"BATON_ATTEMPT="+strconv.Itoa(j.Attempt),
 		"BATON_QUEUE="+j.Queue,

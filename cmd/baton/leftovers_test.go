@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -10,6 +12,16 @@ import (
 
 	"github.com/baton-run/baton/internal/proc"
 )
+
+// queue is the queue these tests use: its own name, so that the leftover
+// sweep of an older baton on this host (which matched BATON_QUEUE and
+// BATON_SLOT alone) cannot kill their jobs.
+var queue = "trust-" + strconv.Itoa(os.Getpid())
+
+// q inserts --queue after the subcommand: q("run", "--lifetime", "1m").
+func q(cmd string, args ...string) []string {
+	return append([]string{cmd, "--queue", queue}, args...)
+}
 
 // pidsIn reads the pids a job script wrote to path, one per line, and kills
 // them when the test ends, so a failing test leaves no sleeps behind.
@@ -69,22 +81,22 @@ wait
 `)
 	}
 	args := func(j string) []string {
-		return []string{"run", "--lifetime", "1m", "--poll-interval", "100ms", "--", j}
+		return q("run", "--lifetime", "1m", "--poll-interval", "100ms", "--", j)
 	}
 	stagingJob, prodJob := job("staging"), job("prod")
 	staging.start(args(stagingJob)...)
-	staging.baton("enqueue", "s")
+	staging.baton(q("enqueue", "s")...)
 	stagingPids := pidsIn(t, filepath.Join(prod.dir, "staging.pids"), 2)
 
 	holder := prod.start(args(prodJob)...)
-	prod.baton("enqueue", "p")
+	prod.baton(q("enqueue", "p")...)
 	prodPids := pidsIn(t, filepath.Join(prod.dir, "prod.pids"), 2)
 	_ = holder.cmd.Process.Signal(syscall.SIGKILL)
 	holder.wait(t, 5*time.Second)
 
 	next := prod.start(args(prodJob)...)
 	eventually(t, 10*time.Second, "the prod job replayed and acked", func() bool {
-		s := prod.status()
+		s := prod.status("--queue", queue)
 		return s.Jobs.Done == 1 && s.Jobs.Pending == 0
 	})
 	for _, p := range prodPids {
@@ -96,6 +108,38 @@ wait
 	for _, p := range stagingPids {
 		if gone(p) {
 			t.Fatalf("staging job process %d was killed by prod's sweep", p)
+		}
+	}
+}
+
+// TestJobEnvironmentHasNoSecrets: a job sees its own BATON_* variables and
+// never baton's: not the Redis URL (nor its password), not BATON_SPAWNED.
+func TestJobEnvironmentHasNoSecrets(t *testing.T) {
+	r := newRig(t)
+	const password = "s3cret-pw-4711"
+	if err := r.redis.Client().ConfigSet(t.Context(), "requirepass", password).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r.extraEnv = []string{"BATON_REDIS_URL=redis://:" + password + "@" + r.redis.Addr + "/0", "BATON_SPAWNED=1"}
+	envFile := filepath.Join(r.dir, "env")
+	job := r.script("job.sh", "cat >/dev/null; env > "+envFile+"\n")
+	r.baton(q("enqueue", "x")...)
+	h := r.start(q("run", "--lifetime", "1m", "--", job)...)
+	eventually(t, 10*time.Second, "job ran", func() bool {
+		b, _ := os.ReadFile(envFile)
+		return bytes.Contains(b, []byte("BATON_JOB_ID="))
+	})
+	_ = h.cmd.Process.Signal(syscall.SIGTERM)
+	h.wait(t, 10*time.Second)
+	b, _ := os.ReadFile(envFile)
+	for _, bad := range []string{password, "BATON_REDIS_URL=", "BATON_SPAWNED="} {
+		if bytes.Contains(b, []byte(bad)) {
+			t.Errorf("job environment holds %q:\n%s", bad, b)
+		}
+	}
+	for _, good := range []string{"BATON_QUEUE=", "BATON_SLOT=", "BATON_ATTEMPT=", "BATON_HOLDER=", "PATH="} {
+		if !bytes.Contains(b, []byte(good)) {
+			t.Errorf("job environment lacks %q:\n%s", good, b)
 		}
 	}
 }
