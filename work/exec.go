@@ -30,7 +30,7 @@ import (
 // with Pdeathsig=SIGKILL, so it dies with its holder even on kill -9; on
 // timeout or cancel the group gets SIGTERM, then SIGKILL after Grace. Its
 // output is logged line by line, tagged with the job id and bounded by
-// OutputLimit.
+// OutputLimit. Exit status alone decides success.
 type Exec struct {
 	Argv        []string
 	Timeout     time.Duration // per job; 0: none
@@ -126,11 +126,9 @@ func (x *Exec) Handle(ctx context.Context, j *Job) error {
 	}
 	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Stdin = bytes.NewReader(j.Payload)
-	cmd.WaitDelay = grace // bounds the stdin copy if a grandchild holds stdin
 	// Our own pipes, so Wait returns when the child exits even if something it
-	// left in its group still holds them; the group is killed right after.
-	outs, err := startOutput(cmd, stdout, stderr)
+	// left behind still holds them; what it left is killed right after.
+	pipes, err := startPipes(cmd, j.Payload, stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -140,9 +138,9 @@ func (x *Exec) Handle(ctx context.Context, j *Job) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	err = cmd.Start()
-	outs.started()
+	pipes.started()
 	if err != nil {
-		outs.wait()
+		pipes.wait()
 		return fmt.Errorf("start %s: %w", x.Argv[0], err)
 	}
 	pgid := cmd.Process.Pid
@@ -155,7 +153,9 @@ func (x *Exec) Handle(ctx context.Context, j *Job) error {
 	// Whatever the job left behind in its group goes with it.
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	x.track(pgid, false)
-	outs.wait()
+	if pipes.wait() {
+		log.Debug().Msg("job output cut off: a process it left behind held the pipe open")
+	}
 	stdout.flush()
 	stderr.flush()
 	if err == nil {

@@ -112,6 +112,44 @@ wait
 	}
 }
 
+// TestExitZeroWithBackgroundChild: a job that exits 0 while a child it put in
+// the background still holds its stdout (and stdin, with a payload larger
+// than a pipe holds) is done: acked once, never retried; the child is gone.
+func TestExitZeroWithBackgroundChild(t *testing.T) {
+	r := newRig(t)
+	pids := filepath.Join(r.dir, "pids")
+	runs := filepath.Join(r.dir, "runs")
+	job := r.script("job.sh", `echo run >> `+runs+`
+exec 3<&0 # an asynchronous command's stdin is /dev/null unless redirected
+sleep 30 <&3 &
+echo $! >> `+pids+`
+echo done
+`)
+	big := strings.Repeat("x", 256<<10)
+	h := r.start(q("run", "--lifetime", "1m", "--shutdown-grace", "2s", "--retry-backoff", "100ms", "--", job)...)
+	r.baton(q("enqueue", "small")...)
+	enq := r.cmd(q("enqueue")...)
+	enq.Stdin = strings.NewReader(big + "\n")
+	if out, err := enq.CombinedOutput(); err != nil {
+		t.Fatalf("enqueue: %v %s", err, out)
+	}
+	bg := pidsIn(t, pids, 2)
+	eventually(t, 15*time.Second, "both jobs acked", func() bool { return r.status("--queue", queue).Jobs.Done == 2 })
+	time.Sleep(500 * time.Millisecond) // a retry would be due by now
+	if n := len(readLines(t, runs)); n != 2 {
+		t.Fatalf("%d runs for 2 jobs that exited 0: %s", n, h.log())
+	}
+	if out, errOut, code := r.baton(q("dead", "list", "--json")...); code != 0 || strings.Contains(out, `"id"`) {
+		t.Fatalf("dead letters (exit %d): %s %s", code, out, errOut)
+	}
+	if strings.Contains(h.log(), `"level":"warn"`) || strings.Contains(h.log(), `"level":"error"`) {
+		t.Errorf("warnings for jobs that succeeded: %s", h.log())
+	}
+	for _, p := range bg {
+		eventually(t, 5*time.Second, "background child "+strconv.Itoa(p)+" gone", func() bool { return gone(p) })
+	}
+}
+
 // TestJobEnvironmentHasNoSecrets: a job sees its own BATON_* variables and
 // never baton's: not the Redis URL (nor its password), not BATON_SPAWNED.
 func TestJobEnvironmentHasNoSecrets(t *testing.T) {
