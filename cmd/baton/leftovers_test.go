@@ -112,6 +112,42 @@ wait
 	}
 }
 
+// TestEscapedJobProcessesAreKilled: processes a job daemonized (a new
+// session, a double fork) are killed when the job ends, while the holder goes
+// on; one that also scrubbed its environment is killed when the holder exits.
+func TestEscapedJobProcessesAreKilled(t *testing.T) {
+	r := newRig(t)
+	pids, d := filepath.Join(r.dir, "pids"), filepath.Join(r.dir, "daemon")
+	job := r.script("job.sh", `p=$(cat)
+case "$p" in
+setsid) setsid sleep 300 & echo $! >> `+pids+` ;;
+double) # the daemon must be on its own before the job exits and its group is killed
+  (setsid sh -c 'sleep 300 & echo $! > `+d+`.tmp; mv `+d+`.tmp `+d+`' &)
+  while [ ! -e `+d+` ]; do sleep 0.01; done; cat `+d+` >> `+pids+` ;;
+scrubbed) (env -i setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $! >> `+pids+`) ;;
+esac
+`)
+	h := r.start(q("run", "--lifetime", "1m", "--", job)...)
+	r.baton(q("enqueue", "setsid", "double")...)
+	escaped := pidsIn(t, pids, 2)
+	eventually(t, 10*time.Second, "both jobs acked", func() bool { return r.status("--queue", queue).Jobs.Done == 2 })
+	for _, p := range escaped {
+		eventually(t, 5*time.Second, "escaped process "+strconv.Itoa(p)+" killed after its job", func() bool { return gone(p) })
+	}
+	if done, _ := h.exited(); done {
+		t.Fatalf("the holder left: %s", h.log())
+	}
+
+	r.baton(q("enqueue", "scrubbed")...)
+	scrubbed := pidsIn(t, pids, 3)[2]
+	eventually(t, 10*time.Second, "third job acked", func() bool { return r.status("--queue", queue).Jobs.Done == 3 })
+	_ = h.cmd.Process.Signal(syscall.SIGTERM)
+	if code := h.wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("exit %d: %s", code, h.log())
+	}
+	eventually(t, 5*time.Second, "escaped process with a scrubbed environment killed at holder exit", func() bool { return gone(scrubbed) })
+}
+
 // TestExitZeroWithBackgroundChild: a job that exits 0 while a child it put in
 // the background still holds its stdout (and stdin, with a payload larger
 // than a pipe holds) is done: acked once, never retried; the child is gone.
@@ -179,5 +215,42 @@ func TestJobEnvironmentHasNoSecrets(t *testing.T) {
 		if !bytes.Contains(b, []byte(good)) {
 			t.Errorf("job environment lacks %q:\n%s", good, b)
 		}
+	}
+}
+
+// TestRunningJobKeepsItsDaemon: with two jobs at once, the end of one kills
+// only its own orphans: a daemon the other, still running, job started (and
+// that the holder adopted) lives until that job ends.
+func TestRunningJobKeepsItsDaemon(t *testing.T) {
+	r := newRig(t)
+	pids, release := filepath.Join(r.dir, "pids"), filepath.Join(r.dir, "release")
+	ran := filepath.Join(r.dir, "ran")
+	job := r.script("job.sh", `p=$(cat)
+case "$p" in
+daemon)
+  (setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $! >> `+pids+`)
+  while [ ! -e `+release+` ]; do sleep 0.01; done ;;
+*) echo "$p" >> `+ran+` ;;
+esac
+`)
+	h := r.start(q("run", "--lifetime", "1m", "--concurrency", "2", "--", job)...)
+	r.baton(q("enqueue", "daemon")...)
+	daemon := pidsIn(t, pids, 1)[0]
+	eventually(t, 5*time.Second, "the daemon adopted by the holder", func() bool {
+		s, err := proc.ReadStat(daemon)
+		return err == nil && s.PPID == h.cmd.Process.Pid
+	})
+	r.baton(q("enqueue", "a", "b", "c")...)
+	eventually(t, 10*time.Second, "three quick jobs done", func() bool { return len(readLines(t, ran)) == 3 })
+	time.Sleep(100 * time.Millisecond)
+	if gone(daemon) {
+		t.Fatal("the running job's daemon was killed when another job ended")
+	}
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "its daemon killed once the job ended", func() bool { return gone(daemon) })
+	if done, _ := h.exited(); done {
+		t.Fatalf("the holder left: %s", h.log())
 	}
 }
