@@ -25,9 +25,11 @@ lifetime ends. Meant to be started by cron every minute: a start that finds
 every slot taken exits 0 at once, without connecting to Redis.
 
 Each job runs CMD once, with the payload on stdin (never in argv) and
-BATON_JOB_ID, BATON_ATTEMPT, BATON_QUEUE and BATON_SLOT in the environment.
-Exit 0 marks the job done; anything else leaves it pending for the slot's
-next holder. CMD runs in its own process group and dies with its holder.
+BATON_JOB_ID, BATON_ATTEMPT, BATON_QUEUE, BATON_SLOT, BATON_HOLDER (the
+holder's random token) and BATON_RUN in the environment, but not
+BATON_REDIS_URL. Exit 0 marks the job done; anything else leaves it pending
+for the slot's next holder. CMD runs in its own process group and dies with
+its holder; what it leaves running, daemons included, is killed when it ends.
 
 Every flag is also a config key (--shutdown-grace is shutdown_grace); flags
 win over the file, BATON_REDIS_URL over the file's redis_url.
@@ -226,20 +228,26 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot) error {
 		}
 	}()
 
+	// The token proves which processes are this tenure's: its jobs carry it.
+	token := proc.NewToken()
 	handler := h.e.Handler
 	if handler == nil {
-		h.exec = &work.Exec{Argv: h.argv, Timeout: cfg.JobTimeout.D(), Grace: cfg.ShutdownGrace.D(), Logger: h.log}
+		h.exec = &work.Exec{Argv: h.argv, Timeout: cfg.JobTimeout.D(), Grace: cfg.ShutdownGrace.D(), Logger: h.log, Holder: token}
 		handler = h.exec
+		h.adopt()
+		defer h.killOrphans()
 	}
 	consumer := h.host + "/" + slot.Name()
 	if prev := slot.Inherited(); prev != nil {
-		// The previous holder died holding the slot: its job's children may live on.
-		if n := proc.KillLeftovers("BATON_QUEUE="+cfg.Queue, "BATON_SLOT="+consumer); n > 0 {
+		// The previous holder died holding the slot: what its jobs started may
+		// live on; they carry its token, and nothing else does.
+		if n := proc.KillHolderLeftovers(prev.Token); n > 0 {
 			h.log.Warn().Int("processes", n).Int("previous_pid", prev.PID).Msg("killed processes left running by this slot's previous holder")
 		}
 	}
 	st := new(work.Stats)
 	rec := h.record(lock.RoleRun, since, until)
+	rec.Token = token
 	stopPublish := publish(slot, rec, st, h.log)
 	h.log.Info().Time("until", until).Msg("holding run slot")
 	err := work.Run(ctx, work.Config{
@@ -266,6 +274,30 @@ func (h *holder) record(role string, since, until time.Time) lock.Record {
 func (h *holder) killAll() {
 	if h.exec != nil {
 		h.exec.KillAll()
+		h.killOrphans()
+	}
+}
+
+// adopt makes the holder a child subreaper, so that what its jobs leave
+// running (a daemon, a double fork) is reparented to it, not to init: the
+// exec handler kills a job's orphans when the job ends, and killOrphans the
+// rest when the holder leaves. Exec mode only: a Go handler's own children
+// are waited for by code that does not register them (proc.Start).
+func (h *holder) adopt() {
+	if err := proc.BecomeSubreaper(); err != nil {
+		h.log.Warn().Err(err).Msg("cannot become a child subreaper: processes that jobs daemonize may outlive them")
+	}
+}
+
+// killOrphans kills everything adopted from this holder's jobs: every child
+// it did not start itself, with its process tree, whatever its environment
+// (spawned candidates are started through proc.Start and are left alone).
+func (h *holder) killOrphans() {
+	if !proc.Subreaper() {
+		return
+	}
+	if n := proc.KillOrphans(func([]byte) bool { return true }); n > 0 {
+		h.log.Info().Int("processes", n).Msg("killed processes that jobs left running")
 	}
 }
 

@@ -9,11 +9,13 @@ import (
 	"os/exec"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/baton-run/baton/internal/proc"
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 )
@@ -21,23 +23,63 @@ import (
 // Exec is the CLI's default Handler: it runs a command once per job with the
 // payload on stdin, never in argv or a shell string.
 //
-// The child gets BATON_JOB_ID, BATON_ATTEMPT, BATON_QUEUE and BATON_SLOT. It
-// runs in its own process group with Pdeathsig=SIGKILL, so it dies with its
-// holder even on kill -9; on timeout or cancel the group gets SIGTERM, then
-// SIGKILL after Grace. Its output is logged line by line, tagged with the job
-// id and bounded by OutputLimit.
+// The child gets BATON_JOB_ID, BATON_ATTEMPT, BATON_QUEUE, BATON_SLOT, and,
+// when Holder is set, BATON_HOLDER and BATON_RUN; baton's own variables
+// (BATON_REDIS_URL, which may hold a password, and BATON_SPAWNED) are
+// removed from the environment it inherits. It runs in its own process group
+// with Pdeathsig=SIGKILL, so it dies with its holder even on kill -9; on
+// timeout or cancel the group gets SIGTERM, then SIGKILL after Grace. Its
+// output is logged line by line, tagged with the job id and bounded by
+// OutputLimit. Exit status alone decides success.
+//
+// When the process is a child subreaper (proc.BecomeSubreaper) and Holder is
+// set, what a job leaves running outside its group (a daemon, a double fork)
+// is adopted by the holder and killed when the job ends.
 type Exec struct {
 	Argv        []string
 	Timeout     time.Duration // per job; 0: none
 	Grace       time.Duration // SIGTERM to SIGKILL; default 10s
 	OutputLimit int           // bytes of stdout and of stderr logged per job; default 16 KiB
 	Logger      zerolog.Logger
+	// Holder is the holder's token (proc.NewToken), given to every job as
+	// BATON_HOLDER: it proves which processes are this holder's. "": none.
+	Holder string
+
+	env  []string     // the environment jobs inherit; built once
+	once sync.Once    // builds env
+	runs atomic.Int64 // the last BATON_RUN given
 
 	mu     sync.Mutex
-	groups map[int]struct{} // live process groups, for KillAll
+	groups map[int]struct{}    // live process groups, for KillAll
+	live   map[string]struct{} // "BATON_RUN=n" of running jobs
 }
 
 var _ Handler = (*Exec)(nil)
+
+// ownEnv names baton's own variables: never passed to jobs. The first two
+// are baton's configuration (a Redis URL may hold a password); the others
+// are set per job, so inherited values are dropped.
+var ownEnv = []string{"BATON_REDIS_URL", "BATON_SPAWNED",
+	proc.EnvHolder, envRun, "BATON_JOB_ID", "BATON_ATTEMPT", "BATON_QUEUE", "BATON_SLOT"}
+
+// envRun names a job's run number, unique among one holder's jobs: it tells
+// which job an adopted orphan came from.
+const envRun = "BATON_RUN"
+
+// jobEnv is os.Environ without baton's own variables.
+func jobEnv() []string {
+	var out []string
+next:
+	for _, kv := range os.Environ() {
+		for _, name := range ownEnv {
+			if strings.HasPrefix(kv, name+"=") {
+				continue next
+			}
+		}
+		out = append(out, kv)
+	}
+	return out
+}
 
 // ExecError is a job whose command did not exit 0.
 type ExecError struct {
@@ -79,19 +121,26 @@ func (x *Exec) Handle(ctx context.Context, j *Job) error {
 	stdout := &lineLog{log: log, stream: "stdout", left: limit}
 	stderr := &lineLog{log: log, stream: "stderr", left: limit, tail: make([]byte, 0, tailSize)}
 
+	x.once.Do(func() { x.env = jobEnv() })
 	cmd := exec.Command(x.Argv[0], x.Argv[1:]...)
-	cmd.Stdin = bytes.NewReader(j.Payload)
-	cmd.Env = append(os.Environ(),
+	env := make([]string, len(x.env), len(x.env)+6)
+	copy(env, x.env)
+	env = append(env,
 		"BATON_JOB_ID="+j.ID,
 		"BATON_ATTEMPT="+strconv.Itoa(j.Attempt),
 		"BATON_QUEUE="+j.Queue,
 		"BATON_SLOT="+j.Slot,
 	)
+	var run string
+	if x.Holder != "" {
+		run = envRun + "=" + strconv.FormatInt(x.runs.Add(1), 10)
+		env = append(env, proc.EnvHolder+"="+x.Holder, run)
+	}
+	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.WaitDelay = grace // bounds the stdin copy if a grandchild holds stdin
 	// Our own pipes, so Wait returns when the child exits even if something it
-	// left in its group still holds them; the group is killed right after.
-	outs, err := startOutput(cmd, stdout, stderr)
+	// left behind still holds them; what it left is killed right after.
+	pipes, err := startPipes(cmd, j.Payload, stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -100,23 +149,30 @@ func (x *Exec) Handle(ctx context.Context, j *Job) error {
 	// keep this goroutine on its thread from fork to wait.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	err = cmd.Start()
-	outs.started()
+	x.track(0, run, true)
+	err = proc.Start(cmd)
+	pipes.started()
 	if err != nil {
-		outs.wait()
+		x.track(0, run, false)
+		pipes.wait()
 		return fmt.Errorf("start %s: %w", x.Argv[0], err)
 	}
 	pgid := cmd.Process.Pid
-	x.track(pgid, true)
+	x.track(pgid, "", true)
 	exited := make(chan struct{})
 	var timedOut atomic.Bool
 	go x.supervise(ctx, pgid, grace, exited, &timedOut)
 	err = cmd.Wait()
+	proc.Done(pgid)
 	close(exited)
-	// Whatever the job left behind in its group goes with it.
+	// Whatever the job left behind in its group goes with it, and what it
+	// left outside its group, adopted by this subreaper, too.
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
-	x.track(pgid, false)
-	outs.wait()
+	x.track(pgid, run, false)
+	x.killOrphans()
+	if pipes.wait() {
+		log.Debug().Msg("job output cut off: a process it left behind held the pipe open")
+	}
 	stdout.flush()
 	stderr.flush()
 	if err == nil {
@@ -164,16 +220,49 @@ func (x *Exec) supervise(ctx context.Context, pgid int, grace time.Duration, exi
 	}
 }
 
-func (x *Exec) track(pgid int, live bool) {
+// track records a job's process group (pgid > 0) and run mark (run != "")
+// as live or gone.
+func (x *Exec) track(pgid int, run string, live bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.groups == nil {
-		x.groups = map[int]struct{}{}
+		x.groups, x.live = map[int]struct{}{}, map[string]struct{}{}
 	}
-	if live {
+	switch {
+	case live && pgid > 0:
 		x.groups[pgid] = struct{}{}
-	} else {
+	case live && run != "":
+		x.live[run] = struct{}{}
+	default:
 		delete(x.groups, pgid)
+		delete(x.live, run)
+	}
+}
+
+// killOrphans kills the processes adopted from this holder's jobs that are
+// no longer running: a job's orphans die with it, a running job's stay. Only
+// the holder's own children are looked at (proc.KillOrphans), and, among
+// them, only processes carrying this holder's token.
+func (x *Exec) killOrphans() {
+	if x.Holder == "" || !proc.Subreaper() {
+		return
+	}
+	holder := []byte(proc.EnvHolder + "=" + x.Holder)
+	n := proc.KillOrphans(func(env []byte) bool {
+		if !proc.EnvHas(env, holder) {
+			return false
+		}
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		for run := range x.live {
+			if proc.EnvHas(env, []byte(run)) {
+				return false
+			}
+		}
+		return true
+	})
+	if n > 0 {
+		x.Logger.Debug().Int("processes", n).Msg("killed what finished jobs left running")
 	}
 }
 

@@ -32,10 +32,13 @@ func TestSetName(t *testing.T) {
 	}
 }
 
-func TestKillLeftovers(t *testing.T) {
-	mark := "BATON_SLOT=test/" + t.Name()
+func TestKillHolderLeftovers(t *testing.T) {
+	token := NewToken()
+	if len(token) != 32 || token == NewToken() {
+		t.Fatalf("token %q: want 128 random bits in hex", token)
+	}
 	start := func(env ...string) *exec.Cmd {
-		c := exec.Command("sleep", "60")
+		c := exec.Command("sh", "-c", "sleep 60 & wait")
 		c.Env = append(os.Environ(), env...)
 		if err := c.Start(); err != nil {
 			t.Fatal(err)
@@ -43,17 +46,33 @@ func TestKillLeftovers(t *testing.T) {
 		t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
 		return c
 	}
-	left := start(mark, "BATON_QUEUE=q")
-	other := start("BATON_SLOT=test/other", "BATON_QUEUE=q")
-	if n := KillLeftovers(mark, "BATON_QUEUE=q"); n != 1 {
-		t.Fatalf("killed %d, want 1", n)
+	// Same queue and slot, another holder's token: another deployment's job.
+	left := start(EnvHolder+"="+token, "BATON_QUEUE=q", "BATON_SLOT=h/run-0")
+	other := start(EnvHolder+"="+NewToken(), "BATON_QUEUE=q", "BATON_SLOT=h/run-0")
+	prefix := start(EnvHolder + "=" + token[:16])
+	time.Sleep(50 * time.Millisecond) // sh starts its sleep
+	if n := KillHolderLeftovers(token); n != 2 {
+		t.Fatalf("killed %d, want 2 (sh and its sleep)", n)
 	}
 	_ = left.Wait()
 	if ws := left.ProcessState.Sys().(syscall.WaitStatus); ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("leftover ended by %v", ws)
 	}
-	time.Sleep(10 * time.Millisecond)
-	if other.Process.Signal(syscall.Signal(0)) != nil {
-		t.Fatal("killed a process of another slot")
+	for _, c := range []*exec.Cmd{other, prefix} {
+		if c.Process.Signal(syscall.Signal(0)) != nil {
+			t.Fatal("killed a process without the exact token")
+		}
+	}
+	if n := KillHolderLeftovers(""); n != 0 {
+		t.Fatalf("an empty token killed %d", n)
+	}
+}
+
+func TestEnvHas(t *testing.T) {
+	env := []byte("A=1\x00BATON_RUN=12\x00B=")
+	for kv, want := range map[string]bool{"A=1": true, "BATON_RUN=12": true, "BATON_RUN=1": false, "B=": true, "=": false} {
+		if EnvHas(env, []byte(kv)) != want {
+			t.Errorf("EnvHas(%q) = %v", kv, !want)
+		}
 	}
 }

@@ -15,9 +15,12 @@ func SpawnDetached(argv []string, env ...string) error {
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
+	if err := Start(cmd); err != nil {
 		return err
 	}
-	go cmd.Wait() //nolint:errcheck // reaped only, so it leaves no zombie
+	go func() {
+		_ = cmd.Wait() // reaped only, so it leaves no zombie
+		Done(cmd.Process.Pid)
+	}()
 	return nil
 }

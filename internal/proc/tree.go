@@ -110,9 +110,12 @@ func descendantsOf(pid int, all []Stat) []Stat {
 // at start, and to all its descendants, and returns how many it signalled.
 // The descendants are stopped first (SIGSTOP) so none can fork while it
 // looks; it looks again until a pass finds nothing new.
-func KillTree(pid int, start uint64) int {
+func KillTree(pid int, start uint64) int { return len(killTree(pid, start)) }
+
+// killTree is KillTree, returning the pids it signalled.
+func killTree(pid int, start uint64) []int {
 	if !Alive(pid, start) {
-		return 0
+		return nil
 	}
 	_ = syscall.Kill(pid, syscall.SIGSTOP)
 	seen := map[int]bool{}
@@ -133,14 +136,14 @@ func KillTree(pid int, start uint64) int {
 			break
 		}
 	}
-	n := 0
+	var out []int
 	for p := range seen {
 		if syscall.Kill(p, syscall.SIGKILL) == nil {
-			n++
+			out = append(out, p)
 		}
 	}
 	if Alive(pid, start) && syscall.Kill(pid, syscall.SIGKILL) == nil {
-		n++
+		out = append(out, pid)
 	}
-	return n
+	return out
 }

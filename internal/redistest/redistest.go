@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-run/baton/internal/proc"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -76,7 +77,9 @@ func (s *Server) start(bin string) error {
 		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", filepath.Join(s.Dir, "redis.log")}, s.args...)
 	cmd := exec.Command(bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	// Registered as a child os/exec waits for: a test that makes itself a
+	// child subreaper must not take it for an orphan.
+	if err := proc.Start(cmd); err != nil {
 		return err
 	}
 	s.cmd = cmd
@@ -92,6 +95,7 @@ func (s *Server) start(bin string) error {
 	}
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
+	proc.Done(cmd.Process.Pid)
 	log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
 	return fmt.Errorf("redis-server on %s did not answer: %s", s.Addr, log)
 }
@@ -103,6 +107,7 @@ func (s *Server) Stop() {
 	}
 	_ = s.cmd.Process.Kill()
 	_ = s.cmd.Wait()
+	proc.Done(s.cmd.Process.Pid)
 	s.cmd = nil
 }
 

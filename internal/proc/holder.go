@@ -1,0 +1,80 @@
+package proc
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strconv"
+)
+
+// EnvHolder names the variable that carries a holder's token into every job
+// it starts: BATON_HOLDER=<token>.
+const EnvHolder = "BATON_HOLDER"
+
+// NewToken returns 128 random bits in hex: a holder's token, unique to one
+// tenure of one slot of one lock dir.
+func NewToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux
+	return hex.EncodeToString(b[:])
+}
+
+// KillHolderLeftovers kills, with their process trees, the processes whose
+// environment holds BATON_HOLDER=token, and returns how many it killed. A
+// holder calls it with the token of the slot's previous holder when that one
+// died holding the slot: Pdeathsig kills only a dead holder's direct child,
+// and what that child started was reparented away. The token is random and
+// was only ever given to that holder's jobs, so another deployment's jobs
+// (same queue name, same slot name, another lock dir) are never touched.
+// Processes whose environment it may not read are not ours and are skipped.
+func KillHolderLeftovers(token string) int {
+	if token == "" {
+		return 0
+	}
+	mark := []byte(EnvHolder + "=" + token)
+	self := os.Getpid()
+	killed := 0
+	// A few passes: a leftover may fork while we look.
+	for pass := 0; pass < 3; pass++ {
+		ents, err := os.ReadDir("/proc")
+		if err != nil {
+			break
+		}
+		n := 0
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || pid == self {
+				continue
+			}
+			env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+			if err != nil || !EnvHas(env, mark) {
+				continue
+			}
+			if start, err := StartTime(pid); err == nil {
+				n += KillTree(pid, start)
+			}
+		}
+		if n == 0 {
+			break
+		}
+		killed += n
+	}
+	return killed
+}
+
+// EnvHas reports whether environ (NUL-separated, as in /proc/<pid>/environ)
+// holds the entry kv ("NAME=value") exactly.
+func EnvHas(environ, kv []byte) bool {
+	for len(environ) > 0 {
+		i := bytes.IndexByte(environ, 0)
+		if i < 0 {
+			i = len(environ)
+		}
+		if bytes.Equal(environ[:i], kv) {
+			return true
+		}
+		environ = environ[min(i+1, len(environ)):]
+	}
+	return false
+}
