@@ -20,8 +20,10 @@ import (
 	"strings"
 
 	"github.com/baton-run/baton/internal/config"
+	"github.com/baton-run/baton/internal/rediserr"
 	"github.com/baton-run/baton/lock"
 	"github.com/baton-run/baton/work"
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/pflag"
 )
 
@@ -140,6 +142,16 @@ func usagef(hint, format string, a ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, a...), hint: hint}
 }
 
+// hintError is a runtime failure (exit 1) with a hint saying what to check;
+// err is the cause, for errors.Is and errors.As.
+type hintError struct {
+	msg, hint string
+	err       error
+}
+
+func (h *hintError) Error() string { return h.msg }
+func (h *hintError) Unwrap() error { return h.err }
+
 // exitError carries an exit code for a failure already reported (or quiet).
 type exitError struct {
 	code int
@@ -159,6 +171,8 @@ func report(w io.Writer, err error) int {
 		ue *usageError
 		ce *config.Error
 		xe *exitError
+		he *hintError
+		re redis.Error
 	)
 	code, hint := ExitRuntime, ""
 	switch {
@@ -166,6 +180,11 @@ func report(w io.Writer, err error) int {
 		code = xe.code
 	case errors.As(err, &ue):
 		code, hint = ExitUsage, ue.hint
+	case errors.As(err, &he):
+		hint = he.hint
+	case errors.As(err, &re):
+		// A reply from Redis (READONLY, OOM, ...) after connecting.
+		_, hint = rediserr.Explain(re, false)
 	case errors.As(err, &ce):
 		code = ExitUsage
 	case errors.Is(err, lock.ErrUnsafeDir):

@@ -53,7 +53,7 @@ func TestExitCodes(t *testing.T) {
 		{"bad duration flag", []string{"run", "--lifetime", "soon", "--", "/bin/true"}, ExitUsage, `invalid argument "soon"`},
 		{"no command", []string{"run"}, ExitUsage, "hint: put the command after --"},
 		{"unsafe lock dir", []string{"run", "--lock-dir", openDir, "--", "/bin/true"}, ExitUsage, "world-writable without the sticky bit"},
-		{"redis down", []string{"enqueue", "--redis-url", "redis://:pw@127.0.0.1:1/0", "x"}, ExitRuntime, "redis at redis://:xxxxx@127.0.0.1:1/0 unreachable"},
+		{"redis down", []string{"enqueue", "--redis-url", "redis://:pw@127.0.0.1:1/0", "x"}, ExitRuntime, "redis at redis://:xxxxx@127.0.0.1:1/0: connection refused"},
 		{"version args", []string{"version", "x"}, ExitUsage, "takes no arguments"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/internal/config"
+	"github.com/baton-run/baton/internal/rediserr"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -24,9 +25,20 @@ func connect(ctx context.Context, c *config.Config, pool int) (*redis.Client, er
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		_ = rdb.Close()
-		return nil, fmt.Errorf("redis at %s unreachable: %v", config.RedactURL(c.RedisURL), err)
+		return nil, redisError(c.RedisURL, opt.TLSConfig != nil, err)
 	}
 	return rdb, nil
+}
+
+// redisError is err from the Redis at url as one line naming the address,
+// password redacted, with a hint when the cause is known.
+func redisError(url string, tlsOn bool, err error) error {
+	msg, hint := rediserr.Explain(err, tlsOn)
+	if msg == "" {
+		msg = "unreachable: " + err.Error()
+		hint = "check redis_url (or BATON_REDIS_URL) and that redis-server runs there"
+	}
+	return &hintError{msg: fmt.Sprintf("redis at %s: %s", config.RedactURL(url), msg), hint: hint, err: err}
 }
 
 // loadAndConnect loads the config bound to cf and connects to its Redis.

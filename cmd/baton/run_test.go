@@ -248,7 +248,7 @@ func TestTenThousandExecJobs(t *testing.T) {
 }
 
 // TestRedisUnreachable: exit 1 within a bounded time, one line naming the
-// address without its password, no slot left held.
+// address without its password and a hint, no slot left held.
 func TestRedisUnreachable(t *testing.T) {
 	r := newRig(t)
 	cmd := r.cmd("run", "--redis-url", "redis://:hunter2@127.0.0.1:1/0", "--log-format", "json", "--", "/bin/true")
@@ -264,7 +264,8 @@ func TestRedisUnreachable(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(errb.String()), "\n")
 	last := lines[len(lines)-1]
-	if len(lines) != 1 || !strings.Contains(last, "redis at redis://:xxxxx@127.0.0.1:1/0 unreachable") || strings.Contains(errb.String(), "hunter2") {
+	if len(lines) != 2 || !strings.Contains(lines[0], "redis at redis://:xxxxx@127.0.0.1:1/0: connection refused") ||
+		!strings.HasPrefix(last, "hint: ") || strings.Contains(errb.String(), "hunter2") {
 		t.Fatalf("stderr %q", errb.String())
 	}
 	if s := r.status(); held(s.Run) != 0 {
