@@ -15,7 +15,7 @@ import (
 func connect(ctx context.Context, c *config.Config, pool int) (*redis.Client, error) {
 	opt, err := redis.ParseURL(c.RedisURL)
 	if err != nil {
-		return nil, &config.Error{Key: "redis_url", Msg: err.Error()}
+		return nil, &config.Error{Key: "redis_url", Msg: config.URLError(c.RedisURL, err)}
 	}
 	opt.PoolSize = pool
 	opt.DialTimeout = 2 * time.Second

@@ -105,3 +105,37 @@ func TestVisibilityTimeout(t *testing.T) {
 		t.Fatalf("later keys must still be checked: %v", err)
 	}
 }
+
+// TestRedactURL: passwords never show, in URLs that parse and in those that
+// do not (spaces, '%', '@' and '/' in the password), nor in parse errors.
+func TestRedactURL(t *testing.T) {
+	for _, tc := range []struct{ url, want string }{
+		{"redis://:s3cret@h:6379/0", "redis://:xxxxx@h:6379/0"},
+		{"redis://user:s3cret@h:6379/0", "redis://user:xxxxx@h:6379/0"},
+		{"redis://h:6379/0", "redis://h:6379/0"},
+		{"redis://:pa ss@h:6379/0", "redis://:xxxxx@h:6379/0"},
+		{"redis://:50%off@h:6379/0", "redis://:xxxxx@h:6379/0"},
+		{"redis://:p@ss w/rd@h:6379/0", "redis://:xxxxx@h:6379/0"},
+		{"redis://u:p@s%s@h:6379/0", "redis://u:xxxxx@h:6379/0"},
+		{":pa ss@h:6379", ":xxxxx@h:6379"},
+		{"redis://h:6379/0?password=s3cret&protocol=3", "redis://h:6379/0?password=xxxxx&protocol=3"},
+	} {
+		if got := RedactURL(tc.url); got != tc.want {
+			t.Errorf("RedactURL(%q) = %q, want %q", tc.url, got, tc.want)
+		}
+	}
+	for _, raw := range []string{"redis://:pa ss@h:6379/0", "redis://:50%off@h/0", "redis://:p@ss w/rd@h:6379/0", "redis://:se/cret@h:6379/0", "redis://:secret@h:6379/x"} {
+		_, err := load(t, "", []string{"--redis-url", raw}, nil)
+		if err == nil || !strings.Contains(err.Error(), "flag --redis-url: redis") {
+			t.Fatalf("%s: err = %v", raw, err)
+		}
+		for _, secret := range []string{"pa ss", "50%off", "ss w", "cret", "secret"} {
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("password leaked: %v", err)
+			}
+		}
+		if strings.Contains(raw, " ") && !strings.Contains(err.Error(), "must be %-escaped (space %20") {
+			t.Errorf("no escape hint: %v", err)
+		}
+	}
+}
