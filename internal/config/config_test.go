@@ -139,3 +139,23 @@ func TestRedactURL(t *testing.T) {
 		}
 	}
 }
+
+// TestTypeErrors: a value of the wrong type reads like the other config
+// errors, "want T, got T2 V", for each kind of key.
+func TestTypeErrors(t *testing.T) {
+	for _, tc := range []struct{ file, want string }{
+		{"queue = \"q\"\nslots = \"4\"\n", `:2: slots: want an integer, got string "4"`},
+		{"slots = 2.5\n", `:1: slots: want an integer, got float 2.5`},
+		{"queue = 4\n", `:1: queue: want a string, got integer 4`},
+		{"log_level = true\n", `:1: log_level: want a string, got boolean true`},
+		{"redis_url = [\"a\"]\n", `:1: redis_url: want a string, got an array`},
+		{"lifetime = 90\n", `:1: lifetime: want a duration such as "90s" or "5m", got integer 90`},
+		{"\njitter = \"soon\"\n", `:2: jitter: want a duration such as "90s" or "5m", got "soon"`},
+		{"slots = 2\nspawn = \"x\"\nqueue = 1\n", `:2: spawn: want an integer, got string "x"`},
+	} {
+		_, err := load(t, tc.file, nil, nil)
+		if err == nil || !strings.HasSuffix(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "config ") {
+			t.Errorf("%q: err = %v, want it to end in %s", tc.file, err, tc.want)
+		}
+	}
+}

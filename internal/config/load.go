@@ -142,6 +142,11 @@ func decode(path string, src []byte, c *Config) error {
 		row, _ := de.Position()
 		return &Error{File: path, Line: row, Key: strings.Join(de.Key(), "."), Msg: "unknown key" + hintKey(de.Key())}
 	}
+	// Type mistakes read as the other config errors: want this, got that.
+	if e := typeError(src); e != nil {
+		e.File = path
+		return e
+	}
 	var de *toml.DecodeError
 	if errors.As(err, &de) {
 		row, _ := de.Position()
@@ -151,32 +156,65 @@ func decode(path string, src []byte, c *Config) error {
 		}
 		return &Error{File: path, Line: row, Key: k, Msg: strings.TrimPrefix(de.Error(), "toml: ")}
 	}
-	// go-toml reports a failing UnmarshalText without a position: find the key.
-	if k := badDurationKey(src); k != "" {
-		return &Error{File: path, Line: lineOf(src, k), Key: k, Msg: err.Error()}
-	}
 	return &Error{File: path, Msg: strings.TrimPrefix(err.Error(), "toml: ")}
 }
 
-// badDurationKey names the first duration key whose value does not parse.
-func badDurationKey(src []byte) string {
+// typeError finds the first key, in file order, whose value has the wrong
+// type for it, or a duration that does not parse: "want an integer, got
+// string "4"". It returns nil when src does not parse or every type is right.
+func typeError(src []byte) *Error {
 	var doc map[string]any
 	if toml.Unmarshal(src, &doc) != nil {
-		return ""
+		return nil
 	}
-	bad := ""
+	var first *Error
 	forEachKey(&Config{}, func(k key) {
-		if _, isDur := k.ptr.(*Duration); !isDur || bad != "" {
+		v, ok := doc[k.name]
+		if !ok {
 			return
 		}
-		if v, ok := doc[k.name]; ok {
+		var msg string
+		switch k.ptr.(type) {
+		case *int:
+			if _, ok := v.(int64); !ok {
+				msg = "want an integer, got " + describe(v)
+			}
+		case *string:
+			if _, ok := v.(string); !ok {
+				msg = "want a string, got " + describe(v)
+			}
+		case *Duration:
 			var d Duration
-			if s, ok := v.(string); !ok || d.Set(s) != nil {
-				bad = k.name
+			if s, ok := v.(string); !ok {
+				msg = `want a duration such as "90s" or "5m", got ` + describe(v)
+			} else if err := d.Set(s); err != nil {
+				msg = err.Error()
 			}
 		}
+		if line := lineOf(src, k.name); msg != "" && (first == nil || line < first.Line) {
+			first = &Error{Line: line, Key: k.name, Msg: msg}
+		}
 	})
-	return bad
+	return first
+}
+
+// describe names a decoded TOML value's type, and the value when it is short.
+func describe(v any) string {
+	switch v := v.(type) {
+	case string:
+		return fmt.Sprintf("string %q", v)
+	case int64:
+		return fmt.Sprintf("integer %d", v)
+	case float64:
+		return fmt.Sprintf("float %v", v)
+	case bool:
+		return fmt.Sprintf("boolean %v", v)
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "a table"
+	}
+	return fmt.Sprintf("a date or time (%v)", v)
 }
 
 // hintKey suggests the right spelling when a flag-style key was used in the file.
