@@ -111,6 +111,9 @@ func Main(ctx context.Context, args []string, o Options) int {
 	if e.Getenv == nil {
 		e.Getenv = os.Getenv
 	}
+	setupLogging()
+	stream := &errStream{Writer: e.Stderr}
+	e.Stderr = stream
 	if len(args) == 0 {
 		usage(e.Stderr)
 		return ExitUsage
@@ -128,7 +131,7 @@ func Main(ctx context.Context, args []string, o Options) int {
 		return ExitUsage
 	}
 	err := cmd.run(ctx, e, args[1:])
-	return report(e.Stderr, err)
+	return report(stream, err)
 }
 
 // usageError is a mistake on the command line; hint says how to fix it.
@@ -162,8 +165,9 @@ func (x *exitError) Error() string { return x.err.Error() }
 func (x *exitError) Unwrap() error { return x.err }
 
 // report prints one line for err (and a hint when there is an obvious fix)
-// and returns the exit code.
-func report(w io.Writer, err error) int {
+// and returns the exit code. When the command logged JSON lines to w, the
+// error is one more JSON line, at level error, with the hint in a field.
+func report(w *errStream, err error) int {
 	if err == nil || errors.Is(err, pflag.ErrHelp) {
 		return ExitOK
 	}
@@ -190,7 +194,16 @@ func report(w io.Writer, err error) int {
 	case errors.Is(err, lock.ErrUnsafeDir):
 		code = ExitUsage
 	}
-	fmt.Fprintf(w, "baton: %s\n", strings.TrimSpace(err.Error()))
+	msg := strings.TrimSpace(err.Error())
+	if w.log != nil {
+		ev := w.log.Error()
+		if hint != "" {
+			ev = ev.Str("hint", hint)
+		}
+		ev.Msg(msg)
+		return code
+	}
+	fmt.Fprintf(w, "baton: %s\n", msg)
 	if hint != "" {
 		fmt.Fprintf(w, "hint: %s\n", hint)
 	}

@@ -50,11 +50,3 @@ func loadAndConnect(ctx context.Context, e *env, cf *config.Flags, pool int) (*c
 	rdb, err := connect(ctx, cfg, pool)
 	return cfg, rdb, err
 }
-
-// quietRedis drops go-redis's own log lines (dial retries and the like): the
-// error that matters comes back from the call and is reported once, redacted.
-type quietRedis struct{}
-
-func (quietRedis) Printf(context.Context, string, ...any) {}
-
-func init() { redis.SetLogger(quietRedis{}) }
