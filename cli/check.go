@@ -26,7 +26,6 @@ schedule key, or, with --crontab, the schedules of the lines of a crontab or
 /etc/cron.d file that run 'baton run' with this --config (several lines add
 their candidates up). check never takes a slot and creates no file.
 
-Flags:
 {{flags}}
 Exit codes:
   0  every relation holds (warnings allowed)
@@ -36,8 +35,6 @@ Exit codes:
 Example:
   baton check --config /etc/baton/thumbs.toml --crontab /etc/cron.d/baton
 `
-
-func init() { register("check", "prove a config keeps its slots covered", runCheck) }
 
 // exitRelationFails is check's exit code when a relation fails.
 const exitRelationFails = 1
@@ -63,7 +60,7 @@ type quantity struct {
 
 func runCheck(ctx context.Context, e *env, args []string) error {
 	fs := flagSet("check")
-	cf := config.Bind(fs)
+	cf := config.Bind(fs, checkKeys...)
 	crontab := fs.String("crontab", "", "crontab or /etc/cron.d `file` whose 'baton run' lines give the schedule")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	online := fs.Bool("online", false, "also check Redis: reachable, version ≥ 6.2, consumer group present")

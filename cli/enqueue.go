@@ -20,7 +20,6 @@ input (the newline is not part of the payload; empty lines are skipped).
 Jobs are sent pipelined; each job's id is printed on its own line. A payload
 over max_payload bytes is refused (exit 2); the jobs before it are added.
 
-Flags:
 {{flags}}
 Example:
   baton enqueue --queue thumbs /srv/img/1.jpg /srv/img/2.jpg
@@ -30,11 +29,9 @@ Example:
 // enqueueChunk is how many XADDs go in one pipeline round trip.
 const enqueueChunk = 1000
 
-func init() { register("enqueue", "add jobs to the queue", runEnqueue) }
-
 func runEnqueue(ctx context.Context, e *env, args []string) error {
 	fs := flagSet("enqueue")
-	cf := config.Bind(fs)
+	cf := config.Bind(fs, config.Connection, "max_payload")
 	quiet := fs.BoolP("quiet", "q", false, "do not print job ids")
 	if err := parse(e, fs, enqueueUsage, args); err != nil {
 		return err

@@ -32,7 +32,6 @@ next holder. CMD runs in its own process group and dies with its holder.
 Every flag is also a config key (--shutdown-grace is shutdown_grace); flags
 win over the file, BATON_REDIS_URL over the file's redis_url.
 
-Flags:
 {{flags}}
 Signals: SIGTERM or SIGINT drains (in-flight jobs finish within
 shutdown_grace, exit 0); a second one exits at once. SIGHUP is ignored.
@@ -49,11 +48,9 @@ const envSpawned = "BATON_SPAWNED"
 // leaves whatever its handlers do.
 const hardMargin = 2 * time.Second
 
-func init() { register("run", "take a slot and work the queue (what cron starts)", runRun) }
-
 func runRun(ctx context.Context, e *env, args []string) error {
 	fs := flagSet("run")
-	cf := config.Bind(fs)
+	cf := config.Bind(fs, config.All)
 	if err := parse(e, fs, runUsage, args); err != nil {
 		return err
 	}

@@ -34,16 +34,11 @@ Deterministic for a seed; 30 days take milliseconds.
 --svg draws the slot timeline of a window after the warm-up: runs, standbys,
 promotions, crashes and gaps.
 
-Flags:
 {{flags}}
 Example:
   baton simulate --config /etc/baton/thumbs.toml --horizon 30d --crash-rate 0.5
   baton simulate --slots 4 --spawn 4 --svg timeline.svg --svg-window 20m
 `
-
-func init() {
-	register("simulate", "measure a config's availability in a simulation", runSimulate)
-}
 
 // simReport is simulate's output.
 type simReport struct {
@@ -91,7 +86,7 @@ type bucket struct {
 
 func runSimulate(ctx context.Context, e *env, args []string) error {
 	fs := flagSet("simulate")
-	cf := config.Bind(fs)
+	cf := config.Bind(fs, coverageKeys...)
 	crontab := fs.String("crontab", "", "crontab or /etc/cron.d `file` whose 'baton run' lines give the schedule")
 	horizon := fs.String("horizon", "30d", "simulated time: a duration, with d for days")
 	crashRate := fs.Float64("crash-rate", 0, "crashes per holder-hour")

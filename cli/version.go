@@ -15,8 +15,6 @@ Example:
   baton version
 `
 
-func init() { register("version", "print the version", runVersion) }
-
 func runVersion(ctx context.Context, e *env, args []string) error {
 	fs := flagSet("version")
 	if err := parse(e, fs, versionUsage, args); err != nil {

@@ -13,7 +13,7 @@ import (
 func load(t *testing.T, file string, args []string, env map[string]string) (*Config, error) {
 	t.Helper()
 	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
-	f := Bind(fs)
+	f := Bind(fs, All)
 	if file != "" {
 		p := filepath.Join(t.TempDir(), "baton.toml")
 		if err := os.WriteFile(p, []byte(file), 0o600); err != nil {
@@ -88,7 +88,7 @@ func TestBadConfig(t *testing.T) {
 
 func TestMissingFile(t *testing.T) {
 	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
-	f := Bind(fs)
+	f := Bind(fs, All)
 	_ = fs.Parse([]string{"--config", "/nonexistent/baton.toml"})
 	_, err := f.Load(func(string) string { return "" })
 	if err == nil || !strings.Contains(err.Error(), "config /nonexistent/baton.toml: no such file") {
@@ -157,5 +157,34 @@ func TestTypeErrors(t *testing.T) {
 		if err == nil || !strings.HasSuffix(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "config ") {
 			t.Errorf("%q: err = %v, want it to end in %s", tc.file, err, tc.want)
 		}
+	}
+}
+
+// TestBindSubset: a command binds only some keys; the others still come
+// from the file (and the defaults), and each bound flag names its group.
+func TestBindSubset(t *testing.T) {
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	f := Bind(fs, Connection, "max_payload")
+	for _, name := range []string{"config", "queue", "redis-url", "max-payload"} {
+		if fs.Lookup(name) == nil {
+			t.Errorf("--%s not bound", name)
+		}
+	}
+	if fs.Lookup("slots") != nil || fs.Lookup("log-format") != nil {
+		t.Error("keys outside the selection are bound")
+	}
+	if g := fs.Lookup("max-payload").Annotations[GroupAnnotation]; len(g) != 1 || g[0] != Jobs {
+		t.Errorf("max-payload group %v", g)
+	}
+	p := filepath.Join(t.TempDir(), "baton.toml")
+	if err := os.WriteFile(p, []byte("slots = 3\nqueue = \"file\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Parse([]string{"--config", p, "--queue", "flag"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := f.Load(func(string) string { return "" })
+	if err != nil || c.Slots != 3 || c.StandbySlots != 3 || c.Queue != "flag" || c.Lifetime.D() != 5*time.Minute {
+		t.Fatalf("got %+v, %v", c, err)
 	}
 }

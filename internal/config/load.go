@@ -42,18 +42,34 @@ func (e *Error) Error() string {
 	return where + e.Key + ": " + e.Msg
 }
 
-// Flags binds every config key to a flag set and loads the result.
+// Flags binds config keys to a flag set and loads the result.
 type Flags struct {
 	fs   *pflag.FlagSet
 	vals Config // flag values; only the changed ones are used
 	path string // --config
 }
 
-// Bind registers --config and one flag per key (kebab case) on fs.
-func Bind(fs *pflag.FlagSet) *Flags {
+// GroupAnnotation is the pflag annotation naming a bound key's group, for
+// help text that shows flags grouped.
+const GroupAnnotation = "baton-group"
+
+// Bind registers --config and one flag (kebab case) for each key selected
+// by sel: a group name (Connection, Slots, ...), a key name ("max_payload"),
+// or All. Keys not bound still come from the defaults, the file and the
+// environment when Load runs. An unknown name panics: it is a programming
+// mistake.
+func Bind(fs *pflag.FlagSet, sel ...string) *Flags {
 	f := &Flags{fs: fs, vals: Default()}
-	fs.StringVarP(&f.path, "config", "c", "", "TOML config file")
+	fs.StringVarP(&f.path, "config", "c", "", "TOML config `file`")
+	want := map[string]bool{}
+	for _, s := range sel {
+		want[s] = true
+	}
 	forEachKey(&f.vals, func(k key) {
+		if !want[All] && !want[k.group] && !want[k.name] {
+			return
+		}
+		delete(want, k.name)
 		switch p := k.ptr.(type) {
 		case *string:
 			fs.StringVar(p, k.flag, *p, k.help)
@@ -64,9 +80,17 @@ func Bind(fs *pflag.FlagSet) *Flags {
 		default:
 			panic("config: no flag type for key " + k.name)
 		}
+		_ = fs.SetAnnotation(k.flag, GroupAnnotation, []string{k.group})
 	})
+	for s := range want {
+		if s != All && s != Connection && s != Slots && s != Jobs && s != Retries && s != Logging {
+			panic("config: Bind: no key or group " + s)
+		}
+	}
 	// standby_slots defaults to slots; say so in its help, not as "-1".
-	fs.Lookup("standby-slots").DefValue = "0"
+	if fl := fs.Lookup("standby-slots"); fl != nil {
+		fl.DefValue = "0"
+	}
 	return f
 }
 
@@ -257,9 +281,9 @@ func keyAtLine(src []byte, row int) string {
 }
 
 type key struct {
-	name, flag, help string
-	index            int
-	ptr              any
+	name, flag, help, group string
+	index                   int
+	ptr                     any
 }
 
 // forEachKey calls fn for every TOML key of c, in declaration order.
@@ -269,7 +293,7 @@ func forEachKey(c *Config, fn func(key)) {
 	for i := 0; i < t.NumField(); i++ {
 		sf := t.Field(i)
 		name := sf.Tag.Get("toml")
-		fn(key{name: name, flag: kebab(name), help: sf.Tag.Get("help"), index: i, ptr: v.Field(i).Addr().Interface()})
+		fn(key{name: name, flag: kebab(name), help: sf.Tag.Get("help"), group: sf.Tag.Get("group"), index: i, ptr: v.Field(i).Addr().Interface()})
 	}
 }
 
