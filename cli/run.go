@@ -38,7 +38,8 @@ shutdown_grace, exit 0); a second one exits at once. SIGHUP is ignored.
 
 Example:
   # crontab -e: 4 workers with 4 standbys, 5-6 minute lifetimes
-  * * * * * baton run --config /etc/baton/thumbs.toml -- /usr/local/bin/make-thumbnail
+  # (cron's PATH is /usr/bin:/bin: name baton by its full path)
+  * * * * * /usr/local/bin/baton run --config /etc/baton/thumbs.toml -- /usr/local/bin/make-thumbnail
 `
 
 // envSpawned marks a candidate started by another candidate: it spawns no more.

@@ -87,7 +87,7 @@ type bucket struct {
 func runSimulate(ctx context.Context, e *env, args []string) error {
 	fs := flagSet("simulate")
 	cf := config.Bind(fs, coverageKeys...)
-	crontab := fs.String("crontab", "", "crontab or /etc/cron.d `file` whose 'baton run' lines give the schedule")
+	crontab := fs.String("crontab", "", "crontab or /etc/cron.d `file` ('-': stdin) whose 'baton run' lines give the schedule and flags")
 	horizon := fs.String("horizon", "30d", "simulated time: a duration, with d for days")
 	crashRate := fs.Float64("crash-rate", 0, "crashes per holder-hour")
 	hangRate := fs.Float64("hang-rate", 0, "hangs per holder-hour (a hung holder keeps its slot until its hard deadline)")
@@ -117,14 +117,11 @@ func runSimulate(ctx context.Context, e *env, args []string) error {
 	if *startup <= 0 || *wake <= 0 || *svgWindow <= 0 {
 		return usagef("", "simulate: --startup, --wake and --svg-window must be positive")
 	}
-	cfg, err := cf.Load(e.Getenv)
+	p, err := loadPlan(e, fs, cf, *crontab)
 	if err != nil {
 		return err
 	}
-	sched, _, _, err := loadSchedule(cfg, cf.Path(), *crontab)
-	if err != nil {
-		return err
-	}
+	cfg, sched := p.cfg, p.sched
 	q := quantities(cfg, sched)
 	c := sim.Config{Schedule: sched, Q: q, Horizon: hz, Warmup: *warmup, Latency: *startup,
 		Wake: *wake, PollOnly: *pollOnly, CrashRate: *crashRate, HangRate: *hangRate, Seed: *seed}
