@@ -56,6 +56,9 @@ type checkReport struct {
 	Relations  []standby.Relation `json:"relations"`
 	Failed     int                `json:"failed"`
 	Warnings   int                `json:"warnings"`
+	// CombinedFix is one set of changes after which no coverage relation
+	// fails; each relation's own fix assumes the others stay as they are.
+	CombinedFix []change `json:"combined_fix,omitempty"`
 }
 
 // quantity is one row of the quantities table.
@@ -87,6 +90,9 @@ func runCheck(ctx context.Context, e *env, args []string) error {
 		Config: cf.Path(), Queue: cfg.Queue, Schedule: p.sched.Specs(), Source: p.source,
 		Quantities: quantityTable(q),
 		Relations:  standby.Check(q),
+	}
+	if standby.Failed(rep.Relations) {
+		rep.CombinedFix, _ = combinedFix(q)
 	}
 	rep.Relations = append(rep.Relations, p.extra...)
 	rep.Relations = append(rep.Relations, checkLockDir(cfg.LockDir), checkRecordedSlots(cfg.LockDir, cfg.Queue, cfg.Slots))
@@ -279,6 +285,11 @@ func writeCheck(w io.Writer, rep *checkReport) {
 	switch {
 	case rep.Failed > 0:
 		fmt.Fprintf(w, "%d relation%s fail: expect gaps in coverage.\n", rep.Failed, plural(rep.Failed))
+		if len(rep.CombinedFix) > 0 {
+			toml, flags := fixText(rep.CombinedFix)
+			fmt.Fprintf(w, "\nEach fix above assumes the rest stays as it is. Together, with every relation holding:\n  %s\n"+
+				"  (to try it: baton check ... %s)\n", toml, flags)
+		}
 	case rep.Warnings > 0:
 		fmt.Fprintf(w, "Every relation holds, with %d warning%s.\n", rep.Warnings, plural(rep.Warnings))
 	default:

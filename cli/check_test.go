@@ -349,3 +349,32 @@ func TestCheckQuantities(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckCombinedFix: when several relations fail, check proposes one
+// combined fix, and check passes with it.
+func TestCheckCombinedFix(t *testing.T) {
+	for _, body := range []string{
+		"slots = 4\nlifetime = \"50s\"\nstandby_wait = \"1m\"\nstandby_slots = 1\n",
+		"schedule = \"*/10 * * * *\"\nslots = 3\njitter = \"5m\"\n",
+		"slots = 8\nlifetime = \"2m\"\nspawn = 2\nshutdown_grace = \"3m\"\n",
+	} {
+		cfg := writeConfig(t, body)
+		rep, code := checkJSON(t, "--config", cfg)
+		if code != 1 || len(rep.CombinedFix) == 0 {
+			t.Fatalf("%q: exit %d, combined fix %v", body, code, rep.CombinedFix)
+		}
+		args := []string{"--config", cfg}
+		for _, c := range rep.CombinedFix {
+			args = append(args, "--"+strings.ReplaceAll(c.Key, "_", "-"), c.Value)
+		}
+		out, _, code := checkT(t, args...)
+		if code != 0 {
+			t.Errorf("%q with %v: exit %d\n%s", body, rep.CombinedFix, code, out)
+		}
+	}
+	cfg := writeConfig(t, "slots = 4\nlifetime = \"50s\"\nstandby_wait = \"1m\"\n")
+	out, _, _ := checkT(t, "--config", cfg)
+	if !strings.Contains(out, "Together, with every relation holding:\n  lifetime = ") || !strings.Contains(out, "(to try it: baton check ... --lifetime ") {
+		t.Fatalf("no combined fix in\n%s", out)
+	}
+}
