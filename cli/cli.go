@@ -206,7 +206,7 @@ func report(w *errStream, err error) int {
 		hint = he.hint
 	case errors.As(err, &re):
 		// A reply from Redis (READONLY, OOM, ...) after connecting.
-		_, hint = rediserr.Explain(re, false)
+		_, hint = rediserr.Explain(err, false)
 	case errors.As(err, &ce):
 		code = ExitUsage
 	case errors.Is(err, lock.ErrUnsafeDir):

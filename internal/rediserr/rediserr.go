@@ -44,9 +44,13 @@ func Explain(err error, tlsOn bool) (msg, hint string) {
 	if err == nil {
 		return "", ""
 	}
-	for _, r := range replies {
-		if strings.HasPrefix(err.Error(), r.prefix) {
-			return r.msg, r.hint
+	// A reply may be wrapped ("enqueue: 3 jobs added before: OOM ..."):
+	// look at each error in the chain.
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		for _, r := range replies {
+			if strings.HasPrefix(e.Error(), r.prefix) {
+				return r.msg, r.hint
+			}
 		}
 	}
 	var (
