@@ -3,13 +3,16 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/baton-run/baton/internal/config"
 	"github.com/baton-run/baton/standby"
+	"github.com/spf13/pflag"
 )
 
 const checkUsage = `Usage: baton check [--config F] [--crontab FILE] [--json] [--online] [flags]
@@ -23,10 +26,12 @@ numbers for each that does not pass. See docs/coverage.md.
 
 The config is read as 'baton run' reads it. The schedule is the config's
 schedule key, or, with --crontab, the schedules of the lines of a crontab or
-/etc/cron.d file that run 'baton run' with this --config (several lines add
-their candidates up). check never takes a slot and creates no file.
+/etc/cron.d file ('-': standard input) that run 'baton run' with this
+--config (several lines add their candidates up). The flags on such a line
+override the file, as they do for run; flags given to check override both,
+to try a change. A line that names baton without its path warns: cron's PATH
+is /usr/bin:/bin. check never takes a slot and creates no file.
 
-Flags:
 {{flags}}
 Exit codes:
   0  every relation holds (warnings allowed)
@@ -35,9 +40,8 @@ Exit codes:
 
 Example:
   baton check --config /etc/baton/thumbs.toml --crontab /etc/cron.d/baton
+  crontab -l | baton check --config /etc/baton/thumbs.toml --crontab -
 `
-
-func init() { register("check", "prove a config keeps its slots covered", runCheck) }
 
 // exitRelationFails is check's exit code when a relation fails.
 const exitRelationFails = 1
@@ -52,6 +56,9 @@ type checkReport struct {
 	Relations  []standby.Relation `json:"relations"`
 	Failed     int                `json:"failed"`
 	Warnings   int                `json:"warnings"`
+	// CombinedFix is one set of changes after which no coverage relation
+	// fails; each relation's own fix assumes the others stay as they are.
+	CombinedFix []change `json:"combined_fix,omitempty"`
 }
 
 // quantity is one row of the quantities table.
@@ -63,8 +70,8 @@ type quantity struct {
 
 func runCheck(ctx context.Context, e *env, args []string) error {
 	fs := flagSet("check")
-	cf := config.Bind(fs)
-	crontab := fs.String("crontab", "", "crontab or /etc/cron.d `file` whose 'baton run' lines give the schedule")
+	cf := config.Bind(fs, checkKeys...)
+	crontab := fs.String("crontab", "", "crontab or /etc/cron.d `file` ('-': stdin) whose 'baton run' lines give the schedule and flags")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	online := fs.Bool("online", false, "also check Redis: reachable, version ≥ 6.2, consumer group present")
 	if err := parse(e, fs, checkUsage, args); err != nil {
@@ -73,21 +80,21 @@ func runCheck(ctx context.Context, e *env, args []string) error {
 	if fs.NArg() > 0 {
 		return usagef("run 'baton check --help'", "check: unexpected argument %q", fs.Arg(0))
 	}
-	cfg, err := cf.Load(e.Getenv)
+	p, err := loadPlan(e, fs, cf, *crontab)
 	if err != nil {
 		return err
 	}
-	sched, source, extra, err := loadSchedule(cfg, cf.Path(), *crontab)
-	if err != nil {
-		return err
-	}
-	q := quantities(cfg, sched)
+	cfg := p.cfg
+	q := quantities(cfg, p.sched)
 	rep := checkReport{
-		Config: cf.Path(), Queue: cfg.Queue, Schedule: sched.Specs(), Source: source,
+		Config: cf.Path(), Queue: cfg.Queue, Schedule: p.sched.Specs(), Source: p.source,
 		Quantities: quantityTable(q),
 		Relations:  standby.Check(q),
 	}
-	rep.Relations = append(rep.Relations, extra...)
+	if standby.Failed(rep.Relations) {
+		rep.CombinedFix, _ = combinedFix(q)
+	}
+	rep.Relations = append(rep.Relations, p.extra...)
 	rep.Relations = append(rep.Relations, checkLockDir(cfg.LockDir), checkRecordedSlots(cfg.LockDir, cfg.Queue, cfg.Slots))
 	if *online {
 		rep.Relations = append(rep.Relations, checkOnline(ctx, cfg)...)
@@ -116,40 +123,101 @@ func runCheck(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-// loadSchedule returns the schedule that starts the config's candidates:
-// the config's schedule key, or the matching lines of a crontab. Extra
-// relations warn about crontab lines that override the config with flags.
-func loadSchedule(cfg *config.Config, configPath, crontab string) (*standby.Schedule, string, []standby.Relation, error) {
+// plan is the config and the schedule that check and simulate judge.
+type plan struct {
+	cfg    *config.Config
+	sched  *standby.Schedule
+	source string             // where the schedule comes from
+	extra  []standby.Relation // warnings about the crontab lines
+}
+
+// loadPlan loads the config bound to cf and the schedule that starts its
+// candidates: the config's schedule key or, with a crontab ("-": standard
+// input), the schedules of its lines that run 'baton run' with this
+// --config. The flags on such a line override the file, as they do for
+// run; the config flags given to check or simulate (fs) override both.
+func loadPlan(e *env, fs *pflag.FlagSet, cf *config.Flags, crontab string) (*plan, error) {
 	if crontab == "" {
+		cfg, err := cf.Load(e.Getenv)
+		if err != nil {
+			return nil, err
+		}
 		s, err := standby.ParseSchedule(cfg.Schedule)
 		if err != nil {
-			return nil, "", nil, &config.Error{Key: "schedule", Msg: err.Error()}
+			return nil, &config.Error{Key: "schedule", Msg: err.Error()}
 		}
-		return s, "config key schedule", nil, nil
+		return &plan{cfg: cfg, sched: s, source: "config key schedule"}, nil
 	}
-	specs, flagged, err := crontabSchedule(crontab, configPath)
+	lines, err := crontabLines(crontab, e.Stdin, cf.Path())
 	if err != nil {
-		return nil, "", nil, err
+		return nil, err
 	}
-	s, err := standby.ParseSchedule(specs...)
-	if err != nil {
-		return nil, "", nil, usagef("fix the schedule in "+crontab, "crontab %s: %v", crontab, err)
+	specs := make([]string, len(lines))
+	for i, l := range lines {
+		specs[i] = l.Spec
 	}
-	source := fmt.Sprintf("crontab %s (%d line", crontab, len(specs))
-	if len(specs) > 1 {
-		source += "s"
+	p := &plan{source: fmt.Sprintf("crontab %s (%d line%s)", crontab, len(lines), plural(len(lines)))}
+	if p.sched, err = standby.ParseSchedule(specs...); err != nil {
+		return nil, usagef("fix the schedule in "+crontab, "crontab %s: %v", crontab, err)
 	}
-	source += ")"
-	var extra []standby.Relation
-	for _, l := range flagged {
-		extra = append(extra, standby.Relation{
-			Name: "crontab-flags", Formula: "no overrides", Values: fmt.Sprintf("line %d: %s", l.Num, strings.Join(l.Flags, " ")),
-			Margin: "-", Status: standby.Warn,
-			Why: "flags on the crontab line override the config file; check saw only the file and its own flags",
-			Fix: "move them into the config file, or pass the same flags to check",
-		})
+	if p.cfg, err = lineConfig(e, fs, cf.Path(), crontab, lines[0]); err != nil {
+		return nil, err
 	}
-	return s, source, extra, nil
+	for _, l := range lines[1:] {
+		if !slices.Equal(l.Args, lines[0].Args) {
+			p.extra = append(p.extra, standby.Relation{
+				Name: "crontab-flags", Formula: "same flags on every line", Margin: "-", Status: standby.Warn,
+				Values: fmt.Sprintf("line %d: %s; line %d: %s", lines[0].Num, argsText(lines[0].Args), l.Num, argsText(l.Args)),
+				Why:    fmt.Sprintf("the lines run the same config with different flags; check used line %d's", lines[0].Num),
+				Fix:    "give every line the same flags, or move them into the config file",
+			})
+		}
+	}
+	for _, l := range lines {
+		if l.Bare {
+			p.extra = append(p.extra, standby.Relation{
+				Name: "crontab-path", Formula: "baton by its full path", Values: fmt.Sprintf("line %d: baton", l.Num), Margin: "-",
+				Status: standby.Warn,
+				Why:    "cron runs commands with PATH=" + cronPath + ", where a bare 'baton' is not found unless it is installed there",
+				Fix:    "write the full path, e.g. /usr/local/bin/baton run ... ('command -v baton' prints it), or set PATH= at the top of the crontab",
+			})
+		}
+	}
+	return p, nil
+}
+
+// lineConfig loads the config as 'baton run' on crontab line l would, with
+// the config flags given to check (fs) applied last.
+func lineConfig(e *env, fs *pflag.FlagSet, configPath, crontab string, l cronLine) (*config.Config, error) {
+	rfs := flagSet("run")
+	rcf := config.Bind(rfs, config.All)
+	var args []string
+	if configPath != "" {
+		args = append(args, "--config", configPath)
+	}
+	args = append(args, l.Args...)
+	fs.Visit(func(f *pflag.Flag) {
+		if _, isKey := f.Annotations[config.GroupAnnotation]; isKey {
+			args = append(args, "--"+f.Name+"="+f.Value.String())
+		}
+	})
+	where := fmt.Sprintf("crontab %s line %d", crontab, l.Num)
+	if err := rfs.Parse(args); err != nil {
+		return nil, usagef("fix the flags of 'baton run' on that line", "%s: %v", where, err)
+	}
+	cfg, err := rcf.Load(e.Getenv)
+	var ce *config.Error
+	if errors.As(err, &ce) && strings.HasPrefix(ce.Source, "flag ") && !fs.Changed(strings.ReplaceAll(ce.Key, "_", "-")) {
+		ce.Source = where + ": " + ce.Source
+	}
+	return cfg, err
+}
+
+func argsText(args []string) string {
+	if len(args) == 0 {
+		return "no flags"
+	}
+	return strings.Join(args, " ")
 }
 
 // quantities derives the coverage quantities from a loaded config.
@@ -217,6 +285,11 @@ func writeCheck(w io.Writer, rep *checkReport) {
 	switch {
 	case rep.Failed > 0:
 		fmt.Fprintf(w, "%d relation%s fail: expect gaps in coverage.\n", rep.Failed, plural(rep.Failed))
+		if len(rep.CombinedFix) > 0 {
+			toml, flags := fixText(rep.CombinedFix)
+			fmt.Fprintf(w, "\nEach fix above assumes the rest stays as it is. Together, with every relation holding:\n  %s\n"+
+				"  (to try it: baton check ... %s)\n", toml, flags)
+		}
 	case rep.Warnings > 0:
 		fmt.Fprintf(w, "Every relation holds, with %d warning%s.\n", rep.Warnings, plural(rep.Warnings))
 	default:

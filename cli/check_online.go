@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -24,6 +25,10 @@ func checkOnline(ctx context.Context, cfg *config.Config) []standby.Relation {
 	if err != nil {
 		reach.Status, reach.Why = standby.Fail, err.Error()
 		reach.Fix = "start Redis, or set redis_url (or BATON_REDIS_URL) to where it runs"
+		var he *hintError
+		if errors.As(err, &he) {
+			reach.Fix = he.hint
+		}
 		return []standby.Relation{reach}
 	}
 	defer rdb.Close()

@@ -137,15 +137,32 @@ func TestCheckCrontab(t *testing.T) {
 	if code != 0 || len(rep.Schedule) != 2 || rep.Quantities[1].Value != "2" {
 		t.Fatalf("exit %d, schedule %v, m %v: %+v", code, rep.Schedule, rep.Quantities[1], rep.Relations)
 	}
-	// Flags on the line override the file: a warning.
-	flagged := crontab("* * * * * baton run --config " + cfg + " --spawn 2 --lifetime=5m -- /usr/bin/thumb\n" +
+	// Flags on the line override the file, as for run (spawn 2 makes
+	// replenishment pass); check's own flags override the line. Lines with
+	// different flags, and a bare 'baton' under cron's PATH, are warnings.
+	flagged := crontab("* * * * * /usr/local/bin/baton run --config " + cfg + " --spawn 2 --lifetime=5m -- /usr/bin/thumb\n" +
 		"* * * * * baton run --config " + cfg + " -- /usr/bin/thumb\n")
-	out, _, _ := checkT(t, "--config", cfg, "--crontab", flagged)
-	if !strings.Contains(out, "WARN crontab-flags:") || !strings.Contains(out, "line 1: --spawn --lifetime") {
-		t.Fatalf("no warning for flags on the line:\n%s", out)
+	rep, _ = checkJSON(t, "--config", cfg, "--crontab", flagged)
+	if status(rep, "crontab-flags") != "WARN" || status(rep, "crontab-path") != "WARN" ||
+		rep.Quantities[1].Value != "4" || rep.Quantities[4].Value != "5m" {
+		t.Fatalf("flags on the line: %+v\n%+v", rep.Quantities, rep.Relations)
+	}
+	rep, _ = checkJSON(t, "--config", cfg, "--crontab", flagged, "--lifetime", "4m")
+	if rep.Quantities[4].Value != "4m" {
+		t.Fatalf("check's flags must win: %+v", rep.Quantities)
+	}
+	out, stderr, code := checkT(t, "--config", cfg, "--crontab", crontab("* * * * * /usr/local/bin/baton run --config "+cfg+" --slots 0 -- x\n"))
+	if code != 2 || !strings.Contains(stderr, "line 1: flag --slots: 0: must be between 1") {
+		t.Fatalf("bad flag on the line: exit %d %s%s", code, out, stderr)
+	}
+	// - reads the crontab from standard input.
+	out, stderr, code = mainT(t, "* * * * * /usr/local/bin/baton run --config "+cfg+" --spawn 3 -- /usr/bin/thumb\n",
+		"check", "--lock-dir", filepath.Join(dir, "locks"), "--config", cfg, "--crontab", "-", "--json")
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || rep.Source != "crontab - (1 line)" || rep.Quantities[1].Value != "3" || status(rep, "crontab-path") != "missing" {
+		t.Fatalf("stdin: exit %d %s %s", code, out, stderr)
 	}
 	// No line for this config: exit 2, naming the lines that run baton.
-	_, stderr, code := checkT(t, "--config", cfg, "--crontab", crontab("*/5 * * * * baton run --config "+other+" -- x\n"))
+	_, stderr, code = checkT(t, "--config", cfg, "--crontab", crontab("*/5 * * * * baton run --config "+other+" -- x\n"))
 	if code != 2 || !strings.Contains(stderr, "no line runs 'baton run' with --config "+cfg) || !strings.Contains(stderr, "line 1") {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -330,5 +347,34 @@ func TestCheckQuantities(t *testing.T) {
 				t.Fatalf("quantities %v", got)
 			}
 		})
+	}
+}
+
+// TestCheckCombinedFix: when several relations fail, check proposes one
+// combined fix, and check passes with it.
+func TestCheckCombinedFix(t *testing.T) {
+	for _, body := range []string{
+		"slots = 4\nlifetime = \"50s\"\nstandby_wait = \"1m\"\nstandby_slots = 1\n",
+		"schedule = \"*/10 * * * *\"\nslots = 3\njitter = \"5m\"\n",
+		"slots = 8\nlifetime = \"2m\"\nspawn = 2\nshutdown_grace = \"3m\"\n",
+	} {
+		cfg := writeConfig(t, body)
+		rep, code := checkJSON(t, "--config", cfg)
+		if code != 1 || len(rep.CombinedFix) == 0 {
+			t.Fatalf("%q: exit %d, combined fix %v", body, code, rep.CombinedFix)
+		}
+		args := []string{"--config", cfg}
+		for _, c := range rep.CombinedFix {
+			args = append(args, "--"+strings.ReplaceAll(c.Key, "_", "-"), c.Value)
+		}
+		out, _, code := checkT(t, args...)
+		if code != 0 {
+			t.Errorf("%q with %v: exit %d\n%s", body, rep.CombinedFix, code, out)
+		}
+	}
+	cfg := writeConfig(t, "slots = 4\nlifetime = \"50s\"\nstandby_wait = \"1m\"\n")
+	out, _, _ := checkT(t, "--config", cfg)
+	if !strings.Contains(out, "Together, with every relation holding:\n  lifetime = ") || !strings.Contains(out, "(to try it: baton check ... --lifetime ") {
+		t.Fatalf("no combined fix in\n%s", out)
 	}
 }

@@ -16,12 +16,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"strings"
 
 	"github.com/baton-run/baton/internal/config"
+	"github.com/baton-run/baton/internal/rediserr"
 	"github.com/baton-run/baton/lock"
 	"github.com/baton-run/baton/work"
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/pflag"
 )
 
@@ -51,14 +52,36 @@ type env struct {
 }
 
 type command struct {
-	summary string
-	run     func(ctx context.Context, e *env, args []string) error
+	name, summary string
+	run           func(ctx context.Context, e *env, args []string) error
 }
 
-var commands = map[string]command{}
+// commands are baton's subcommands, in the order --help lists them.
+var commands = []command{
+	{"run", "take a slot and work the queue (what cron starts)", runRun},
+	{"enqueue", "add jobs to the queue", runEnqueue},
+	{"status", "show slots and queue depth", runStatus},
+	{"dead", "list, show, requeue or purge dead letters", runDead},
+	{"job", "say where a job is: waiting, running, retrying, dead", runJob},
+	{"check", "prove a config keeps its slots covered", runCheck},
+	{"simulate", "measure a config's availability in a simulation", runSimulate},
+	{"version", "print the version and build", runVersion},
+}
 
-func register(name, summary string, run func(context.Context, *env, []string) error) {
-	commands[name] = command{summary, run}
+// coverageKeys are the keys check and simulate read: the timings of the
+// slots and of the jobs that bound a holder's exit.
+var coverageKeys = []string{"queue", config.Slots, "job_timeout", "shutdown_grace", "visibility_timeout", "max_jobs"}
+
+// checkKeys adds redis_url, for check --online.
+var checkKeys = append([]string{"redis_url"}, coverageKeys...)
+
+func lookup(name string) (command, bool) {
+	for _, c := range commands {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
 }
 
 const usageHead = `baton - queue workers from a crontab line
@@ -70,7 +93,8 @@ Commands:
 `
 
 const usageTail = `
-Run 'baton <command> --help' for a command's flags and an example.
+Run 'baton help <command>' (or 'baton <command> --help') for a command's
+flags and an example.
 
 Exit codes:
   0  done, or nothing to do (a candidate that found every slot taken)
@@ -78,18 +102,13 @@ Exit codes:
   2  usage or config error
 
 Example crontab line:
-  * * * * * baton run --config /etc/baton/thumbs.toml -- /usr/local/bin/make-thumbnail
+  * * * * * /usr/local/bin/baton run --config /etc/baton/thumbs.toml -- /usr/local/bin/make-thumbnail
 `
 
 func usage(w io.Writer) {
 	fmt.Fprint(w, usageHead)
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-9s %s\n", n, commands[n].summary)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
 	fmt.Fprint(w, usageTail)
 }
@@ -109,24 +128,29 @@ func Main(ctx context.Context, args []string, o Options) int {
 	if e.Getenv == nil {
 		e.Getenv = os.Getenv
 	}
+	setupLogging()
+	stream := &errStream{Writer: e.Stderr}
+	e.Stderr = stream
 	if len(args) == 0 {
 		usage(e.Stderr)
 		return ExitUsage
 	}
-	switch args[0] {
-	case "-h", "--help", "help":
+	switch {
+	case args[0] == "help" && len(args) > 1: // baton help run: run's help
+		args = []string{args[1], "--help"}
+	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
 		usage(e.Stdout)
 		return ExitOK
-	case "-v", "--version":
+	case args[0] == "-v" || args[0] == "--version":
 		args[0] = "version"
 	}
-	cmd, ok := commands[args[0]]
+	cmd, ok := lookup(args[0])
 	if !ok {
 		fmt.Fprintf(e.Stderr, "baton: unknown command %q\nhint: run 'baton --help' for the list\n", args[0])
 		return ExitUsage
 	}
 	err := cmd.run(ctx, e, args[1:])
-	return report(e.Stderr, err)
+	return report(stream, err)
 }
 
 // usageError is a mistake on the command line; hint says how to fix it.
@@ -140,6 +164,16 @@ func usagef(hint, format string, a ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, a...), hint: hint}
 }
 
+// hintError is a runtime failure (exit 1) with a hint saying what to check;
+// err is the cause, for errors.Is and errors.As.
+type hintError struct {
+	msg, hint string
+	err       error
+}
+
+func (h *hintError) Error() string { return h.msg }
+func (h *hintError) Unwrap() error { return h.err }
+
 // exitError carries an exit code for a failure already reported (or quiet).
 type exitError struct {
 	code int
@@ -150,8 +184,9 @@ func (x *exitError) Error() string { return x.err.Error() }
 func (x *exitError) Unwrap() error { return x.err }
 
 // report prints one line for err (and a hint when there is an obvious fix)
-// and returns the exit code.
-func report(w io.Writer, err error) int {
+// and returns the exit code. When the command logged JSON lines to w, the
+// error is one more JSON line, at level error, with the hint in a field.
+func report(w *errStream, err error) int {
 	if err == nil || errors.Is(err, pflag.ErrHelp) {
 		return ExitOK
 	}
@@ -159,6 +194,8 @@ func report(w io.Writer, err error) int {
 		ue *usageError
 		ce *config.Error
 		xe *exitError
+		he *hintError
+		re redis.Error
 	)
 	code, hint := ExitRuntime, ""
 	switch {
@@ -166,12 +203,26 @@ func report(w io.Writer, err error) int {
 		code = xe.code
 	case errors.As(err, &ue):
 		code, hint = ExitUsage, ue.hint
+	case errors.As(err, &he):
+		hint = he.hint
+	case errors.As(err, &re):
+		// A reply from Redis (READONLY, OOM, ...) after connecting.
+		_, hint = rediserr.Explain(err, false)
 	case errors.As(err, &ce):
 		code = ExitUsage
 	case errors.Is(err, lock.ErrUnsafeDir):
 		code = ExitUsage
 	}
-	fmt.Fprintf(w, "baton: %s\n", strings.TrimSpace(err.Error()))
+	msg := strings.TrimSpace(err.Error())
+	if w.log != nil {
+		ev := w.log.Error()
+		if hint != "" {
+			ev = ev.Str("hint", hint)
+		}
+		ev.Msg(msg)
+		return code
+	}
+	fmt.Fprintf(w, "baton: %s\n", msg)
 	if hint != "" {
 		fmt.Fprintf(w, "hint: %s\n", hint)
 	}
@@ -205,8 +256,30 @@ func parse(e *env, fs *pflag.FlagSet, text string, args []string) error {
 	return nil
 }
 
-// helpText is the hand-written text with the flags (and their defaults) spliced
-// in at {{flags}}.
+// helpText is the hand-written text with the flags spliced in at {{flags}}:
+// the command's own flags under "Flags:", then the config keys it binds
+// under their groups ("Connection:", "Slots:", ...), each with its default.
 func helpText(fs *pflag.FlagSet, text string) string {
-	return strings.Replace(text, "{{flags}}", fs.FlagUsagesWrapped(100), 1)
+	var order []string
+	groups := map[string]*pflag.FlagSet{}
+	fs.VisitAll(func(f *pflag.Flag) {
+		g := "Flags"
+		if a := f.Annotations[config.GroupAnnotation]; len(a) > 0 {
+			g = a[0]
+		}
+		if groups[g] == nil {
+			groups[g] = pflag.NewFlagSet(g, pflag.ContinueOnError)
+			groups[g].SortFlags = false
+			order = append(order, g)
+		}
+		groups[g].AddFlag(f)
+	})
+	var b strings.Builder
+	for i, g := range order {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		fmt.Fprintf(&b, "%s:\n%s", g, groups[g].FlagUsagesWrapped(100))
+	}
+	return strings.Replace(text, "{{flags}}", b.String(), 1)
 }

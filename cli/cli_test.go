@@ -53,13 +53,17 @@ func TestExitCodes(t *testing.T) {
 		{"bad duration flag", []string{"run", "--lifetime", "soon", "--", "/bin/true"}, ExitUsage, `invalid argument "soon"`},
 		{"no command", []string{"run"}, ExitUsage, "hint: put the command after --"},
 		{"unsafe lock dir", []string{"run", "--lock-dir", openDir, "--", "/bin/true"}, ExitUsage, "world-writable without the sticky bit"},
-		{"redis down", []string{"enqueue", "--redis-url", "redis://:pw@127.0.0.1:1/0", "x"}, ExitRuntime, "redis at redis://:xxxxx@127.0.0.1:1/0 unreachable"},
+		{"redis down", []string{"enqueue", "--redis-url", "redis://:pw@127.0.0.1:1/0", "x"}, ExitRuntime, "redis at redis://:xxxxx@127.0.0.1:1/0: connection refused"},
+		{"unescaped password", []string{"enqueue", "--redis-url", "redis://:pa ss@127.0.0.1:1/0", "x"}, ExitUsage, "flag --redis-url: redis://:xxxxx@127.0.0.1:1/0: the password must be %-escaped"},
 		{"version args", []string{"version", "x"}, ExitUsage, "takes no arguments"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, stderr, code := mainT(t, "", tc.args...)
 			if code != tc.code || !strings.Contains(stderr, tc.stderr) {
 				t.Fatalf("exit %d, stderr %q; want exit %d and %q", code, stderr, tc.code, tc.stderr)
+			}
+			if strings.Contains(stderr, "pa ss") || strings.Contains(stderr, ":pw@") {
+				t.Fatalf("password leaked: %q", stderr)
 			}
 			if code != ExitOK && tc.name != "no args" && strings.Count(stderr, "\n") > 2 {
 				t.Fatalf("want one error line (and a hint), got %q", stderr)
@@ -69,7 +73,8 @@ func TestExitCodes(t *testing.T) {
 }
 
 func TestHelpHasExamples(t *testing.T) {
-	for name := range commands {
+	for _, c := range commands {
+		name := c.name
 		out, _, code := mainT(t, "", name, "--help")
 		if code != ExitOK || !strings.Contains(out, "Example") || !strings.Contains(out, "Usage: baton "+name) {
 			t.Errorf("baton %s --help: exit %d\n%s", name, code, out)

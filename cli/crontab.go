@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,8 +16,12 @@ type cronLine struct {
 	Num    int      // 1-based line number
 	Spec   string   // the five schedule fields, or an @descriptor
 	Config string   // the --config value, "" when none
-	Flags  []string // other flags given to baton run (they override the file)
+	Args   []string // baton run's other arguments before --, e.g. --slots 4 (they override the file)
+	Bare   bool     // baton is named without a path, and no earlier line sets PATH
 }
+
+// cronPath is the PATH cron gives commands unless the crontab sets one.
+const cronPath = "/usr/bin:/bin"
 
 var envAssign = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*\s*=`)
 
@@ -26,11 +31,17 @@ var envAssign = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*\s*=`)
 // since they start one candidate at boot and no more.
 func parseCrontab(src []byte) []cronLine {
 	var out []cronLine
+	pathSet := false
 	sc := bufio.NewScanner(bytes.NewReader(src))
 	sc.Buffer(make([]byte, 64*1024), 1<<20)
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' || envAssign.MatchString(line) {
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		if envAssign.MatchString(line) {
+			name, _, _ := strings.Cut(line, "=")
+			pathSet = pathSet || strings.TrimSpace(name) == "PATH"
 			continue
 		}
 		fields := strings.Fields(line)
@@ -51,16 +62,17 @@ func parseCrontab(src []byte) []cronLine {
 		if i := strings.IndexByte(cmd, '%'); i >= 0 { // cron: the rest is stdin
 			cmd = cmd[:i]
 		}
-		if cfg, flags, ok := batonRun(shellWords(cmd)); ok {
-			out = append(out, cronLine{Num: n, Spec: spec, Config: cfg, Flags: flags})
+		if l, ok := batonRun(shellWords(cmd)); ok {
+			l.Num, l.Spec, l.Bare = n, spec, l.Bare && !pathSet
+			out = append(out, l)
 		}
 	}
 	return out
 }
 
 // batonRun finds "baton run" in a command's words and returns its --config
-// value and the other flags before the job command.
-func batonRun(words []string) (config string, flags []string, ok bool) {
+// value and its other arguments before the job command.
+func batonRun(words []string) (l cronLine, ok bool) {
 	i := 0
 	for ; i+1 < len(words); i++ {
 		if filepath.Base(words[i]) == "baton" && words[i+1] == "run" {
@@ -68,28 +80,28 @@ func batonRun(words []string) (config string, flags []string, ok bool) {
 		}
 	}
 	if i+1 >= len(words) {
-		return "", nil, false
+		return l, false
 	}
+	l.Bare = !strings.Contains(words[i], "/")
 	for j := i + 2; j < len(words); j++ {
 		w := words[j]
 		switch {
 		case w == "--" || isShellOp(w):
-			return config, flags, true
+			return l, true
 		case w == "--config" || w == "-c":
 			if j+1 < len(words) {
-				config = words[j+1]
+				l.Config = words[j+1]
 				j++
 			}
 		case strings.HasPrefix(w, "--config="):
-			config = strings.TrimPrefix(w, "--config=")
+			l.Config = strings.TrimPrefix(w, "--config=")
 		case strings.HasPrefix(w, "-c") && !strings.HasPrefix(w, "--"):
-			config = strings.TrimPrefix(w, "-c")
-		case strings.HasPrefix(w, "-"):
-			name, _, _ := strings.Cut(w, "=")
-			flags = append(flags, name)
+			l.Config = strings.TrimPrefix(w, "-c")
+		default:
+			l.Args = append(l.Args, w)
 		}
 	}
-	return config, flags, true
+	return l, true
 }
 
 func isShellOp(w string) bool {
@@ -144,26 +156,30 @@ func shellWords(s string) []string {
 	return words
 }
 
-// crontabSchedule reads the crontab at path and returns the schedules of the
-// lines that run 'baton run' with configPath (the --config given to check,
-// "" for none), and the lines that pass other flags too.
-func crontabSchedule(path, configPath string) (specs []string, flagged []cronLine, err error) {
-	src, err := os.ReadFile(path)
-	if err != nil {
-		return nil, nil, fmt.Errorf("read crontab %s: %w", path, errUnwrapPath(err))
+// crontabLines reads the crontab at path ("-": src, standard input) and
+// returns the lines that run 'baton run' with configPath (the --config given
+// to check, "" for none).
+func crontabLines(path string, stdin io.Reader, configPath string) ([]cronLine, error) {
+	var src []byte
+	var err error
+	if path == "-" {
+		src, err = io.ReadAll(stdin)
+	} else {
+		src, err = os.ReadFile(path)
 	}
+	if err != nil {
+		return nil, fmt.Errorf("read crontab %s: %w", path, errUnwrapPath(err))
+	}
+	var lines []cronLine
 	var other []string
 	for _, l := range parseCrontab(src) {
 		if !sameConfig(l.Config, configPath) {
 			other = append(other, fmt.Sprintf("line %d (--config %q)", l.Num, l.Config))
 			continue
 		}
-		specs = append(specs, l.Spec)
-		if len(l.Flags) > 0 {
-			flagged = append(flagged, l)
-		}
+		lines = append(lines, l)
 	}
-	if len(specs) == 0 {
+	if len(lines) == 0 {
 		want := "without --config"
 		if configPath != "" {
 			want = "with --config " + configPath
@@ -172,9 +188,9 @@ func crontabSchedule(path, configPath string) (specs []string, flagged []cronLin
 		if len(other) > 0 {
 			msg += "; 'baton run' is on " + strings.Join(other, ", ")
 		}
-		return nil, nil, &usageError{msg: msg, hint: "pass the --config the crontab line uses"}
+		return nil, &usageError{msg: msg, hint: "pass the --config the crontab line uses"}
 	}
-	return specs, flagged, nil
+	return lines, nil
 }
 
 // sameConfig reports whether a crontab line's --config names the same file

@@ -25,14 +25,22 @@ CRON_TZ=UTC
 * * * *
 `
 	want := []cronLine{
-		{Num: 6, Spec: "* * * * *", Config: "/etc/baton/a.toml"},
-		{Num: 7, Spec: "*/5 * * * *", Config: "/etc/baton/b.toml", Flags: []string{"--spawn"}},
-		{Num: 8, Spec: "@hourly", Config: "/etc/baton/c.toml", Flags: []string{"--lifetime"}},
-		{Num: 12, Spec: "1-59/2 * * * *", Config: "/etc/baton/quoted dir/d.toml"},
-		{Num: 13, Spec: "* * * * *"},
+		{Num: 6, Spec: "* * * * *", Config: "/etc/baton/a.toml", Bare: true},
+		{Num: 7, Spec: "*/5 * * * *", Config: "/etc/baton/b.toml", Args: []string{"--spawn", "2"}},
+		{Num: 8, Spec: "@hourly", Config: "/etc/baton/c.toml", Args: []string{"--lifetime", "50m"}, Bare: true},
+		{Num: 12, Spec: "1-59/2 * * * *", Config: "/etc/baton/quoted dir/d.toml", Bare: true},
+		{Num: 13, Spec: "* * * * *", Bare: true},
 	}
 	if got := parseCrontab([]byte(src)); !reflect.DeepEqual(got, want) {
 		t.Fatalf("got\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+// TestCrontabPath: a bare 'baton' is flagged only while no PATH is set.
+func TestCrontabPath(t *testing.T) {
+	got := parseCrontab([]byte("* * * * * baton run -- a\nPATH=/usr/local/bin:/usr/bin:/bin\n* * * * * baton run -- b\n"))
+	if len(got) != 2 || !got[0].Bare || got[1].Bare {
+		t.Fatalf("got %+v", got)
 	}
 }
 
@@ -94,4 +102,26 @@ func FuzzCrontab(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestShippedCrontabs: the crontab lines in the README and crontab.example
+// name baton by its full path, since cron's PATH is /usr/bin:/bin.
+func TestShippedCrontabs(t *testing.T) {
+	for _, name := range []string{"../README.md", "../crontab.example", "../docs/coverage.md", "../docs/design.md"} {
+		src, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cron []byte
+		for _, line := range strings.Split(string(src), "\n") {
+			if l := strings.TrimSpace(line); strings.HasPrefix(l, "* ") || strings.HasPrefix(l, "*/") || strings.HasPrefix(l, "@") {
+				cron = append(cron, l+"\n"...)
+			}
+		}
+		for _, l := range parseCrontab(cron) {
+			if l.Bare {
+				t.Errorf("%s: a crontab line runs a bare 'baton': %s", name, l.Spec)
+			}
+		}
+	}
 }

@@ -26,7 +26,6 @@ not run at all (too_large, malformed). list shows them oldest first without
 their payloads; show prints one with its payload; requeue puts jobs back in
 the queue with their attempts starting over; purge deletes them.
 
-Flags:
 {{flags}}
 Example:
   baton dead list --config /etc/baton/thumbs.toml
@@ -34,11 +33,9 @@ Example:
   baton dead requeue --config /etc/baton/thumbs.toml --all
 `
 
-func init() { register("dead", "list, show, requeue or purge dead letters", runDead) }
-
 func runDead(ctx context.Context, e *env, args []string) error {
 	fs := flagSet("dead")
-	cf := config.Bind(fs)
+	cf := config.Bind(fs, config.Connection)
 	asJSON := fs.Bool("json", false, "print JSON (list, show)")
 	all := fs.Bool("all", false, "every dead letter (requeue, purge)")
 	limit := fs.Int64("limit", 0, "show at most this many (list; 0: all)")

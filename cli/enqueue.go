@@ -31,8 +31,8 @@ Job options (each applies to every job of the call):
                     running or retrying: print that job's id instead, exit 0
   --unique-for D    hold the unique key at most D (default: until done or dead)
   --timeout D       this job's own job_timeout
+  --max-attempts N  this job's own max_attempts
 
-Flags:
 {{flags}}
 Example:
   baton enqueue --queue thumbs /srv/img/1.jpg /srv/img/2.jpg
@@ -43,17 +43,16 @@ Example:
 // enqueueChunk is how many jobs go in one pipeline round trip.
 const enqueueChunk = 1000
 
-func init() { register("enqueue", "add jobs to the queue", runEnqueue) }
-
 // enqueueFlags are the per-job options as given on the command line.
 type enqueueFlags struct {
 	in, uniqueFor, timeout time.Duration
 	at, uniqueKey          string
+	maxAttempts            int
 }
 
 func runEnqueue(ctx context.Context, e *env, args []string) error {
 	fs := flagSet("enqueue")
-	cf := config.Bind(fs)
+	cf := config.Bind(fs, config.Connection, "max_payload")
 	quiet := fs.BoolP("quiet", "q", false, "do not print job ids")
 	asJSON := fs.Bool("json", false, `print one JSON object per job: {"id": ..., "duplicate": bool}`)
 	skipBad := fs.Bool("skip-bad", false, "add the good jobs and report the bad ones (exit 0)")
@@ -63,10 +62,11 @@ func runEnqueue(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&f.uniqueKey, "unique-key", "", "add nothing while a job with this key is queued")
 	fs.DurationVar(&f.uniqueFor, "unique-for", 0, "hold the unique key at most this long")
 	fs.DurationVar(&f.timeout, "timeout", 0, "this job's own job_timeout")
+	fs.IntVar(&f.maxAttempts, "max-attempts", 0, "this job's own max_attempts (default: the queue's)")
 	if err := parse(e, fs, enqueueUsage, args); err != nil {
 		return err
 	}
-	opts, err := f.options(fs.Changed("unique-key"))
+	opts, err := f.options(fs.Changed("unique-key"), fs.Changed("max-attempts"))
 	if err != nil {
 		return err
 	}
@@ -100,7 +100,7 @@ func runEnqueue(ctx context.Context, e *env, args []string) error {
 }
 
 // options turns the flags into job options, naming the flag of a bad value.
-func (f *enqueueFlags) options(uniqueSet bool) ([]work.Option, error) {
+func (f *enqueueFlags) options(uniqueSet, attemptsSet bool) ([]work.Option, error) {
 	var opts []work.Option
 	switch {
 	case f.in < 0:
@@ -136,6 +136,12 @@ func (f *enqueueFlags) options(uniqueSet bool) ([]work.Option, error) {
 		return nil, usagef("", "enqueue: --timeout %s: must be positive", f.timeout)
 	case f.timeout > 0:
 		opts = append(opts, work.Timeout(f.timeout))
+	}
+	switch {
+	case attemptsSet && (f.maxAttempts < 1 || f.maxAttempts > 1000):
+		return nil, usagef("", "enqueue: --max-attempts %d: must be between 1 and 1000", f.maxAttempts)
+	case attemptsSet:
+		opts = append(opts, work.MaxAttempts(f.maxAttempts))
 	}
 	return opts, nil
 }

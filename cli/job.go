@@ -28,11 +28,9 @@ Example:
   baton job --queue thumbs --json 1795277752922-0 | jq -r .state
 `
 
-func init() { register("job", "say where a job is: waiting, running, retrying, dead", runJob) }
-
 func runJob(ctx context.Context, e *env, args []string) error {
 	fs := flagSet("job")
-	cf := config.Bind(fs)
+	cf := config.Bind(fs, config.Connection, "lock_dir", "slots")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	if err := parse(e, fs, jobUsage, args); err != nil {
 		return err

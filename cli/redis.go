@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/internal/config"
+	"github.com/baton-run/baton/internal/rediserr"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -14,7 +15,7 @@ import (
 func connect(ctx context.Context, c *config.Config, pool int) (*redis.Client, error) {
 	opt, err := redis.ParseURL(c.RedisURL)
 	if err != nil {
-		return nil, &config.Error{Key: "redis_url", Msg: err.Error()}
+		return nil, &config.Error{Key: "redis_url", Msg: config.URLError(c.RedisURL, err)}
 	}
 	opt.PoolSize = pool
 	opt.DialTimeout = 2 * time.Second
@@ -24,9 +25,20 @@ func connect(ctx context.Context, c *config.Config, pool int) (*redis.Client, er
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		_ = rdb.Close()
-		return nil, fmt.Errorf("redis at %s unreachable: %v", config.RedactURL(c.RedisURL), err)
+		return nil, redisError(c.RedisURL, opt.TLSConfig != nil, err)
 	}
 	return rdb, nil
+}
+
+// redisError is err from the Redis at url as one line naming the address,
+// password redacted, with a hint when the cause is known.
+func redisError(url string, tlsOn bool, err error) error {
+	msg, hint := rediserr.Explain(err, tlsOn)
+	if msg == "" {
+		msg = "unreachable: " + err.Error()
+		hint = "check redis_url (or BATON_REDIS_URL) and that redis-server runs there"
+	}
+	return &hintError{msg: fmt.Sprintf("redis at %s: %s", config.RedactURL(url), msg), hint: hint, err: err}
 }
 
 // loadAndConnect loads the config bound to cf and connects to its Redis.
@@ -38,11 +50,3 @@ func loadAndConnect(ctx context.Context, e *env, cf *config.Flags, pool int) (*c
 	rdb, err := connect(ctx, cfg, pool)
 	return cfg, rdb, err
 }
-
-// quietRedis drops go-redis's own log lines (dial retries and the like): the
-// error that matters comes back from the call and is reported once, redacted.
-type quietRedis struct{}
-
-func (quietRedis) Printf(context.Context, string, ...any) {}
-
-func init() { redis.SetLogger(quietRedis{}) }

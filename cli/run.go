@@ -34,14 +34,14 @@ its holder; what it leaves running, daemons included, is killed when it ends.
 Every flag is also a config key (--shutdown-grace is shutdown_grace); flags
 win over the file, BATON_REDIS_URL over the file's redis_url.
 
-Flags:
 {{flags}}
 Signals: SIGTERM or SIGINT drains (in-flight jobs finish within
 shutdown_grace, exit 0); a second one exits at once. SIGHUP is ignored.
 
 Example:
   # crontab -e: 4 workers with 4 standbys, 5-6 minute lifetimes
-  * * * * * baton run --config /etc/baton/thumbs.toml -- /usr/local/bin/make-thumbnail
+  # (cron's PATH is /usr/bin:/bin: name baton by its full path)
+  * * * * * /usr/local/bin/baton run --config /etc/baton/thumbs.toml -- /usr/local/bin/make-thumbnail
 `
 
 // envSpawned marks a candidate started by another candidate: it spawns no more.
@@ -51,11 +51,9 @@ const envSpawned = "BATON_SPAWNED"
 // leaves whatever its handlers do.
 const hardMargin = 2 * time.Second
 
-func init() { register("run", "take a slot and work the queue (what cron starts)", runRun) }
-
 func runRun(ctx context.Context, e *env, args []string) error {
 	fs := flagSet("run")
-	cf := config.Bind(fs)
+	cf := config.Bind(fs, config.All)
 	if err := parse(e, fs, runUsage, args); err != nil {
 		return err
 	}

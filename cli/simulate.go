@@ -34,16 +34,11 @@ Deterministic for a seed; 30 days take milliseconds.
 --svg draws the slot timeline of a window after the warm-up: runs, standbys,
 promotions, crashes and gaps.
 
-Flags:
 {{flags}}
 Example:
   baton simulate --config /etc/baton/thumbs.toml --horizon 30d --crash-rate 0.5
   baton simulate --slots 4 --spawn 4 --svg timeline.svg --svg-window 20m
 `
-
-func init() {
-	register("simulate", "measure a config's availability in a simulation", runSimulate)
-}
 
 // simReport is simulate's output.
 type simReport struct {
@@ -91,8 +86,8 @@ type bucket struct {
 
 func runSimulate(ctx context.Context, e *env, args []string) error {
 	fs := flagSet("simulate")
-	cf := config.Bind(fs)
-	crontab := fs.String("crontab", "", "crontab or /etc/cron.d `file` whose 'baton run' lines give the schedule")
+	cf := config.Bind(fs, coverageKeys...)
+	crontab := fs.String("crontab", "", "crontab or /etc/cron.d `file` ('-': stdin) whose 'baton run' lines give the schedule and flags")
 	horizon := fs.String("horizon", "30d", "simulated time: a duration, with d for days")
 	crashRate := fs.Float64("crash-rate", 0, "crashes per holder-hour")
 	hangRate := fs.Float64("hang-rate", 0, "hangs per holder-hour (a hung holder keeps its slot until its hard deadline)")
@@ -122,14 +117,11 @@ func runSimulate(ctx context.Context, e *env, args []string) error {
 	if *startup <= 0 || *wake <= 0 || *svgWindow <= 0 {
 		return usagef("", "simulate: --startup, --wake and --svg-window must be positive")
 	}
-	cfg, err := cf.Load(e.Getenv)
+	p, err := loadPlan(e, fs, cf, *crontab)
 	if err != nil {
 		return err
 	}
-	sched, _, _, err := loadSchedule(cfg, cf.Path(), *crontab)
-	if err != nil {
-		return err
-	}
+	cfg, sched := p.cfg, p.sched
 	q := quantities(cfg, sched)
 	c := sim.Config{Schedule: sched, Q: q, Horizon: hz, Warmup: *warmup, Latency: *startup,
 		Wake: *wake, PollOnly: *pollOnly, CrashRate: *crashRate, HangRate: *hangRate, Seed: *seed}

@@ -24,14 +24,11 @@ time). It also says when Redis is at maxmemory or may evict jobs. It reads
 the holders' records and never takes a slot. Exit 1 when Redis cannot be
 reached (the slots are still shown).
 
-Flags:
 {{flags}}
 Example:
   baton status --config /etc/baton/thumbs.toml
   baton status --config /etc/baton/thumbs.toml --json | jq '.jobs.waiting'
 `
-
-func init() { register("status", "show slots and queue depth", runStatus) }
 
 // slotStatus is one slot in status output.
 type slotStatus struct {
@@ -67,7 +64,7 @@ type statusReport struct {
 
 func runStatus(ctx context.Context, e *env, args []string) error {
 	fs := flagSet("status")
-	cf := config.Bind(fs)
+	cf := config.Bind(fs, config.Connection, "lock_dir", "slots", "standby_slots")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	if err := parse(e, fs, statusUsage, args); err != nil {
 		return err

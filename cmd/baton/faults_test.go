@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -23,7 +24,10 @@ func TestRedisDownTooLong(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(h.log()), "\n")
 	last := lines[len(lines)-1]
 	t.Logf("exit %d %v after Redis went down: %s", code, took.Round(time.Millisecond), last)
-	if code != 1 || !strings.HasPrefix(last, "baton: redis unavailable for 2s") {
+	// The logs are JSON lines, and so is the error the holder exits with.
+	var line struct{ Level, Message string }
+	if code != 1 || json.Unmarshal([]byte(last), &line) != nil || line.Level != "error" ||
+		!strings.HasPrefix(line.Message, "redis unavailable for 2s") {
 		t.Fatalf("exit %d, last line %q", code, last)
 	}
 	if took > 15*time.Second {

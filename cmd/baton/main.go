@@ -8,6 +8,10 @@ import (
 	"github.com/baton-run/baton/cli"
 )
 
+// version is stamped by make release (-ldflags "-X main.version=v0.2.0");
+// empty means the module version from the build info.
+var version string
+
 func main() {
-	os.Exit(cli.Main(context.Background(), os.Args[1:], cli.Options{}))
+	os.Exit(cli.Main(context.Background(), os.Args[1:], cli.Options{Version: version}))
 }

@@ -126,9 +126,12 @@ func (r *rig) start(args ...string) *process {
 	return p
 }
 
-// cmd prepares `baton args...` with the rig's Redis and lock dir.
+// cmd prepares `baton args...` with the rig's Redis and, for the commands
+// that use slots, its lock dir.
 func (r *rig) cmd(args ...string) *exec.Cmd {
-	args = append([]string{args[0], "--lock-dir", r.locks}, args[1:]...)
+	if args[0] == "run" || args[0] == "status" || args[0] == "check" {
+		args = append([]string{args[0], "--lock-dir", r.locks}, args[1:]...)
+	}
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = r.env()
 	return cmd

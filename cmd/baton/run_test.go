@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -247,8 +248,9 @@ func TestTenThousandExecJobs(t *testing.T) {
 	first.wait(t, 20*time.Second)
 }
 
-// TestRedisUnreachable: exit 1 within a bounded time, one line naming the
-// address without its password, no slot left held.
+// TestRedisUnreachable: exit 1 within a bounded time, one JSON line (the
+// log format asked for) naming the address without its password, with a
+// hint; no slot left held.
 func TestRedisUnreachable(t *testing.T) {
 	r := newRig(t)
 	cmd := r.cmd("run", "--redis-url", "redis://:hunter2@127.0.0.1:1/0", "--log-format", "json", "--", "/bin/true")
@@ -263,8 +265,10 @@ func TestRedisUnreachable(t *testing.T) {
 		t.Fatalf("took %v", el)
 	}
 	lines := strings.Split(strings.TrimSpace(errb.String()), "\n")
-	last := lines[len(lines)-1]
-	if len(lines) != 1 || !strings.Contains(last, "redis at redis://:xxxxx@127.0.0.1:1/0 unreachable") || strings.Contains(errb.String(), "hunter2") {
+	var line struct{ Level, Message, Hint string }
+	if len(lines) != 1 || json.Unmarshal([]byte(lines[0]), &line) != nil || line.Level != "error" ||
+		line.Message != "redis at redis://:xxxxx@127.0.0.1:1/0: connection refused" || line.Hint == "" ||
+		strings.Contains(errb.String(), "hunter2") {
 		t.Fatalf("stderr %q", errb.String())
 	}
 	if s := r.status(); held(s.Run) != 0 {

@@ -15,62 +15,75 @@ import (
 	"time"
 )
 
-// Config is one queue's settings. Every field is one TOML key and one flag.
+// Config is one queue's settings. Every field is one TOML key and one flag;
+// its group (a Group) heads it in --help and lets a command bind only the
+// keys it uses.
 type Config struct {
 	// Queue names the Redis Stream baton:{queue} and the lock files. Default "default".
-	Queue string `toml:"queue" help:"queue name: Redis keys baton:{queue}, lock files <queue>.run.<i>"`
+	Queue string `toml:"queue" group:"Connection" help:"queue name: Redis keys baton:{queue}, lock files <queue>.run.<i>"`
 	// RedisURL is redis://[:password@]host:port/db. Default redis://127.0.0.1:6379/0;
 	// BATON_REDIS_URL overrides the file so passwords stay out of crontab and ps.
-	RedisURL string `toml:"redis_url" help:"Redis URL (prefer env BATON_REDIS_URL for passwords)"`
+	RedisURL string `toml:"redis_url" group:"Connection" help:"Redis URL (prefer env BATON_REDIS_URL for passwords)"`
 	// LockDir holds the slot lock files. Default /run/baton for root, else /tmp/baton-<uid>.
-	LockDir string `toml:"lock_dir" help:"directory of the slot lock files (local disk only)"`
+	LockDir string `toml:"lock_dir" group:"Slots" help:"directory of the slot lock files (local disk only)"`
 	// Slots is N, the run slots: holders consuming at once. Default 1.
-	Slots int `toml:"slots" help:"run slots: holders consuming at once"`
+	Slots int `toml:"slots" group:"Slots" help:"run slots: holders consuming at once"`
 	// StandbySlots is N_s, processes waiting to take over. Default: equal to Slots.
-	StandbySlots int `toml:"standby_slots" help:"standby slots (default: equal to slots)"`
+	StandbySlots int `toml:"standby_slots" group:"Slots" help:"standby slots (default: equal to slots)"`
 	// Spawn is m, candidates started per cron firing. Default 1.
-	Spawn int `toml:"spawn" help:"candidates started per cron firing"`
+	Spawn int `toml:"spawn" group:"Slots" help:"candidates started per cron firing"`
 	// Lifetime is a holder's base lifetime. Default 5m.
-	Lifetime Duration `toml:"lifetime" help:"holder base lifetime"`
+	Lifetime Duration `toml:"lifetime" group:"Slots" help:"holder base lifetime"`
 	// Jitter is added to Lifetime, uniform in [0, Jitter). Default 1m.
-	Jitter Duration `toml:"jitter" help:"random extra lifetime, uniform in [0, jitter)"`
+	Jitter Duration `toml:"jitter" group:"Slots" help:"random extra lifetime, uniform in [0, jitter)"`
 	// StandbyWait is S, how long a standby waits for promotion. Default 15m.
-	StandbyWait Duration `toml:"standby_wait" help:"how long a standby waits for a run slot"`
+	StandbyWait Duration `toml:"standby_wait" group:"Slots" help:"how long a standby waits for a run slot"`
 	// PollInterval is how often a standby tries the run slots (±10%). Default 500ms.
-	PollInterval Duration `toml:"poll_interval" help:"how often a standby tries the run slots"`
+	PollInterval Duration `toml:"poll_interval" group:"Slots" help:"how often a standby tries the run slots"`
 	// Concurrency is jobs at once inside one holder. Default 1.
-	Concurrency int `toml:"concurrency" help:"jobs at once inside one holder"`
+	Concurrency int `toml:"concurrency" group:"Jobs" help:"jobs at once inside one holder"`
 	// JobTimeout bounds one job; then SIGTERM, SIGKILL after ShutdownGrace. 0 = none. Default 1m.
-	JobTimeout Duration `toml:"job_timeout" help:"longest a job may run (0: no limit)"`
+	JobTimeout Duration `toml:"job_timeout" group:"Jobs" help:"longest a job may run (0: no limit)"`
 	// ShutdownGrace is how long in-flight jobs may finish after the lifetime ends. Default 30s.
-	ShutdownGrace Duration `toml:"shutdown_grace" help:"time for in-flight jobs after lifetime or SIGTERM"`
+	ShutdownGrace Duration `toml:"shutdown_grace" group:"Jobs" help:"time for in-flight jobs after lifetime or SIGTERM"`
 	// VisibilityTimeout is how long an entry may sit pending, untouched, before any
 	// holder claims it (work left by a slot that never comes back). Must exceed
 	// JobTimeout + ShutdownGrace. Default 10m.
-	VisibilityTimeout Duration `toml:"visibility_timeout" help:"claim entries pending this long from vanished slots"`
+	VisibilityTimeout Duration `toml:"visibility_timeout" group:"Jobs" help:"claim entries pending this long from vanished slots"`
 	// MaxAttempts is how many times a job runs before it is dead-lettered. Default 5.
-	MaxAttempts int `toml:"max_attempts" help:"runs of a job before it is dead-lettered"`
+	MaxAttempts int `toml:"max_attempts" group:"Retries" help:"runs of a job before it is dead-lettered"`
 	// RetryBackoff is the first retry's delay, doubled per attempt, with jitter. Default 1s.
-	RetryBackoff Duration `toml:"retry_backoff" help:"delay before the first retry (doubles each attempt)"`
+	RetryBackoff Duration `toml:"retry_backoff" group:"Retries" help:"delay before the first retry (doubles each attempt)"`
 	// RetryBackoffMax caps the retry delay. Default 10m.
-	RetryBackoffMax Duration `toml:"retry_backoff_max" help:"longest delay between retries"`
+	RetryBackoffMax Duration `toml:"retry_backoff_max" group:"Retries" help:"longest delay between retries"`
 	// DeadMax bounds the dead-letter stream; the oldest are dropped. Default 10000.
-	DeadMax int `toml:"dead_max" help:"dead letters kept; the oldest are dropped"`
+	DeadMax int `toml:"dead_max" group:"Retries" help:"dead letters kept; the oldest are dropped"`
 	// MaxPayload is the largest payload in bytes: enqueue refuses bigger ones,
 	// a holder dead-letters them (too_large). Default 1048576 (1 MiB).
-	MaxPayload int `toml:"max_payload" help:"largest payload in bytes"`
+	MaxPayload int `toml:"max_payload" group:"Jobs" help:"largest payload in bytes"`
 	// RedisDownExit is how long Redis may be unreachable before a holder
 	// stops, lets in-flight jobs finish and exits 1. Default 30s.
-	RedisDownExit Duration `toml:"redis_down_exit" help:"give up after Redis is unreachable this long"`
+	RedisDownExit Duration `toml:"redis_down_exit" group:"Jobs" help:"give up after Redis is unreachable this long"`
 	// MaxJobs recycles a holder after about this many jobs (±10%). 0 = unlimited. Default 0.
-	MaxJobs int `toml:"max_jobs" help:"recycle a holder after about this many jobs (0: unlimited)"`
+	MaxJobs int `toml:"max_jobs" group:"Jobs" help:"recycle a holder after about this many jobs (0: unlimited)"`
 	// Schedule is the crontab schedule of the baton run line, for check. Default "* * * * *".
-	Schedule string `toml:"schedule" help:"crontab schedule that starts baton run (used by check)"`
+	Schedule string `toml:"schedule" group:"Slots" help:"crontab schedule that starts baton run (used by check)"`
 	// LogLevel is debug, info, warn or error. Default info.
-	LogLevel string `toml:"log_level" help:"debug, info, warn or error"`
+	LogLevel string `toml:"log_level" group:"Logging" help:"debug, info, warn or error"`
 	// LogFormat is json, console, or auto (console on a terminal). Default auto.
-	LogFormat string `toml:"log_format" help:"json, console or auto (console on a terminal)"`
+	LogFormat string `toml:"log_format" group:"Logging" help:"json, console or auto (console on a terminal)"`
 }
+
+// Groups of keys, in the order --help shows them. Each key's group is its
+// struct tag; Bind takes group names and key names.
+const (
+	Connection = "Connection" // queue, redis_url
+	Slots      = "Slots"      // lock_dir, slots, standby_slots, spawn, lifetime, jitter, standby_wait, poll_interval, schedule
+	Jobs       = "Jobs"       // concurrency, job_timeout, shutdown_grace, visibility_timeout, max_payload, redis_down_exit, max_jobs
+	Retries    = "Retries"    // max_attempts, retry_backoff, retry_backoff_max, dead_max
+	Logging    = "Logging"    // log_level, log_format
+	All        = "all"        // every key
+)
 
 // Default returns the settings used where neither file, env nor flag says otherwise.
 func Default() Config {

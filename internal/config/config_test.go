@@ -13,7 +13,7 @@ import (
 func load(t *testing.T, file string, args []string, env map[string]string) (*Config, error) {
 	t.Helper()
 	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
-	f := Bind(fs)
+	f := Bind(fs, All)
 	if file != "" {
 		p := filepath.Join(t.TempDir(), "baton.toml")
 		if err := os.WriteFile(p, []byte(file), 0o600); err != nil {
@@ -88,7 +88,7 @@ func TestBadConfig(t *testing.T) {
 
 func TestMissingFile(t *testing.T) {
 	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
-	f := Bind(fs)
+	f := Bind(fs, All)
 	_ = fs.Parse([]string{"--config", "/nonexistent/baton.toml"})
 	_, err := f.Load(func(string) string { return "" })
 	if err == nil || !strings.Contains(err.Error(), "config /nonexistent/baton.toml: no such file") {
@@ -103,5 +103,88 @@ func TestVisibilityTimeout(t *testing.T) {
 	}
 	if _, err := load(t, "visibility_timeout = \"0s\"\nlog_level = \"loud\"\n", nil, nil); err == nil || !strings.Contains(err.Error(), "log_level") {
 		t.Fatalf("later keys must still be checked: %v", err)
+	}
+}
+
+// TestRedactURL: passwords never show, in URLs that parse and in those that
+// do not (spaces, '%', '@' and '/' in the password), nor in parse errors.
+func TestRedactURL(t *testing.T) {
+	for _, tc := range []struct{ url, want string }{
+		{"redis://:s3cret@h:6379/0", "redis://:xxxxx@h:6379/0"},
+		{"redis://user:s3cret@h:6379/0", "redis://user:xxxxx@h:6379/0"},
+		{"redis://h:6379/0", "redis://h:6379/0"},
+		{"redis://:pa ss@h:6379/0", "redis://:xxxxx@h:6379/0"},
+		{"redis://:50%off@h:6379/0", "redis://:xxxxx@h:6379/0"},
+		{"redis://:p@ss w/rd@h:6379/0", "redis://:xxxxx@h:6379/0"},
+		{"redis://u:p@s%s@h:6379/0", "redis://u:xxxxx@h:6379/0"},
+		{":pa ss@h:6379", ":xxxxx@h:6379"},
+		{"redis://h:6379/0?password=s3cret&protocol=3", "redis://h:6379/0?password=xxxxx&protocol=3"},
+	} {
+		if got := RedactURL(tc.url); got != tc.want {
+			t.Errorf("RedactURL(%q) = %q, want %q", tc.url, got, tc.want)
+		}
+	}
+	for _, raw := range []string{"redis://:pa ss@h:6379/0", "redis://:50%off@h/0", "redis://:p@ss w/rd@h:6379/0", "redis://:se/cret@h:6379/0", "redis://:secret@h:6379/x"} {
+		_, err := load(t, "", []string{"--redis-url", raw}, nil)
+		if err == nil || !strings.Contains(err.Error(), "flag --redis-url: redis") {
+			t.Fatalf("%s: err = %v", raw, err)
+		}
+		for _, secret := range []string{"pa ss", "50%off", "ss w", "cret", "secret"} {
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("password leaked: %v", err)
+			}
+		}
+		if strings.Contains(raw, " ") && !strings.Contains(err.Error(), "must be %-escaped (space %20") {
+			t.Errorf("no escape hint: %v", err)
+		}
+	}
+}
+
+// TestTypeErrors: a value of the wrong type reads like the other config
+// errors, "want T, got T2 V", for each kind of key.
+func TestTypeErrors(t *testing.T) {
+	for _, tc := range []struct{ file, want string }{
+		{"queue = \"q\"\nslots = \"4\"\n", `:2: slots: want an integer, got string "4"`},
+		{"slots = 2.5\n", `:1: slots: want an integer, got float 2.5`},
+		{"queue = 4\n", `:1: queue: want a string, got integer 4`},
+		{"log_level = true\n", `:1: log_level: want a string, got boolean true`},
+		{"redis_url = [\"a\"]\n", `:1: redis_url: want a string, got an array`},
+		{"lifetime = 90\n", `:1: lifetime: want a duration such as "90s" or "5m", got integer 90`},
+		{"\njitter = \"soon\"\n", `:2: jitter: want a duration such as "90s" or "5m", got "soon"`},
+		{"slots = 2\nspawn = \"x\"\nqueue = 1\n", `:2: spawn: want an integer, got string "x"`},
+	} {
+		_, err := load(t, tc.file, nil, nil)
+		if err == nil || !strings.HasSuffix(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "config ") {
+			t.Errorf("%q: err = %v, want it to end in %s", tc.file, err, tc.want)
+		}
+	}
+}
+
+// TestBindSubset: a command binds only some keys; the others still come
+// from the file (and the defaults), and each bound flag names its group.
+func TestBindSubset(t *testing.T) {
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	f := Bind(fs, Connection, "max_payload")
+	for _, name := range []string{"config", "queue", "redis-url", "max-payload"} {
+		if fs.Lookup(name) == nil {
+			t.Errorf("--%s not bound", name)
+		}
+	}
+	if fs.Lookup("slots") != nil || fs.Lookup("log-format") != nil {
+		t.Error("keys outside the selection are bound")
+	}
+	if g := fs.Lookup("max-payload").Annotations[GroupAnnotation]; len(g) != 1 || g[0] != Jobs {
+		t.Errorf("max-payload group %v", g)
+	}
+	p := filepath.Join(t.TempDir(), "baton.toml")
+	if err := os.WriteFile(p, []byte("slots = 3\nqueue = \"file\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Parse([]string{"--config", p, "--queue", "flag"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := f.Load(func(string) string { return "" })
+	if err != nil || c.Slots != 3 || c.StandbySlots != 3 || c.Queue != "flag" || c.Lifetime.D() != 5*time.Minute {
+		t.Fatalf("got %+v, %v", c, err)
 	}
 }

@@ -42,18 +42,34 @@ func (e *Error) Error() string {
 	return where + e.Key + ": " + e.Msg
 }
 
-// Flags binds every config key to a flag set and loads the result.
+// Flags binds config keys to a flag set and loads the result.
 type Flags struct {
 	fs   *pflag.FlagSet
 	vals Config // flag values; only the changed ones are used
 	path string // --config
 }
 
-// Bind registers --config and one flag per key (kebab case) on fs.
-func Bind(fs *pflag.FlagSet) *Flags {
+// GroupAnnotation is the pflag annotation naming a bound key's group, for
+// help text that shows flags grouped.
+const GroupAnnotation = "baton-group"
+
+// Bind registers --config and one flag (kebab case) for each key selected
+// by sel: a group name (Connection, Slots, ...), a key name ("max_payload"),
+// or All. Keys not bound still come from the defaults, the file and the
+// environment when Load runs. An unknown name panics: it is a programming
+// mistake.
+func Bind(fs *pflag.FlagSet, sel ...string) *Flags {
 	f := &Flags{fs: fs, vals: Default()}
-	fs.StringVarP(&f.path, "config", "c", "", "TOML config file")
+	fs.StringVarP(&f.path, "config", "c", "", "TOML config `file`")
+	want := map[string]bool{}
+	for _, s := range sel {
+		want[s] = true
+	}
 	forEachKey(&f.vals, func(k key) {
+		if !want[All] && !want[k.group] && !want[k.name] {
+			return
+		}
+		delete(want, k.name)
 		switch p := k.ptr.(type) {
 		case *string:
 			fs.StringVar(p, k.flag, *p, k.help)
@@ -64,9 +80,17 @@ func Bind(fs *pflag.FlagSet) *Flags {
 		default:
 			panic("config: no flag type for key " + k.name)
 		}
+		_ = fs.SetAnnotation(k.flag, GroupAnnotation, []string{k.group})
 	})
+	for s := range want {
+		if s != All && s != Connection && s != Slots && s != Jobs && s != Retries && s != Logging {
+			panic("config: Bind: no key or group " + s)
+		}
+	}
 	// standby_slots defaults to slots; say so in its help, not as "-1".
-	fs.Lookup("standby-slots").DefValue = "0"
+	if fl := fs.Lookup("standby-slots"); fl != nil {
+		fl.DefValue = "0"
+	}
 	return f
 }
 
@@ -142,6 +166,11 @@ func decode(path string, src []byte, c *Config) error {
 		row, _ := de.Position()
 		return &Error{File: path, Line: row, Key: strings.Join(de.Key(), "."), Msg: "unknown key" + hintKey(de.Key())}
 	}
+	// Type mistakes read as the other config errors: want this, got that.
+	if e := typeError(src); e != nil {
+		e.File = path
+		return e
+	}
 	var de *toml.DecodeError
 	if errors.As(err, &de) {
 		row, _ := de.Position()
@@ -151,32 +180,65 @@ func decode(path string, src []byte, c *Config) error {
 		}
 		return &Error{File: path, Line: row, Key: k, Msg: strings.TrimPrefix(de.Error(), "toml: ")}
 	}
-	// go-toml reports a failing UnmarshalText without a position: find the key.
-	if k := badDurationKey(src); k != "" {
-		return &Error{File: path, Line: lineOf(src, k), Key: k, Msg: err.Error()}
-	}
 	return &Error{File: path, Msg: strings.TrimPrefix(err.Error(), "toml: ")}
 }
 
-// badDurationKey names the first duration key whose value does not parse.
-func badDurationKey(src []byte) string {
+// typeError finds the first key, in file order, whose value has the wrong
+// type for it, or a duration that does not parse: "want an integer, got
+// string "4"". It returns nil when src does not parse or every type is right.
+func typeError(src []byte) *Error {
 	var doc map[string]any
 	if toml.Unmarshal(src, &doc) != nil {
-		return ""
+		return nil
 	}
-	bad := ""
+	var first *Error
 	forEachKey(&Config{}, func(k key) {
-		if _, isDur := k.ptr.(*Duration); !isDur || bad != "" {
+		v, ok := doc[k.name]
+		if !ok {
 			return
 		}
-		if v, ok := doc[k.name]; ok {
+		var msg string
+		switch k.ptr.(type) {
+		case *int:
+			if _, ok := v.(int64); !ok {
+				msg = "want an integer, got " + describe(v)
+			}
+		case *string:
+			if _, ok := v.(string); !ok {
+				msg = "want a string, got " + describe(v)
+			}
+		case *Duration:
 			var d Duration
-			if s, ok := v.(string); !ok || d.Set(s) != nil {
-				bad = k.name
+			if s, ok := v.(string); !ok {
+				msg = `want a duration such as "90s" or "5m", got ` + describe(v)
+			} else if err := d.Set(s); err != nil {
+				msg = err.Error()
 			}
 		}
+		if line := lineOf(src, k.name); msg != "" && (first == nil || line < first.Line) {
+			first = &Error{Line: line, Key: k.name, Msg: msg}
+		}
 	})
-	return bad
+	return first
+}
+
+// describe names a decoded TOML value's type, and the value when it is short.
+func describe(v any) string {
+	switch v := v.(type) {
+	case string:
+		return fmt.Sprintf("string %q", v)
+	case int64:
+		return fmt.Sprintf("integer %d", v)
+	case float64:
+		return fmt.Sprintf("float %v", v)
+	case bool:
+		return fmt.Sprintf("boolean %v", v)
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "a table"
+	}
+	return fmt.Sprintf("a date or time (%v)", v)
 }
 
 // hintKey suggests the right spelling when a flag-style key was used in the file.
@@ -219,9 +281,9 @@ func keyAtLine(src []byte, row int) string {
 }
 
 type key struct {
-	name, flag, help string
-	index            int
-	ptr              any
+	name, flag, help, group string
+	index                   int
+	ptr                     any
 }
 
 // forEachKey calls fn for every TOML key of c, in declaration order.
@@ -231,7 +293,7 @@ func forEachKey(c *Config, fn func(key)) {
 	for i := 0; i < t.NumField(); i++ {
 		sf := t.Field(i)
 		name := sf.Tag.Get("toml")
-		fn(key{name: name, flag: kebab(name), help: sf.Tag.Get("help"), index: i, ptr: v.Field(i).Addr().Interface()})
+		fn(key{name: name, flag: kebab(name), help: sf.Tag.Get("help"), group: sf.Tag.Get("group"), index: i, ptr: v.Field(i).Addr().Interface()})
 	}
 }
 

@@ -1,9 +1,11 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -68,7 +70,7 @@ func (c *Config) Validate() error {
 		return bad("log_format", "%q: want auto, json or console", c.LogFormat)
 	}
 	if _, err := redis.ParseURL(c.RedisURL); err != nil {
-		return bad("redis_url", "%s: %v", RedactURL(c.RedisURL), err)
+		return bad("redis_url", "%s", URLError(c.RedisURL, err))
 	}
 	if _, err := cron.ParseStandard(c.Schedule); err != nil {
 		return bad("schedule", "%q: %v", c.Schedule, err)
@@ -76,11 +78,75 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// RedactURL hides the password of a Redis URL, for logs and errors.
+// RedactURL hides the password of a URL, for logs and errors:
+// redis://:xxxxx@host:6379/0 (and ?password=xxxxx). A string that does not parse as a URL is
+// redacted too: everything between "://" and the last "@" is taken for the
+// userinfo, since an unescaped password may hold '/', '@', '%' or spaces.
 func RedactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(unparsable URL)"
+	if u, err := url.Parse(s); err == nil {
+		if q := u.Query(); q.Has("password") { // go-redis reads ?password= too
+			q.Set("password", "xxxxx")
+			u.RawQuery = q.Encode()
+		}
+		return u.Redacted()
 	}
-	return u.Redacted()
+	user, pass, rest, ok := splitUserinfo(s)
+	if !ok || pass == "" {
+		return s
+	}
+	return user + ":xxxxx@" + rest
+}
+
+// splitUserinfo cuts s at the userinfo by a plain scan: before is up to and
+// including the user name, pass the password, after what follows the last '@'.
+func splitUserinfo(s string) (before, pass, after string, ok bool) {
+	start := 0
+	if i := strings.Index(s, "://"); i >= 0 {
+		start = i + 3
+	}
+	at := strings.LastIndexByte(s[start:], '@')
+	if at < 0 {
+		return "", "", "", false
+	}
+	at += start
+	info := s[start:at]
+	colon := strings.IndexByte(info, ':')
+	if colon < 0 {
+		return s[:at], "", s[at+1:], true
+	}
+	return s[:start+colon], info[colon+1:], s[at+1:], true
+}
+
+// URLError describes err, from parsing the URL raw, without the password:
+// the parser's own message quotes the raw URL, password and all.
+func URLError(raw string, err error) string {
+	var ue *url.Error
+	parse := errors.As(err, &ue)
+	if parse {
+		err = ue.Err
+	}
+	msg := strings.TrimPrefix(err.Error(), "redis: ")
+	if _, pass, _, ok := splitUserinfo(raw); ok && pass != "" {
+		if parse && needsEscape(pass) {
+			msg = "the password must be %-escaped (space %20, % %25, @ %40, / %2F, ? %3F, # %23)"
+		}
+		msg = strings.ReplaceAll(msg, pass, "xxxxx")
+	}
+	return RedactURL(raw) + ": " + msg
+}
+
+// needsEscape reports whether a URL password holds a character it cannot
+// hold as it is: a delimiter, a space, or a '%' not starting an escape.
+func needsEscape(pass string) bool {
+	if strings.ContainsAny(pass, " @/?#[]\\") {
+		return true
+	}
+	for i := 0; i < len(pass); i++ {
+		if pass[i] == '%' {
+			if _, err := url.PathUnescape(pass[i:min(i+3, len(pass))]); err != nil {
+				return true
+			}
+		}
+	}
+	return false
 }

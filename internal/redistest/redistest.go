@@ -5,12 +5,21 @@ package redistest
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -27,16 +36,22 @@ type Server struct {
 	Addr string // host:port
 	Dir  string // working dir (appendonly files live here)
 	args []string
+	tls  *tls.Config // non-nil: the server speaks TLS only (StartTLS)
 	cmd  *exec.Cmd
 	tb   testing.TB
 }
 
 // URL is the server's redis:// URL.
-func (s *Server) URL() string { return "redis://" + s.Addr + "/0" }
+func (s *Server) URL() string {
+	if s.tls != nil {
+		return "rediss://" + s.Addr + "/0"
+	}
+	return "redis://" + s.Addr + "/0"
+}
 
 // Client returns a client closed at cleanup.
 func (s *Server) Client() *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, TLSConfig: s.tls})
 	s.tb.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -50,11 +65,33 @@ var Appendonly = Option{"--appendonly", "yes", "--appendfsync", "always"}
 // Start starts redis-server and waits until it answers PING.
 func Start(tb testing.TB, opts ...Option) *Server {
 	tb.Helper()
+	return start(tb, &Server{Dir: tb.TempDir(), tb: tb}, opts)
+}
+
+// StartTLS starts a redis-server that speaks TLS only, with a self-signed
+// certificate for 127.0.0.1 (clients do not need one).
+func StartTLS(tb testing.TB, opts ...Option) *Server {
+	tb.Helper()
+	s := &Server{Dir: tb.TempDir(), tb: tb}
+	cert, key, pool := selfSigned(tb)
+	certFile, keyFile := filepath.Join(s.Dir, "cert.pem"), filepath.Join(s.Dir, "key.pem")
+	if err := os.WriteFile(certFile, cert, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, key, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	s.tls = &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}
+	opts = append([]Option{{"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-ca-cert-file", certFile, "--tls-auth-clients", "no"}}, opts...)
+	return start(tb, s, opts)
+}
+
+func start(tb testing.TB, s *Server, opts []Option) *Server {
+	tb.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		tb.Fatal(InstallHint)
 	}
-	s := &Server{Dir: tb.TempDir(), tb: tb}
 	for _, o := range opts {
 		s.args = append(s.args, o...)
 	}
@@ -73,8 +110,12 @@ func Start(tb testing.TB, opts ...Option) *Server {
 
 func (s *Server) start(bin string) error {
 	_, port, _ := net.SplitHostPort(s.Addr)
-	args := append([]string{"--port", port, "--bind", "127.0.0.1", "--dir", s.Dir,
-		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", filepath.Join(s.Dir, "redis.log")}, s.args...)
+	ports := []string{"--port", port}
+	if s.tls != nil {
+		ports = []string{"--port", "0", "--tls-port", port}
+	}
+	args := append(append(ports, "--bind", "127.0.0.1", "--dir", s.Dir,
+		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", filepath.Join(s.Dir, "redis.log")), s.args...)
 	cmd := exec.Command(bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	// Registered as a child os/exec waits for: a test that makes itself a
@@ -83,10 +124,11 @@ func (s *Server) start(bin string) error {
 		return err
 	}
 	s.cmd = cmd
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, TLSConfig: s.tls})
 	defer c.Close()
 	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		if c.Ping(context.Background()).Err() == nil {
+		// A server with requirepass answers too, with NOAUTH.
+		if err := c.Ping(context.Background()).Err(); err == nil || strings.HasPrefix(err.Error(), "NOAUTH") {
 			return nil
 		}
 		if cmd.ProcessState != nil {
@@ -160,4 +202,33 @@ func StartMain() (addr string, stop func(), err error) {
 		}
 	}
 	return s.Addr, func() { s.Stop(); _ = os.RemoveAll(dir) }, nil
+}
+
+// selfSigned makes a certificate and key (PEM) for 127.0.0.1, valid for a day,
+// and a pool that trusts it.
+func selfSigned(tb testing.TB) (certPEM, keyPEM []byte, pool *x509.CertPool) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "redistest"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), pool
 }
