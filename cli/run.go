@@ -230,7 +230,8 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot) error {
 	token := proc.NewToken()
 	handler := h.e.Handler
 	if handler == nil {
-		h.exec = &work.Exec{Argv: h.argv, Timeout: cfg.JobTimeout.D(), Grace: cfg.ShutdownGrace.D(), Logger: h.log, Holder: token}
+		h.exec = &work.Exec{Argv: h.argv, Timeout: cfg.JobTimeout.D(), RejectExitCodes: cfg.RejectExitCodes,
+			Grace: cfg.ShutdownGrace.D(), Logger: h.log, Holder: token}
 		handler = h.exec
 		h.adopt()
 		defer h.killOrphans()

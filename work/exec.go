@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,11 +37,14 @@ import (
 // set, what a job leaves running outside its group (a daemon, a double fork)
 // is adopted by the holder and killed when the job ends.
 type Exec struct {
-	Argv        []string
-	Timeout     time.Duration // per job; 0: none
-	Grace       time.Duration // SIGTERM to SIGKILL; default 10s
-	OutputLimit int           // bytes of stdout and of stderr logged per job; default 16 KiB
-	Logger      zerolog.Logger
+	Argv    []string
+	Timeout time.Duration // per job, unless the job has its own (Job.Timeout); 0: none
+	// RejectExitCodes are exit statuses that mean "do not retry": the job's
+	// error then matches ErrSkipRetry and it is dead-lettered as rejected.
+	RejectExitCodes []int
+	Grace           time.Duration // SIGTERM to SIGKILL; default 10s
+	OutputLimit     int           // bytes of stdout and of stderr logged per job; default 16 KiB
+	Logger          zerolog.Logger
 	// Holder is the holder's token (proc.NewToken), given to every job as
 	// BATON_HOLDER: it proves which processes are this holder's. "": none.
 	Holder string
@@ -86,7 +90,16 @@ type ExecError struct {
 	ExitCode int    // -1 when killed by a signal
 	Signal   string // the signal that ended it, if any
 	TimedOut bool   // Timeout passed
+	Rejected bool   // ExitCode is one of RejectExitCodes: do not retry
 	Stderr   string // the tail of its stderr
+}
+
+// Unwrap makes a rejected job's error match ErrSkipRetry.
+func (e *ExecError) Unwrap() error {
+	if e.Rejected {
+		return ErrSkipRetry
+	}
+	return nil
 }
 
 func (e *ExecError) Error() string {
@@ -96,6 +109,8 @@ func (e *ExecError) Error() string {
 		s = "timed out"
 	case e.Signal != "":
 		s = "killed by " + e.Signal
+	case e.Rejected:
+		s = "exit status " + strconv.Itoa(e.ExitCode) + " (rejected: not retried)"
 	default:
 		s = "exit status " + strconv.Itoa(e.ExitCode)
 	}
@@ -161,7 +176,11 @@ func (x *Exec) Handle(ctx context.Context, j *Job) error {
 	x.track(pgid, "", true)
 	exited := make(chan struct{})
 	var timedOut atomic.Bool
-	go x.supervise(ctx, pgid, grace, exited, &timedOut)
+	timeout := x.Timeout
+	if j.Timeout > 0 {
+		timeout = j.Timeout
+	}
+	go x.supervise(ctx, pgid, timeout, grace, exited, &timedOut)
 	err = cmd.Wait()
 	proc.Done(pgid)
 	close(exited)
@@ -187,15 +206,17 @@ func (x *Exec) Handle(ctx context.Context, j *Job) error {
 		ee.Signal = unix.SignalName(ws.Signal())
 	} else {
 		ee.ExitCode = exitErr.ExitCode()
+		ee.Rejected = slices.Contains(x.RejectExitCodes, ee.ExitCode)
 	}
 	return ee
 }
 
-// supervise signals the job's group on timeout or cancel, until it exits.
-func (x *Exec) supervise(ctx context.Context, pgid int, grace time.Duration, exited <-chan struct{}, timedOut *atomic.Bool) {
+// supervise signals the job's group on timeout (limit; 0: none) or cancel,
+// until it exits.
+func (x *Exec) supervise(ctx context.Context, pgid int, limit, grace time.Duration, exited <-chan struct{}, timedOut *atomic.Bool) {
 	var timeout <-chan time.Time
-	if x.Timeout > 0 {
-		t := time.NewTimer(x.Timeout)
+	if limit > 0 {
+		t := time.NewTimer(limit)
 		defer t.Stop()
 		timeout = t.C
 	}

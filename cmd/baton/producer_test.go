@@ -87,3 +87,34 @@ func TestDelayedJobsSurviveKilledHolders(t *testing.T) {
 		t.Fatalf("%d still scheduled", s.Jobs.Scheduled)
 	}
 }
+
+// TestRejectExitCodes: an exec job that exits 65 (EX_DATAERR, the default
+// reject_exit_codes) is dead-lettered at once as rejected; one that exits 3
+// is retried; a job's own --timeout is enforced for exec jobs too.
+func TestRejectExitCodes(t *testing.T) {
+	r := newRig(t)
+	job := r.script("job.sh", `case "$(cat)" in
+reject) echo "bad input" >&2; exit 65;;
+fail) exit 3;;
+slow) sleep 30;;
+esac
+`)
+	r.baton("enqueue", "-q", "reject", "fail")
+	r.baton("enqueue", "-q", "--timeout", "200ms", "--max-attempts", "1", "slow")
+	r.start("run", "--max-attempts", "2", "--retry-backoff", "50ms", "--lifetime", "1m", "--", job)
+	defer r.killHolders("default")
+	eventually(t, 30*time.Second, "three dead letters", func() bool { return len(r.dead(t)) == 3 })
+	reasons := map[string]deadJSON{}
+	for _, d := range r.dead(t) {
+		reasons[d.Reason] = d
+	}
+	if d := reasons["rejected"]; d.Attempts != 1 || !strings.Contains(d.Error, "exit status 65 (rejected: not retried): bad input") {
+		t.Fatalf("rejected: %+v", d)
+	}
+	if d := reasons["failed"]; d.Attempts != 2 {
+		t.Fatalf("failed: %+v, want 2 attempts", d)
+	}
+	if d := reasons["timeout"]; d.Attempts != 1 {
+		t.Fatalf("timeout: %+v, want 1 attempt after its own 200ms timeout", d)
+	}
+}

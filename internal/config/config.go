@@ -52,6 +52,10 @@ type Config struct {
 	VisibilityTimeout Duration `toml:"visibility_timeout" group:"Jobs" help:"claim entries pending this long from vanished slots"`
 	// MaxAttempts is how many times a job runs before it is dead-lettered. Default 5.
 	MaxAttempts int `toml:"max_attempts" group:"Retries" help:"runs of a job before it is dead-lettered"`
+	// RejectExitCodes are exit statuses with which an exec job says "do not
+	// retry": it is dead-lettered at once as rejected. Default [65]
+	// (EX_DATAERR, sysexits.h).
+	RejectExitCodes []int `toml:"reject_exit_codes" group:"Retries" help:"exit statuses that dead-letter an exec job at once (no retry)"`
 	// RetryBackoff is the first retry's delay, doubled per attempt, with jitter. Default 1s.
 	RetryBackoff Duration `toml:"retry_backoff" group:"Retries" help:"delay before the first retry (doubles each attempt)"`
 	// RetryBackoffMax caps the retry delay. Default 10m.
@@ -103,6 +107,7 @@ func Default() Config {
 		ShutdownGrace:     Duration{30 * time.Second},
 		VisibilityTimeout: Duration{10 * time.Minute},
 		MaxAttempts:       5,
+		RejectExitCodes:   []int{65},
 		RetryBackoff:      Duration{time.Second},
 		RetryBackoffMax:   Duration{10 * time.Minute},
 		DeadMax:           10000,

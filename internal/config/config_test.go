@@ -73,6 +73,8 @@ func TestBadConfig(t *testing.T) {
 		{"bad url", "redis_url = \"http://:secret@x\"\n", nil, ":1: redis_url:"},
 		{"flag named", "slots = 2\n", []string{"--slots", "0"}, "flag --slots: 0: must be between 1"},
 		{"syntax", "slots = = 2\n", nil, ":1:"},
+		{"reject success", "reject_exit_codes = [65, 0]\n", nil, ":1: reject_exit_codes: 0: want exit statuses between 1 and 255"},
+		{"reject flag", "", []string{"--reject-exit-codes", "65,300"}, "flag --reject-exit-codes: 300: want exit statuses"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := load(t, tc.file, tc.args, nil)

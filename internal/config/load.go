@@ -77,6 +77,8 @@ func Bind(fs *pflag.FlagSet, sel ...string) *Flags {
 			fs.IntVar(p, k.flag, *p, k.help)
 		case *Duration:
 			fs.Var(p, k.flag, k.help)
+		case *[]int:
+			fs.IntSliceVar(p, k.flag, *p, k.help)
 		default:
 			panic("config: no flag type for key " + k.name)
 		}

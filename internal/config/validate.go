@@ -50,6 +50,8 @@ func (c *Config) Validate() error {
 	case c.VisibilityTimeout.Duration > 0 && c.VisibilityTimeout.Duration <= c.JobTimeout.Duration+c.ShutdownGrace.Duration:
 		return bad("visibility_timeout", "%s: must exceed job_timeout + shutdown_grace (%s), or a running job could be taken from a live holder",
 			c.VisibilityTimeout, c.JobTimeout.Duration+c.ShutdownGrace.Duration)
+	case badExitCode(c.RejectExitCodes) >= 0:
+		return bad("reject_exit_codes", "%d: want exit statuses between 1 and 255 (0 is success)", c.RejectExitCodes[badExitCode(c.RejectExitCodes)])
 	case c.MaxAttempts < 1 || c.MaxAttempts > 1000:
 		return bad("max_attempts", "%d: must be between 1 and 1000", c.MaxAttempts)
 	case c.RetryBackoff.Duration <= 0:
@@ -76,6 +78,17 @@ func (c *Config) Validate() error {
 		return bad("schedule", "%q: %v", c.Schedule, err)
 	}
 	return nil
+}
+
+// badExitCode returns the index of the first code that is no failure a
+// process can exit with (0 is success), or -1.
+func badExitCode(codes []int) int {
+	for i, c := range codes {
+		if c < 1 || c > 255 {
+			return i
+		}
+	}
+	return -1
 }
 
 // RedactURL hides the password of a URL, for logs and errors:
