@@ -228,6 +228,7 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot) error {
 
 	// The token proves which processes are this tenure's: its jobs carry it.
 	token := proc.NewToken()
+	rate, _ := work.ParseRate(cfg.RateLimit) // validated by Load
 	handler := h.e.Handler
 	if handler == nil {
 		h.exec = &work.Exec{Argv: h.argv, Timeout: cfg.JobTimeout.D(), RejectExitCodes: cfg.RejectExitCodes,
@@ -255,6 +256,7 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot) error {
 		MaxJobs: cfg.MaxJobs, RedisDownExit: cfg.RedisDownExit.D(),
 		MaxAttempts: cfg.MaxAttempts, RetryBackoff: cfg.RetryBackoff.D(), RetryBackoffMax: cfg.RetryBackoffMax.D(),
 		DeadMax: cfg.DeadMax, MaxPayload: cfg.MaxPayload, VisibilityTimeout: cfg.VisibilityTimeout.D(),
+		RateLimit: rate,
 		Logger: h.log,
 	}, st)
 	stopPublish()

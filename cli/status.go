@@ -59,12 +59,13 @@ type statusReport struct {
 	Standby []slotStatus `json:"standby"`
 	Jobs    *jobCounts   `json:"jobs"`
 	Memory  *work.Memory `json:"redis_memory,omitempty"`
+	Rate    string       `json:"rate_limit,omitempty"`
 	Error   string       `json:"error,omitempty"`
 }
 
 func runStatus(ctx context.Context, e *env, args []string) error {
 	fs := flagSet("status")
-	cf := config.Bind(fs, config.Connection, "lock_dir", "slots", "standby_slots")
+	cf := config.Bind(fs, config.Connection, "lock_dir", "slots", "standby_slots", "rate_limit")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	if err := parse(e, fs, statusUsage, args); err != nil {
 		return err
@@ -73,7 +74,7 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	rep := statusReport{Queue: cfg.Queue, Run: []slotStatus{}, Standby: []slotStatus{}}
+	rep := statusReport{Queue: cfg.Queue, Run: []slotStatus{}, Standby: []slotStatus{}, Rate: cfg.RateLimit}
 	runSet, sbSet, err := slotSets(cfg)
 	if err != nil {
 		return err
@@ -173,6 +174,9 @@ func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 		fmt.Fprintf(w, "jobs  %d waiting, %d pending, %d scheduled, %d retrying, %d dead, %d done\n\n", j.Waiting, j.Pending, j.Scheduled, j.Retrying, j.Dead, j.Done)
 	} else {
 		fmt.Fprintf(w, "jobs  unknown (redis unreachable)\n\n")
+	}
+	if rep.Rate != "" {
+		fmt.Fprintf(w, "rate  at most %s jobs started, across all holders\n\n", rep.Rate)
 	}
 	if m := rep.Memory; m != nil && (m.AtLimit() || m.Evicts()) {
 		if m.AtLimit() {

@@ -40,6 +40,7 @@ type Keys struct {
 	Dead          string // baton:{q}:dead: dead letters
 	DeadIndex     string // baton:{q}:dead:ids: hash job id → its dead letter's id
 	Stats         string // baton:{q}:stats: totals that outlive short-lived holders
+	Rate          string // baton:{q}:rate: the rate limiter's state
 }
 
 // KeysFor returns the keys of queue q.
@@ -47,7 +48,7 @@ func KeysFor(q string) Keys {
 	base := "baton:{" + q + "}"
 	return Keys{Stream: base, Retry: base + ":retry", RetryJobs: base + ":retry:jobs",
 		Scheduled: base + ":scheduled", ScheduledJobs: base + ":scheduled:jobs",
-		Dead: base + ":dead", DeadIndex: base + ":dead:ids", Stats: base + ":stats"}
+		Dead: base + ":dead", DeadIndex: base + ":dead:ids", Stats: base + ":stats", Rate: base + ":rate"}
 }
 
 // Unique is the key that holds the id of the job queued under a unique key.

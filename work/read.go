@@ -52,10 +52,24 @@ func (r *runner) read(ctx context.Context) {
 		}
 		var jobs []*Job
 		var err error
+		granted := int64(0) // by the rate limiter; given back when not read
+		if r.c.RateLimit.N > 0 {
+			var wait time.Duration
+			if granted, wait, err = r.take(ctx, free); err == nil && granted == 0 {
+				select { // over the limit: the jobs wait in the queue
+				case <-time.After(min(max(wait, time.Millisecond), time.Second)):
+				case <-r.stopped:
+				}
+				continue
+			}
+			free = max(granted, 1)
+		}
 		switch {
+		case err != nil: // the limiter failed: handled below as a Redis error
 		case replay:
 			jobs, err = r.replayOne(ctx)
 			if err == nil && len(jobs) == 0 {
+				r.giveBackRate(ctx, granted)
 				replay = false
 				continue
 			}
@@ -64,6 +78,9 @@ func (r *runner) read(ctx context.Context) {
 			nextClaim = time.Now().Add(max(r.c.VisibilityTimeout/4, time.Second))
 		default:
 			jobs, err = r.readNew(ctx, free)
+		}
+		if granted > int64(len(jobs)) {
+			r.giveBackRate(ctx, granted-int64(len(jobs)))
 		}
 		if err != nil {
 			if isNoGroup(err) {

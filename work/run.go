@@ -51,6 +51,10 @@ type Config struct {
 	RetryBackoff, RetryBackoffMax time.Duration
 	// DeadMax bounds the dead-letter stream. Default 10000.
 	DeadMax int
+	// RateLimit caps how many jobs start per unit of time across every
+	// holder of the queue, in Redis: a job over the limit waits in the
+	// queue; it is never failed nor counted as an attempt. Zero: no limit.
+	RateLimit Rate
 	// MaxPayload is the largest payload run; bigger ones are dead-lettered
 	// as too_large. Default 1 MiB.
 	MaxPayload int

@@ -60,6 +60,10 @@ type Config struct {
 	RetryBackoff Duration `toml:"retry_backoff" group:"Retries" help:"delay before the first retry (doubles each attempt)"`
 	// RetryBackoffMax caps the retry delay. Default 10m.
 	RetryBackoffMax Duration `toml:"retry_backoff_max" group:"Retries" help:"longest delay between retries"`
+	// RateLimit caps jobs started per second, minute or hour across every
+	// holder of the queue ("50/s", "300/m", "1000/h"), enforced in Redis; a
+	// job over the limit waits. Default "" (none).
+	RateLimit string `toml:"rate_limit" group:"Jobs" help:"most jobs started per s, m or h across all holders, e.g. 50/s (default: none)"`
 	// DeadMax bounds the dead-letter stream; the oldest are dropped. Default 10000.
 	DeadMax int `toml:"dead_max" group:"Retries" help:"dead letters kept; the oldest are dropped"`
 	// MaxPayload is the largest payload in bytes: enqueue refuses bigger ones,

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"github.com/baton-run/baton/work"
 	"net/url"
 	"regexp"
 	"strings"
@@ -73,6 +74,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := redis.ParseURL(c.RedisURL); err != nil {
 		return bad("redis_url", "%s", URLError(c.RedisURL, err))
+	}
+	if _, err := work.ParseRate(c.RateLimit); err != nil {
+		return bad("rate_limit", "%v", err)
 	}
 	if _, err := cron.ParseStandard(c.Schedule); err != nil {
 		return bad("schedule", "%q: %v", c.Schedule, err)

@@ -1,0 +1,74 @@
+package work
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/baton-run/baton/internal/redistest"
+)
+
+func TestParseRate(t *testing.T) {
+	for in, want := range map[string]Rate{"50/s": {50, time.Second}, "300/m": {300, time.Minute}, "1/h": {1, time.Hour}, "": {}} {
+		if got, err := ParseRate(in); err != nil || got != want {
+			t.Errorf("ParseRate(%q) = %v, %v", in, got, err)
+		}
+	}
+	for _, bad := range []string{"0/s", "50", "50/d", "-1/s", "x/s", "/s"} {
+		if _, err := ParseRate(bad); err == nil {
+			t.Errorf("ParseRate(%q): want an error", bad)
+		}
+	}
+}
+
+// Two holders share one limit of 40/s: over 2s they start about 80 jobs,
+// never more than 40 + a twentieth in any one second; the rest wait in the
+// queue, unfailed and uncounted.
+func TestRateLimitAcrossHolders(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	enqueue(t, rdb, "q", 1000)
+	var mu sync.Mutex
+	var starts []time.Time
+	h := HandlerFunc(func(context.Context, *Job) error {
+		mu.Lock()
+		starts = append(starts, time.Now())
+		mu.Unlock()
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	begin := time.Now()
+	for i, consumer := range []string{"h/run-0", "h/run-1"} {
+		c := testConfig(rdb, h)
+		c.Consumer, c.Concurrency, c.RateLimit = consumer, 1+i*3, Rate{N: 40, Per: time.Second}
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = Run(ctx, c, nil) }()
+	}
+	time.Sleep(3 * time.Second)
+	cancel()
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	// Judge the last two seconds: the first one includes the holders' start.
+	from := begin.Add(time.Second)
+	in := func(a, b time.Time) (n int) {
+		for _, s := range starts {
+			if !s.Before(a) && s.Before(b) {
+				n++
+			}
+		}
+		return n
+	}
+	if n := in(from, from.Add(2*time.Second)); n < 72 || n > 88 {
+		t.Fatalf("%d jobs started in 2s at 40/s, want 80 ± 10%%", n)
+	}
+	for at := from; at.Before(from.Add(time.Second)); at = at.Add(50 * time.Millisecond) {
+		if n := in(at, at.Add(time.Second)); n > 42 {
+			t.Fatalf("%d jobs started in the second from %v, want at most 42", n, at.Sub(begin))
+		}
+	}
+	if p := pending(t, rdb, "q"); p != 0 {
+		t.Fatalf("%d pending after the holders stopped: waiting jobs must not be taken", p)
+	}
+}
