@@ -11,7 +11,6 @@ import (
 	"github.com/baton-run/baton/internal/config"
 	"github.com/baton-run/baton/lock"
 	"github.com/baton-run/baton/work"
-	"github.com/redis/go-redis/v9"
 )
 
 const statusUsage = `Usage: baton status [flags]
@@ -43,21 +42,11 @@ type slotStatus struct {
 	JobSince *time.Time `json:"job_since,omitempty"`
 }
 
-// jobCounts is the queue in status output.
-type jobCounts struct {
-	Waiting   int64 `json:"waiting"`   // in the stream, never delivered
-	Pending   int64 `json:"pending"`   // delivered, not yet acknowledged
-	Scheduled int64 `json:"scheduled"` // delayed by their producer (enqueue --in, --at)
-	Retrying  int64 `json:"retrying"`  // failed, waiting for their retry time
-	Dead      int64 `json:"dead"`      // dead letters kept
-	Done      int64 `json:"done"`      // acknowledged, all time
-}
-
 type statusReport struct {
 	Queue   string       `json:"queue"`
 	Run     []slotStatus `json:"run"`
 	Standby []slotStatus `json:"standby"`
-	Jobs    *jobCounts   `json:"jobs"`
+	Jobs    *work.Counts `json:"jobs"`
 	Memory  *work.Memory `json:"redis_memory,omitempty"`
 	Rate    string       `json:"rate_limit,omitempty"`
 	Error   string       `json:"error,omitempty"`
@@ -65,7 +54,7 @@ type statusReport struct {
 
 func runStatus(ctx context.Context, e *env, args []string) error {
 	fs := flagSet("status")
-	cf := config.Bind(fs, config.Connection, "lock_dir", "slots", "standby_slots", "rate_limit")
+	cf := config.Bind(fs, config.Connection, "lock_dir", "slots", "standby_slots")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	if err := parse(e, fs, statusUsage, args); err != nil {
 		return err
@@ -125,53 +114,32 @@ func timePtr(t time.Time) *time.Time {
 	return &t
 }
 
-// queueCounts reads the queue's counts and Redis's memory in one round
-// trip. Acknowledged entries are deleted, so the stream holds exactly the
-// waiting and pending ones.
-func queueCounts(ctx context.Context, cfg *config.Config) (*jobCounts, *work.Memory, error) {
+// queueCounts reads the queue's counts and Redis's memory.
+func queueCounts(ctx context.Context, cfg *config.Config) (*work.Counts, *work.Memory, error) {
 	rdb, err := connect(ctx, cfg, 1)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer rdb.Close()
-	k := work.KeysFor(cfg.Queue)
-	var xlen *redis.IntCmd
-	var groups *redis.XInfoGroupsCmd
-	var done *redis.StringCmd
-	var scheduled, retrying, dead *redis.IntCmd
-	var mem work.Memory
-	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		xlen = p.XLen(ctx, k.Stream)
-		groups = p.XInfoGroups(ctx, k.Stream)
-		scheduled = p.ZCard(ctx, k.Scheduled)
-		retrying = p.ZCard(ctx, k.Retry)
-		dead = p.XLen(ctx, k.Dead)
-		done = p.HGet(ctx, k.Stats, "done")
-		return nil
-	})
-	if err := xlen.Err(); err != nil {
-		return nil, nil, fmt.Errorf("read queue: %w", err)
+	c, err := work.ReadCounts(ctx, rdb, cfg.Queue)
+	if err != nil {
+		return nil, nil, err
 	}
-	mem, err = work.ReadMemory(ctx, rdb)
+	mem, err := work.ReadMemory(ctx, rdb)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read redis memory: %w", err)
 	}
-	c := &jobCounts{}
-	for _, g := range groups.Val() { // an error here means no stream yet
-		if g.Name == work.Group {
-			c.Pending = g.Pending
-		}
-	}
-	c.Waiting = xlen.Val() - c.Pending
-	c.Scheduled, c.Retrying, c.Dead = scheduled.Val(), retrying.Val(), dead.Val()
-	c.Done, _ = strconv.ParseInt(done.Val(), 10, 64)
 	return c, &mem, nil
 }
 
 func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 	fmt.Fprintf(w, "queue %s on %s\n", rep.Queue, config.RedactURL(cfg.RedisURL))
 	if j := rep.Jobs; j != nil {
-		fmt.Fprintf(w, "jobs  %d waiting, %d pending, %d scheduled, %d retrying, %d dead, %d done\n\n", j.Waiting, j.Pending, j.Scheduled, j.Retrying, j.Dead, j.Done)
+		fmt.Fprintf(w, "jobs  %d waiting, %d pending, %d scheduled, %d retrying, %d dead, %d done\n", j.Waiting, j.Pending, j.Scheduled, j.Retrying, j.Dead, j.Done)
+		if j.OldestWaiting > 0 {
+			fmt.Fprintf(w, "      the oldest waiting job has waited %s\n", j.OldestWaiting.Round(100*time.Millisecond))
+		}
+		fmt.Fprintln(w)
 	} else {
 		fmt.Fprintf(w, "jobs  unknown (redis unreachable)\n\n")
 	}

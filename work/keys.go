@@ -101,21 +101,28 @@ end
 
 // ackScript acknowledges and deletes entries in one step, so an entry is never
 // deleted while still pending (a ghost) nor acked and left in the stream,
-// then frees the unique keys of the jobs that had one. XACK and XDEL free
-// memory, so this runs under OOM too.
+// frees the unique keys of the jobs that had one, and adds the batch to the
+// totals and the duration histogram. XACK and XDEL free memory, so this runs
+// under OOM too.
 //
 // KEYS[1] stream, KEYS[2] stats, KEYS[3..] unique keys; ARGV[1] group,
-// ARGV[2] n, ARGV[3..2+n] entry ids, then one job id per unique key.
+// ARGV[2] n, ARGV[3] h, ARGV[4..3+n] entry ids, then h field/increment pairs
+// for the stats hash, then one job id per unique key.
 // Returns how many entries were pending and are now acknowledged.
 var ackScript = redis.NewScript(`
-local ids, n = {}, tonumber(ARGV[2])
-for i = 3, 2 + n do ids[#ids + 1] = ARGV[i] end
+local n, h = tonumber(ARGV[2]), tonumber(ARGV[3])
+local ids = {}
+for i = 4, 3 + n do ids[#ids + 1] = ARGV[i] end
 local acked = redis.call('XACK', KEYS[1], ARGV[1], unpack(ids))
 redis.call('XDEL', KEYS[1], unpack(ids))
+local u = 4 + n + 2 * h
 for i = 3, #KEYS do
-  if redis.call('GET', KEYS[i]) == ARGV[i + n] then redis.call('DEL', KEYS[i]) end
+  if redis.call('GET', KEYS[i]) == ARGV[u + i - 3] then redis.call('DEL', KEYS[i]) end
 end
-if acked > 0 then redis.pcall('HINCRBY', KEYS[2], 'done', acked) end
+if acked > 0 then
+  redis.pcall('HINCRBY', KEYS[2], 'done', acked)
+  for i = 4 + n, 3 + n + 2 * h, 2 do redis.pcall('HINCRBY', KEYS[2], ARGV[i], ARGV[i + 1]) end
+end
 return acked
 `)
 
@@ -125,7 +132,8 @@ return acked
 //
 // KEYS[1] stream, KEYS[2] retry, KEYS[3] retry jobs, KEYS[4] stats;
 // ARGV[1] group, ARGV[2] entry id, ARGV[3] consumer, ARGV[4] due (unix ms),
-// ARGV[5] job id, ARGV[6] runs made.
+// ARGV[5] job id, ARGV[6] runs made, ARGV[7] the stats field of the failure
+// ("failed:error", "failed:timeout").
 // Returns 1 when scheduled, 0 when the entry is no longer pending for this
 // consumer, -1 when it was deleted while pending (cleared).
 var retryScript = redis.NewScript(entryLua + `
@@ -142,6 +150,7 @@ redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
 redis.pcall('HINCRBY', KEYS[4], 'retried', 1)
+redis.pcall('HINCRBY', KEYS[4], ARGV[7], 1)
 return 1
 `)
 
@@ -255,6 +264,9 @@ redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
 if KEYS[5] ~= KEYS[1] then release(KEYS[5], ARGV[5]) end
 redis.pcall('HINCRBY', KEYS[4], 'dead', 1)
+for i = 6, #ARGV, 2 do
+  if ARGV[i] == 'reason' then redis.pcall('HINCRBY', KEYS[4], 'dead:' .. ARGV[i + 1], 1) end
+end
 if over > 0 then return 1 end
 return 0
 `)

@@ -148,7 +148,8 @@ func Run(ctx context.Context, c Config, st *Stats) error {
 // result is a job's outcome, sent to the settler.
 type result struct {
 	job  *Job
-	err  error  // the handler's error, nil on success
+	dur  time.Duration // how long the handler ran
+	err  error         // the handler's error, nil on success
 	dead string // set by the reader: dead-letter without running, for this reason
 	back bool   // read but never started: give it back to the stream
 }
@@ -295,13 +296,14 @@ func (r *runner) work(ctx context.Context) {
 		r.st.Recent.Store(j)
 		err := r.handle(ctx, j)
 		r.st.Recent.CompareAndSwap(j, nil)
-		r.observe(time.Since(j.Started))
+		took := time.Since(j.Started)
+		r.observe(took)
 		if err != nil && ctx.Err() != nil {
 			// Cut short by the end of the grace period: leave it pending for
 			// the slot's next holder, which replays it at once.
 			r.forget(j.Entry)
 		} else {
-			r.results <- result{job: j, err: err}
+			r.results <- result{job: j, err: err, dur: took}
 		}
 		r.finished()
 	}

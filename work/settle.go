@@ -23,12 +23,16 @@ func (r *runner) settle() {
 	ids := make([]any, 0, most)
 	var uniqueKeys []string // keys of acked jobs that hold one; their job ids in uniqueIDs
 	var uniqueIDs []any
+	var hist histogram // durations of the jobs in ids
 	flush := func() {
 		if len(ids) == 0 {
 			return
 		}
 		keys := append([]string{r.keys.Stream, r.keys.Stats}, uniqueKeys...)
-		args := append(append([]any{Group, len(ids)}, ids...), uniqueIDs...)
+		args := append([]any{Group, len(ids), 0}, ids...)
+		args, pairs := hist.pairs(args)
+		args[2] = pairs
+		args = append(args, uniqueIDs...)
 		var n int64
 		err := r.redisRetry(func(ctx context.Context) error {
 			var err error
@@ -70,6 +74,7 @@ func (r *runner) settle() {
 			r.deadLetter(res.job, res.dead, res.job.problem)
 		case res.err == nil:
 			ids = append(ids, res.job.Entry)
+			hist.add(res.dur)
 			if res.job.unique != "" {
 				uniqueKeys = append(uniqueKeys, r.keys.Unique(res.job.unique))
 				uniqueIDs = append(uniqueIDs, res.job.ID)
@@ -127,11 +132,15 @@ func (r *runner) fail(j *Job, err error) {
 	}
 	delay := r.backoff(j.Attempt)
 	due := time.Now().Add(delay).UnixMilli()
+	kind := StatFailedPrefix + "error"
+	if timedOut(err) {
+		kind = StatFailedPrefix + "timeout"
+	}
 	var n int64
 	rerr := r.redisRetry(func(ctx context.Context) error {
 		var err error
 		n, err = runScript(ctx, r.c.Client, retryScript, []string{r.keys.Stream, r.keys.Retry, r.keys.RetryJobs, r.keys.Stats},
-			Group, j.Entry, r.c.Consumer, due, j.ID, j.Attempt).Int64()
+			Group, j.Entry, r.c.Consumer, due, j.ID, j.Attempt, kind).Int64()
 		return err
 	})
 	log := r.c.Logger.Warn().Str("job", j.ID).Str("entry", j.Entry).Int("attempt", j.Attempt).Err(err)

@@ -1,0 +1,68 @@
+package work
+
+import (
+	"strconv"
+	"time"
+)
+
+// Totals kept in the stats hash (baton:{q}:stats), so that short-lived
+// holders add up to a queue's history. Every field is written by the script
+// that settles the job, never by an extra round trip.
+const (
+	StatDone    = "done"    // jobs acknowledged
+	StatRetried = "retried" // failed runs scheduled for a retry
+	StatDead    = "dead"    // jobs dead-lettered
+	// StatFailedPrefix + "error" or "timeout": failed runs that were
+	// retried, by kind. The last failed run of a job counts under
+	// StatDeadPrefix + its reason instead.
+	StatFailedPrefix = "failed:"
+	StatDeadPrefix   = "dead:" // + reason: jobs dead-lettered, by reason
+	// StatDurPrefix + bucket index: jobs done whose handler ran at most
+	// DurationBuckets[i] seconds (and more than the bucket before);
+	// index len(DurationBuckets) counts the rest.
+	StatDurPrefix = "dur:"
+	StatDurSumUS  = "dur_sum_us" // total handler time of the jobs done, µs
+)
+
+// DurationBuckets are the upper bounds, in seconds, of the job-duration
+// histogram kept in Redis. Fixed: holders of different versions must agree.
+var DurationBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300}
+
+// durFields are the stats fields of the buckets, built once.
+var durFields = func() []string {
+	f := make([]string, len(DurationBuckets)+1)
+	for i := range f {
+		f[i] = StatDurPrefix + strconv.Itoa(i)
+	}
+	return f
+}()
+
+// histogram counts a batch of jobs done, for the ack script.
+type histogram struct {
+	n     [13]int64 // per bucket; len(DurationBuckets)+1
+	sumUS int64
+}
+
+func (h *histogram) add(d time.Duration) {
+	s := d.Seconds()
+	i := 0
+	for i < len(DurationBuckets) && s > DurationBuckets[i] {
+		i++
+	}
+	h.n[i]++
+	h.sumUS += d.Microseconds()
+}
+
+// pairs appends the batch's field/increment pairs and resets it.
+func (h *histogram) pairs(args []any) ([]any, int) {
+	n := 0
+	for i, c := range h.n {
+		if c > 0 {
+			args = append(args, durFields[i], c)
+			n++
+		}
+	}
+	args = append(args, StatDurSumUS, h.sumUS)
+	*h = histogram{}
+	return args, n + 1
+}
