@@ -257,7 +257,7 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot) error {
 		MaxAttempts: cfg.MaxAttempts, RetryBackoff: cfg.RetryBackoff.D(), RetryBackoffMax: cfg.RetryBackoffMax.D(),
 		DeadMax: cfg.DeadMax, MaxPayload: cfg.MaxPayload, VisibilityTimeout: cfg.VisibilityTimeout.D(),
 		RateLimit: rate,
-		Logger: h.log,
+		Logger:    h.log,
 	}, st)
 	stopPublish()
 	h.log.Info().Int64("jobs_done", st.Done.Load()).Int64("jobs_failed", st.Failed.Load()).Int64("jobs_dead", st.Dead.Load()).Msg("leaving run slot")

@@ -150,8 +150,8 @@ type result struct {
 	job  *Job
 	dur  time.Duration // how long the handler ran
 	err  error         // the handler's error, nil on success
-	dead string // set by the reader: dead-letter without running, for this reason
-	back bool   // read but never started: give it back to the stream
+	dead string        // set by the reader: dead-letter without running, for this reason
+	back bool          // read but never started: give it back to the stream
 }
 
 // runner's goroutines: one reader (owns jobs and closes it), Concurrency
