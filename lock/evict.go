@@ -1,0 +1,44 @@
+package lock
+
+import (
+	"time"
+
+	"github.com/baton-run/baton/internal/proc"
+)
+
+var _ Evicter = (*FileSet)(nil)
+
+// Evict implements Evicter. Only provable kills: the record is read again
+// from this set's dir, and the pid must match its start time and hold a
+// flock on the slot's lock file (or on an unlinked file of that path) per
+// /proc/locks. Nothing is read from /proc unless r is overdue.
+func (s *FileSet) Evict(r Record, now time.Time, margin time.Duration) (int, error) {
+	if r.Slot < 0 || r.Slot >= s.n || !r.Overdue(now, margin) {
+		return 0, nil
+	}
+	cur, ok := s.readRecord(r.Slot)
+	if !ok || cur.PID != r.PID || cur.Start != r.Start || !cur.Deadline.Equal(r.Deadline) || !holdsSlot(r.PID, s.Path(r.Slot)) {
+		return 0, nil
+	}
+	n := proc.KillTree(r.PID, r.Start)
+	// Its lock goes when its last thread has closed the descriptor table,
+	// which can be after its main thread shows as a zombie.
+	for end := time.Now().Add(time.Second); locksHeldBy(r.PID) && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
+	}
+	return n, nil
+}
+
+// locksHeldBy reports whether /proc/locks lists a flock of pid.
+func locksHeldBy(pid int) bool {
+	fl, err := flocks()
+	if err != nil {
+		return false
+	}
+	for _, e := range fl {
+		if e.pid == pid {
+			return true
+		}
+	}
+	return false
+}
