@@ -8,6 +8,17 @@ import (
 
 var _ Evicter = (*FileSet)(nil)
 
+// Overdue implements Evicter.
+func (s *FileSet) Overdue(now time.Time, margin time.Duration) []Record {
+	var out []Record
+	for i := 0; i < s.n; i++ {
+		if r, ok := s.parseRecord(i); ok && r.Overdue(now, margin) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // Evict implements Evicter. Only provable kills: the record is read again
 // from this set's dir, and the pid must match its start time and hold a
 // flock on the slot's lock file (or on an unlinked file of that path) per

@@ -81,11 +81,8 @@ func (s *FileSet) TryAcquire() (Slot, bool, error) {
 			continue
 		}
 		sl := &fileSlot{set: s, i: i, f: f, lost: make(chan struct{}), stop: make(chan struct{})}
-		if b, err := os.ReadFile(s.recordPath(i)); err == nil {
-			var prev Record
-			if json.Unmarshal(b, &prev) == nil {
-				sl.prev = &prev
-			}
+		if prev, ok := s.parseRecord(i); ok {
+			sl.prev = &prev
 		}
 		if (created || fresh(f) || sl.prev != nil && proc.Alive(sl.prev.PID, sl.prev.Start)) && stillHeld(path) {
 			_ = f.Close()
@@ -132,35 +129,37 @@ func stillHeld(path string) bool {
 // needs no write access: a failed probe's close must not look like a holder
 // leaving to watchers (IN_CLOSE_WRITE).
 func tryLock(path string) (f *os.File, created, ok bool, err error) {
-	const flags = os.O_RDONLY | syscall.O_NOFOLLOW | syscall.O_CLOEXEC
-	f, err = os.OpenFile(path, flags, 0)
-	if errors.Is(err, os.ErrNotExist) {
-		f, err = os.OpenFile(path, flags|os.O_CREATE|os.O_EXCL, 0o640)
+	const flags = syscall.O_RDONLY | syscall.O_NOFOLLOW | syscall.O_CLOEXEC
+	// syscall.Open, not os.OpenFile: a losing probe is the hot path of
+	// every cron start, and os.OpenFile also sets up non-blocking I/O.
+	fd, err := syscall.Open(path, flags, 0)
+	if err == syscall.ENOENT {
+		fd, err = syscall.Open(path, flags|syscall.O_CREAT|syscall.O_EXCL, 0o640)
 		created = err == nil
-		if errors.Is(err, os.ErrExist) { // another candidate created it first
-			f, err = os.OpenFile(path, flags, 0)
+		if err == syscall.EEXIST { // another candidate created it first
+			fd, err = syscall.Open(path, flags, 0)
 		}
 	}
 	if err != nil {
-		if errors.Is(err, syscall.ELOOP) {
+		if err == syscall.ELOOP {
 			return nil, false, false, fmt.Errorf("lock file %s is a symbolic link: refusing to follow it", path)
 		}
-		return nil, false, false, fmt.Errorf("lock %s: %w", path, err)
+		return nil, false, false, fmt.Errorf("lock %s: %w", path, &os.PathError{Op: "open", Path: path, Err: err})
 	}
 	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		err = syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB)
 		if err != syscall.EINTR {
 			break
 		}
 	}
-	switch {
-	case err == nil:
-		return f, created, true, nil
-	case errors.Is(err, syscall.EWOULDBLOCK):
-		_ = f.Close()
+	switch err {
+	case nil:
+		return os.NewFile(uintptr(fd), path), created, true, nil
+	case syscall.EWOULDBLOCK:
+		_ = syscall.Close(fd)
 		return nil, created, false, nil
 	}
-	_ = f.Close()
+	_ = syscall.Close(fd)
 	return nil, false, false, fmt.Errorf("lock %s: %w", path, err)
 }
 
@@ -192,14 +191,22 @@ func (s *FileSet) Records() ([]Record, error) {
 
 // readRecord returns slot i's record and whether it names a live holder.
 func (s *FileSet) readRecord(i int) (Record, bool) {
-	free := Record{Slot: i}
+	r, ok := s.parseRecord(i)
+	if !ok || !r.Held || !proc.Alive(r.PID, r.Start) {
+		return Record{Slot: i}, false
+	}
+	return r, true
+}
+
+// parseRecord reads slot i's record as written, whoever wrote it.
+func (s *FileSet) parseRecord(i int) (Record, bool) {
 	b, err := os.ReadFile(s.recordPath(i))
 	if err != nil {
-		return free, false
+		return Record{}, false
 	}
 	var r Record
-	if json.Unmarshal(b, &r) != nil || !r.Held || !proc.Alive(r.PID, r.Start) {
-		return free, false
+	if json.Unmarshal(b, &r) != nil {
+		return Record{}, false
 	}
 	r.Slot = i
 	return r, true
@@ -322,7 +329,9 @@ func (sl *fileSlot) watchStart() error {
 		defer sl.wg.Done()
 		var events <-chan struct{}
 		if n != nil {
-			defer n.close()
+			// Closing an inotify fd can take milliseconds: not on
+			// Release's path (a promotion releases a standby slot).
+			defer func() { go n.close() }()
 			events = n.c
 		}
 		t := time.NewTicker(sl.set.watch)

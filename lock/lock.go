@@ -67,6 +67,10 @@ type Slot interface {
 // (SIGSTOP, a paused VM), stuck in the kernel (D state), or otherwise past
 // the hard deadline it published.
 type Evicter interface {
+	// Overdue returns the records of holders past their Deadline + margin
+	// at now: candidates for Evict. It reads the records only (no /proc,
+	// no lock), so a candidate that lost every slot can afford it.
+	Overdue(now time.Time, margin time.Duration) []Record
 	// Evict kills r's process and its descendants when it can prove them
 	// to be slot r.Slot's overdue holder: r is still that slot's record in
 	// this set, the pid still has r's start time and holds the slot's lock

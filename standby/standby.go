@@ -77,7 +77,7 @@ func (p *Protocol) Enter() (Role, lock.Slot, error) {
 	if s, ok, err := p.Run.TryAcquire(); err != nil || ok {
 		return Run, s, err
 	}
-	if rs, err := p.Run.Records(); err == nil && p.heal(rs) {
+	if ev, ok := p.Run.(lock.Evicter); ok && p.heal(ev.Overdue(time.Now(), HealMargin)) {
 		if s, ok, err := p.Run.TryAcquire(); err != nil || ok {
 			return Run, s, err
 		}
