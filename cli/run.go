@@ -226,7 +226,7 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot) error {
 	go func() {
 		select {
 		case <-slot.Lost():
-			h.log.Error().Msg("slot lost (lock file replaced): draining")
+			h.log.Error().Msg("slot lost (lock file replaced by one another process holds): draining")
 			cancel()
 		case <-ctx.Done():
 		}

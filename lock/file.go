@@ -318,7 +318,7 @@ func (sl *fileSlot) Release() error {
 // closes lost only when it cannot.
 func (sl *fileSlot) watchStart() error {
 	lockName, recName := filepath.Base(sl.set.Path(sl.i)), filepath.Base(sl.set.recordPath(sl.i))
-	n, err := newNotifier(func(name string) bool { return name == "" || name == lockName || name == recName })
+	n, err := newNotifier(func(name string) bool { return name == "" || name == lockName || name == recName }, nil)
 	if err != nil {
 		n = nil // no inotify: the poll alone
 	} else {

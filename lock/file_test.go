@@ -532,3 +532,40 @@ func TestWatchIgnoresFailedProbes(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 }
+
+// TestWatchSurvivesDirRemoval: the lock dir removed and recreated (by its
+// holders) under a watcher: the watcher follows the new dir, so a release
+// there still wakes it.
+func TestWatchSurvivesDirRemoval(t *testing.T) {
+	s := newSet(t, filepath.Join(t.TempDir(), "locks"), RoleRun, 1)
+	sl := take(t, s)
+	ch, stop, err := s.Watch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	_ = os.RemoveAll(s.Dir()) // the holder recreates it
+	eventually := func(what string, cond func() bool) {
+		t.Helper()
+		for end := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatal(what)
+			}
+		}
+	}
+	eventually("lock file not restored", func() bool { _, err := os.Stat(s.Path(0)); return err == nil })
+	time.Sleep(50 * time.Millisecond) // let the watcher rewatch the new dir
+	for drained := false; !drained; {
+		select {
+		case <-ch:
+		default:
+			drained = true
+		}
+	}
+	_ = sl.Release()
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event for a release in the recreated dir")
+	}
+}

@@ -1,8 +1,10 @@
 package lock
 
 import (
+	"errors"
 	"os"
 	"strings"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -24,12 +26,15 @@ var _ Watcher = (*FileSet)(nil)
 // dies (kill -9 included), and its record is removed on release. Candidates
 // probe read-only, so a failed probe raises nothing.
 func (s *FileSet) Watch() (<-chan struct{}, func(), error) {
+	const mask = unix.IN_CLOSE_WRITE | unix.IN_DELETE | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF
 	prefix := s.queue + "." + s.role + "."
-	n, err := newNotifier(func(name string) bool { return strings.HasPrefix(name, prefix) })
+	n, err := newNotifier(func(name string) bool { return name == "" || strings.HasPrefix(name, prefix) },
+		// The dir itself was removed or moved: its holders recreate it.
+		func(n *notifier) { go n.rewatch(s.dir, mask) })
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := n.add(s.dir, unix.IN_CLOSE_WRITE|unix.IN_DELETE); err != nil {
+	if err := n.add(s.dir, mask); err != nil {
 		n.close()
 		return nil, nil, err
 	}
@@ -39,14 +44,15 @@ func (s *FileSet) Watch() (<-chan struct{}, func(), error) {
 }
 
 // notifier is one inotify instance. Its goroutine, stopped by close, sends a
-// value on c (coalesced) for each event whose name match accepts (nil: every
-// event; events on a watched file itself have the name "").
+// value on c (coalesced) for each event whose name match accepts (events on a
+// watched file itself have the name ""), and calls onSelf (when not nil) for
+// each event on a watched path itself.
 type notifier struct {
 	f *os.File
 	c chan struct{}
 }
 
-func newNotifier(match func(name string) bool) (*notifier, error) {
+func newNotifier(match func(name string) bool, onSelf func(*notifier)) (*notifier, error) {
 	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
 		return nil, err
@@ -63,7 +69,10 @@ func newNotifier(match func(name string) bool) (*notifier, error) {
 				ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
 				name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+int(ev.Len)]), "\x00")
 				off += unix.SizeofInotifyEvent + int(ev.Len)
-				if match == nil || match(name) {
+				if name == "" && onSelf != nil {
+					onSelf(n)
+				}
+				if match(name) {
 					select {
 					case n.c <- struct{}{}:
 					default:
@@ -86,6 +95,17 @@ func (n *notifier) add(path string, mask uint32) error {
 		return err
 	}
 	return werr
+}
+
+// rewatch waits (up to a minute) for dir to exist again and watches it.
+// It stops when n is closed.
+func (n *notifier) rewatch(dir string, mask uint32) {
+	for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		err := n.add(dir, mask)
+		if err == nil || errors.Is(err, os.ErrClosed) {
+			return
+		}
+	}
 }
 
 // close stops the goroutine and closes the instance.
