@@ -63,6 +63,11 @@ echo "end $BATON_JOB_ID" >> `+events+"\n")
 			frozen.wait(t, 5*time.Second)
 			t.Logf("job replayed %v after deadline + margin; holder killed %v after it",
 				replayed.Sub(overdue).Round(time.Millisecond), frozen.end.Sub(overdue).Round(time.Millisecond))
+			// The bound: back in service within deadline + margin + one
+			// poll (100ms here); generous for a loaded machine.
+			if late := replayed.Sub(overdue); tc.standby && late > 3*time.Second {
+				t.Fatalf("job replayed %v after deadline + margin; the standby polls every 100ms", late)
+			}
 			if frozen.end.Before(overdue) {
 				t.Fatalf("holder killed %v before its deadline + margin", overdue.Sub(frozen.end))
 			}
