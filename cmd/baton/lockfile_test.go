@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,18 +18,27 @@ import (
 // lock dir, is removed under a live holder (a tmp cleaner, a deploy) while
 // a standby waits and cron keeps starting candidates. The kernel keeps the
 // holder's flock on the unlinked file, so a candidate that locked a new file
-// would be a second holder of one slot. Asserted: never more than one run
+// would be a second holder of one slot; one that finds the holder stopped
+// (it cannot restore its file first) must defer to it. Asserted: never more than one run
 // holder (process names, sampled), the holder keeps its slot (restored file,
 // record, status), nothing is killed, and no job runs twice.
 func TestLockFileRemovedUnderHolder(t *testing.T) {
+	removeFile := func(locks string) error { return os.Remove(filepath.Join(locks, "default.run.0")) }
+	// rm may fail (directory not empty) when a holder restores its file
+	// while rm runs: it removed the dir all the same.
+	removeDir := func(locks string) error { _ = exec.Command("rm", "-rf", locks).Run(); return nil }
 	for _, tc := range []struct {
 		name   string
 		remove func(locks string) error
+		// stopped: the holder is stopped (SIGSTOP) from before the removal
+		// until the candidates are done, so it cannot restore its file
+		// first: the candidates and the standby must defer to it.
+		stopped bool
 	}{
-		{"lock file", func(locks string) error { return os.Remove(filepath.Join(locks, "default.run.0")) }},
-		// rm may fail (directory not empty) when the holder restores its
-		// file while rm runs: it removed the dir all the same.
-		{"lock dir", func(locks string) error { _ = exec.Command("rm", "-rf", locks).Run(); return nil }},
+		{"lock file", removeFile, false},
+		{"lock dir", removeDir, false},
+		{"lock file, holder stopped", removeFile, true},
+		{"lock dir, holder stopped", removeDir, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t)
@@ -49,6 +59,9 @@ func TestLockFileRemovedUnderHolder(t *testing.T) {
 			}
 			r.baton(payloads...)
 			stop := r.sampleRunHolders()
+			if tc.stopped {
+				_ = holder.cmd.Process.Signal(syscall.SIGSTOP)
+			}
 			if err := tc.remove(r.locks); err != nil {
 				t.Fatal(err)
 			}
@@ -61,6 +74,10 @@ func TestLockFileRemovedUnderHolder(t *testing.T) {
 				if code := c.wait(t, 10*time.Second); code != 0 {
 					t.Fatalf("candidate exit %d: %s", code, c.log())
 				}
+			}
+			if tc.stopped {
+				time.Sleep(200 * time.Millisecond) // a few more standby polls
+				_ = holder.cmd.Process.Signal(syscall.SIGCONT)
 			}
 			t.Logf("%v: removed; candidates done", time.Since(t0))
 			eventually(t, 30*time.Second, "every job done", func() bool { return r.status().Jobs.Done == jobs })
