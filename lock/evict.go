@@ -1,6 +1,9 @@
 package lock
 
 import (
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/baton-run/baton/internal/proc"
@@ -28,7 +31,8 @@ func (s *FileSet) Evict(r Record, now time.Time, margin time.Duration) (int, err
 		return 0, nil
 	}
 	cur, ok := s.readRecord(r.Slot)
-	if !ok || cur.PID != r.PID || cur.Start != r.Start || !cur.Deadline.Equal(r.Deadline) || !holdsSlot(r.PID, s.Path(r.Slot)) {
+	if !ok || cur.PID != r.PID || cur.Start != r.Start || !cur.Deadline.Equal(r.Deadline) ||
+		!oldEnough(r, margin) || !holdsSlot(r.PID, s.Path(r.Slot)) {
 		return 0, nil
 	}
 	n := proc.KillTree(r.PID, r.Start)
@@ -52,4 +56,30 @@ func locksHeldBy(pid int) bool {
 		}
 	}
 	return false
+}
+
+// oldEnough guards against a wall clock stepped forward, which would make a
+// live holder look overdue: the process must have lived, by the boot clock,
+// at least its tenure (Since to Deadline) plus margin. A genuinely overdue
+// holder always has (it started before Since); a holder that started less
+// than that ago cannot be overdue whatever the wall clock says.
+func oldEnough(r Record, margin time.Duration) bool {
+	if r.Since.IsZero() {
+		return true
+	}
+	b, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		return true // no boot clock to check against: the wall clock alone
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return true
+	}
+	up, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return true
+	}
+	// Start is in clock ticks since boot: USER_HZ, 100 on every Linux ABI.
+	age := time.Duration((up - float64(r.Start)/100) * float64(time.Second))
+	return age >= r.Deadline.Sub(r.Since)+margin
 }

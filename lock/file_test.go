@@ -313,7 +313,8 @@ func helper(spec string) int {
 	if len(f) > 2 {
 		d, _ := time.ParseDuration(f[2])
 		st, _ := proc.StartTime(os.Getpid())
-		_ = sl.Publish(Record{PID: os.Getpid(), Start: st, Deadline: time.Now().Add(d)})
+		now := time.Now()
+		_ = sl.Publish(Record{PID: os.Getpid(), Start: st, Since: now, Deadline: now.Add(d)})
 	}
 	fmt.Println("held", sl.Index())
 	select {}
@@ -377,8 +378,9 @@ func TestNewcomerDefersToHolderOfUnlinkedFile(t *testing.T) {
 }
 
 // TestEvictOnlyProvable: an overdue, stopped holder is killed only with
-// proof: its record in this set and slot, its start time, its lock, and the
-// deadline plus margin passed. Then the slot is free.
+// proof: its record in this set and slot, its start time, its lock, the
+// deadline plus margin passed, and the process old enough by the boot clock
+// to be overdue. Then the slot is free.
 func TestEvictOnlyProvable(t *testing.T) {
 	dir := t.TempDir()
 	s := newSet(t, dir, RoleRun, 1)
@@ -402,11 +404,15 @@ func TestEvictOnlyProvable(t *testing.T) {
 		{"before deadline + margin", s, r, r.Deadline.Add(500 * time.Millisecond)},
 		{"start time differs", s, forged, late},
 		{"another set's slot", other, r, late},
+		// The wall clock says overdue, the boot clock says the process
+		// has not lived its tenure plus margin yet: a clock step.
+		{"younger than its tenure", s, r, r.Deadline.Add(time.Hour)},
 	} {
 		if n, err := tc.set.Evict(tc.r, tc.now, time.Second); n != 0 || err != nil || !proc.Alive(pid, r.Start) {
 			t.Fatalf("%s: killed %d (err %v)", tc.name, n, err)
 		}
 	}
+	time.Sleep(time.Until(r.Since.Add(r.Deadline.Sub(r.Since) + 1200*time.Millisecond)))
 	if n, err := s.Evict(r, late, time.Second); n != 1 || err != nil {
 		t.Fatalf("overdue holder: killed %d (err %v)", n, err)
 	}
