@@ -396,19 +396,20 @@ func TestEvictOnlyProvable(t *testing.T) {
 	forged := r
 	forged.Start++
 	for _, tc := range []struct {
-		name string
-		set  *FileSet
-		r    Record
-		now  time.Time
+		name   string
+		set    *FileSet
+		r      Record
+		now    time.Time
+		margin time.Duration
 	}{
-		{"before deadline + margin", s, r, r.Deadline.Add(500 * time.Millisecond)},
-		{"start time differs", s, forged, late},
-		{"another set's slot", other, r, late},
+		{"before deadline + margin", s, r, r.Deadline.Add(500 * time.Millisecond), time.Second},
+		{"start time differs", s, forged, late, time.Second},
+		{"another set's slot", other, r, late, time.Second},
 		// The wall clock says overdue, the boot clock says the process
 		// has not lived its tenure plus margin yet: a clock step.
-		{"younger than its tenure", s, r, r.Deadline.Add(time.Hour)},
+		{"younger than its tenure", s, r, r.Deadline.Add(2 * time.Hour), time.Hour},
 	} {
-		if n, err := tc.set.Evict(tc.r, tc.now, time.Second); n != 0 || err != nil || !proc.Alive(pid, r.Start) {
+		if n, err := tc.set.Evict(tc.r, tc.now, tc.margin); n != 0 || err != nil || !proc.Alive(pid, r.Start) {
 			t.Fatalf("%s: killed %d (err %v)", tc.name, n, err)
 		}
 	}
@@ -560,7 +561,24 @@ func TestWatchSurvivesDirRemoval(t *testing.T) {
 		}
 	}
 	eventually("lock file not restored", func() bool { _, err := os.Stat(s.Path(0)); return err == nil })
-	time.Sleep(50 * time.Millisecond) // let the watcher rewatch the new dir
+	// Wait until the watcher sees the new dir: a file of the set's name
+	// closed after writing there wakes it.
+	probe := filepath.Join(s.Dir(), "q.run.probe")
+	eventually("the watcher never saw the recreated dir", func() bool {
+		if err := os.WriteFile(probe, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ch:
+			return true
+		case <-time.After(20 * time.Millisecond):
+			return false
+		}
+	})
+	if err := os.Remove(probe); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
 	for drained := false; !drained; {
 		select {
 		case <-ch:
