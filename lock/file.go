@@ -348,7 +348,11 @@ func (sl *fileSlot) watchStart() error {
 				continue
 			}
 			if !sl.restore() {
-				close(sl.lost)
+				select {
+				case <-sl.stop: // released while restoring: not a loss
+				default:
+					close(sl.lost)
+				}
 				return
 			}
 			if n != nil {
