@@ -79,7 +79,10 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	p := &standby.Protocol{Run: runSet, Poll: cfg.PollInterval.D(), Wait: cfg.StandbyWait.D()}
+	p := &standby.Protocol{Run: runSet, Poll: cfg.PollInterval.D(), Wait: cfg.StandbyWait.D(), Healed: func(r lock.Record, n int) {
+		log.Warn().Int("pid", r.PID).Str("slot", lock.RoleRun+"-"+strconv.Itoa(r.Slot)).Time("deadline", r.Deadline).Int("processes", n).
+			Msg("killed an overdue holder (past its hard deadline: frozen or stuck)")
+	}}
 	if sbSet != nil {
 		p.Standby = sbSet
 	}
@@ -207,8 +210,11 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot) error {
 			return err
 		}
 	}
-	// The hard deadline: hung handler code cannot be stopped, the process can.
-	hard := time.AfterFunc(time.Until(until)+cfg.ShutdownGrace.D()+hardMargin, func() {
+	// The hard deadline: hung handler code cannot be stopped, the process
+	// can. A frozen process cannot stop itself: others kill it past the
+	// deadline in its record (standby.HealMargin).
+	deadline := until.Add(cfg.ShutdownGrace.D() + hardMargin)
+	hard := time.AfterFunc(time.Until(deadline), func() {
 		h.log.Error().Msg("hard deadline: jobs still running after lifetime + shutdown_grace; killing them and exiting")
 		h.killAll()
 		os.Exit(ExitRuntime)
@@ -220,7 +226,7 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot) error {
 	go func() {
 		select {
 		case <-slot.Lost():
-			h.log.Error().Msg("slot lost (lock file replaced): draining")
+			h.log.Error().Msg("slot lost (lock file replaced by one another process holds): draining")
 			cancel()
 		case <-ctx.Done():
 		}
@@ -248,6 +254,7 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot) error {
 	st := new(work.Stats)
 	rec := h.record(lock.RoleRun, since, until)
 	rec.Token = token
+	rec.Deadline = deadline
 	stopPublish := publish(slot, rec, st, h.log)
 	h.log.Info().Time("until", until).Msg("holding run slot")
 	err := work.Run(ctx, work.Config{
@@ -303,11 +310,22 @@ func (h *holder) killOrphans() {
 }
 
 // publish refreshes the slot record with progress every half second, in a
-// goroutine that the returned func stops (and waits for).
+// goroutine that the returned func stops (and waits for). A record that
+// cannot be written (a full disk) is retried every tick; the failure is
+// logged once, and the recovery.
 func publish(slot lock.Slot, rec lock.Record, st *work.Stats, log zerolog.Logger) (stop func()) {
-	if err := slot.Publish(rec); err != nil {
-		log.Warn().Err(err).Msg("publish slot record")
+	failing := false
+	put := func(r lock.Record) {
+		err := slot.Publish(r)
+		switch {
+		case err != nil && !failing:
+			log.Error().Err(err).Msg("cannot publish the slot record: status shows this slot as held without a record; retrying")
+		case err == nil && failing:
+			log.Info().Msg("slot record published again")
+		}
+		failing = err != nil
 	}
+	put(rec)
 	done, quit := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
@@ -325,9 +343,9 @@ func publish(slot lock.Slot, rec lock.Record, st *work.Stats, log zerolog.Logger
 			if j := st.Recent.Load(); j != nil {
 				next.Job, next.JobSince = j.ID, j.Started
 			}
-			if next != rec {
+			if next != rec || failing {
 				rec = next
-				_ = slot.Publish(rec)
+				put(rec)
 			}
 		}
 	}()

@@ -20,7 +20,9 @@ done, current job) and the queue's jobs: waiting (never delivered), pending
 (running or left by a holder that died), scheduled (delayed by enqueue --in
 or --at), retrying (failed, due later), dead (see 'baton dead') and done (all
 time). It also says when Redis is at maxmemory or may evict jobs. It reads
-the holders' records and never takes a slot. Exit 1 when Redis cannot be
+the holders' records and the kernel's lock table (/proc/locks) and never
+takes a slot: a slot locked without a readable record shows as "held, record
+unreadable" (no_record in --json). Exit 1 when Redis cannot be
 reached (the slots are still shown).
 
 {{flags}}
@@ -31,8 +33,11 @@ Example:
 
 // slotStatus is one slot in status output.
 type slotStatus struct {
-	Slot     int        `json:"slot"`
-	Held     bool       `json:"held"`
+	Slot int  `json:"slot"`
+	Held bool `json:"held"`
+	// NoRecord: the slot's lock is held (per the kernel's lock table) by PID
+	// but its record is missing or unreadable (a full disk, say).
+	NoRecord bool       `json:"no_record,omitempty"`
 	PID      int        `json:"pid,omitempty"`
 	Host     string     `json:"host,omitempty"`
 	Since    *time.Time `json:"since,omitempty"`
@@ -101,7 +106,7 @@ func slotsOf(s *lock.FileSet) ([]slotStatus, error) {
 	}
 	out := make([]slotStatus, len(recs))
 	for i, r := range recs {
-		out[i] = slotStatus{Slot: r.Slot, Held: r.Held, PID: r.PID, Host: r.Host, JobsDone: r.JobsDone, Job: r.Job,
+		out[i] = slotStatus{Slot: r.Slot, Held: r.Held, NoRecord: r.NoRecord, PID: r.PID, Host: r.Host, JobsDone: r.JobsDone, Job: r.Job,
 			Since: timePtr(r.Since), Until: timePtr(r.Until), JobSince: timePtr(r.JobSince)}
 	}
 	return out, nil
@@ -160,6 +165,10 @@ func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 	row := func(name string, s slotStatus) {
 		if !s.Held {
 			fmt.Fprintf(tw, "%s\tfree\t\t\t\t\t\t\n", name)
+			return
+		}
+		if s.NoRecord {
+			fmt.Fprintf(tw, "%s\theld, record unreadable\t%d\t\t\t\t\t\n", name, s.PID)
 			return
 		}
 		cur := ""

@@ -18,8 +18,10 @@ func ExampleFileSet() {
 	fmt.Println("third:", ok)
 	_ = a.Publish(lock.Record{PID: os.Getpid(), Host: "web1"})
 	_ = a.Release()
-	_, ok, _ = run.TryAcquire()
+	c, ok, _ := run.TryAcquire()
 	fmt.Println("after release:", ok)
+	_ = b.Release() // a holder restores its lock file if the dir is removed
+	_ = c.Release()
 	// Output:
 	// true true true
 	// third: false

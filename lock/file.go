@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/internal/proc"
-	"github.com/gofrs/flock"
+	"golang.org/x/sys/unix"
 )
 
 // FileSet is a Set of flock'd files <dir>/<queue>.<role>.<i>; each holder's
@@ -59,6 +59,12 @@ func (s *FileSet) recordPath(i int) string { return s.Path(i) + ".json" }
 // TryAcquire implements Set. It tries every slot once, starting at a random
 // one: when fewer holders than slots run, every slot is still taken now and
 // then, so work left pending on any slot is replayed soon.
+//
+// A slot whose lock file is new (this call created it, or it was created in
+// the last freshFor) or whose record names another live process is taken
+// only when no live process still holds a lock on an unlinked file of the
+// same path: the kernel keeps that lock, so taking the new file would make
+// two holders of one slot. Such a slot counts as held.
 func (s *FileSet) TryAcquire() (Slot, bool, error) {
 	if err := os.MkdirAll(s.dir, 0o750); err != nil {
 		return nil, false, fmt.Errorf("create lock dir: %w", err)
@@ -67,41 +73,28 @@ func (s *FileSet) TryAcquire() (Slot, bool, error) {
 	for k := 0; k < s.n; k++ {
 		i := (first + k) % s.n
 		path := s.Path(i)
-		// Probe read-only (flock needs no write access): a failed probe's close
-		// must not look like a holder leaving to watchers (IN_CLOSE_WRITE).
-		fl := flock.New(path,
-			flock.SetFlag(os.O_CREATE|os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC),
-			flock.SetPermissions(0o640))
-		ok, err := fl.TryLock()
+		f, created, ok, err := tryLock(path)
 		if err != nil {
-			_ = fl.Close()
-			if errors.Is(err, syscall.ELOOP) {
-				return nil, false, fmt.Errorf("lock file %s is a symbolic link: refusing to follow it", path)
-			}
-			return nil, false, fmt.Errorf("lock %s: %w", path, err)
+			return nil, false, err
 		}
 		if !ok {
-			_ = fl.Close()
 			continue
 		}
-		// The beacon: a writable descriptor that is closed, after the lock is
-		// dropped, exactly when the holder releases or dies. Its close is
-		// what Watch reports.
-		beacon, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
-		if err != nil {
-			_ = fl.Close()
-			return nil, false, fmt.Errorf("lock %s: %w", path, err)
+		sl := &fileSlot{set: s, i: i, f: f, lost: make(chan struct{}), stop: make(chan struct{})}
+		if prev, ok := s.parseRecord(i); ok {
+			sl.prev = &prev
 		}
-		sl := &fileSlot{set: s, i: i, fl: fl, beacon: beacon, lost: make(chan struct{}), stop: make(chan struct{})}
-		if b, err := os.ReadFile(s.recordPath(i)); err == nil {
-			var prev Record
-			if json.Unmarshal(b, &prev) == nil {
-				sl.prev = &prev
-			}
+		if (created || fresh(f) || sl.prev != nil && proc.Alive(sl.prev.PID, sl.prev.Start)) && stillHeld(path) {
+			_ = f.Close()
+			continue
+		}
+		if err := sl.open(); err != nil {
+			_ = f.Close()
+			return nil, false, err
 		}
 		if err := sl.watchStart(); err != nil {
-			_ = fl.Close()
-			_ = beacon.Close()
+			_ = sl.f.Close()
+			_ = sl.beacon.Close()
 			return nil, false, err
 		}
 		keep(sl)
@@ -110,54 +103,138 @@ func (s *FileSet) TryAcquire() (Slot, bool, error) {
 	return nil, false, nil
 }
 
-// Records implements Set. A record whose process is gone reads as free.
+// freshFor is how long after its creation a lock file is checked for a
+// holder of an unlinked predecessor: far longer than a holder takes to notice
+// the unlink and restore its slot.
+const freshFor = time.Minute
+
+// fresh reports whether f's inode changed (was created) in the last freshFor.
+func fresh(f *os.File) bool {
+	var st syscall.Stat_t
+	if syscall.Fstat(int(f.Fd()), &st) != nil {
+		return true
+	}
+	return time.Since(time.Unix(st.Ctim.Unix())) < freshFor
+}
+
+// stillHeld reports whether another live process holds a lock on a file that
+// path named before it was unlinked.
+func stillHeld(path string) bool {
+	_, ok := deletedHolder(path, os.Getpid())
+	return ok
+}
+
+// tryLock opens path read-only and flocks it without blocking, creating it
+// (O_EXCL, so created is exact) when missing. It probes read-only, which
+// needs no write access: a failed probe's close must not look like a holder
+// leaving to watchers (IN_CLOSE_WRITE).
+func tryLock(path string) (f *os.File, created, ok bool, err error) {
+	const flags = syscall.O_RDONLY | syscall.O_NOFOLLOW | syscall.O_CLOEXEC
+	// syscall.Open, not os.OpenFile: a losing probe is the hot path of
+	// every cron start, and os.OpenFile also sets up non-blocking I/O.
+	fd, err := syscall.Open(path, flags, 0)
+	if err == syscall.ENOENT {
+		fd, err = syscall.Open(path, flags|syscall.O_CREAT|syscall.O_EXCL, 0o640)
+		created = err == nil
+		if err == syscall.EEXIST { // another candidate created it first
+			fd, err = syscall.Open(path, flags, 0)
+		}
+	}
+	if err != nil {
+		if err == syscall.ELOOP {
+			return nil, false, false, fmt.Errorf("lock file %s is a symbolic link: refusing to follow it", path)
+		}
+		return nil, false, false, fmt.Errorf("lock %s: %w", path, &os.PathError{Op: "open", Path: path, Err: err})
+	}
+	for {
+		err = syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	switch err {
+	case nil:
+		return os.NewFile(uintptr(fd), path), created, true, nil
+	case syscall.EWOULDBLOCK:
+		_ = syscall.Close(fd)
+		return nil, created, false, nil
+	}
+	_ = syscall.Close(fd)
+	return nil, false, false, fmt.Errorf("lock %s: %w", path, err)
+}
+
+// Records implements Set. A record whose process is gone reads as free,
+// unless the kernel says the slot's lock file is flocked: then the slot reads
+// as held by the flock's owner, with NoRecord set (its holder has not
+// published yet, or cannot: a full disk, a deleted record). Reading
+// /proc/locks takes no lock.
 func (s *FileSet) Records() ([]Record, error) {
 	out := make([]Record, s.n)
+	var fl []flockEntry
+	read := false
 	for i := range out {
-		r, err := s.readRecord(i)
-		if err != nil {
-			return nil, err
+		r, ok := s.readRecord(i)
+		if !ok {
+			if !read {
+				fl, _ = flocks()
+				read = true
+			}
+			if pid, held := flockOwner(s.Path(i), fl); held {
+				start, _ := proc.StartTime(pid)
+				r = Record{Slot: i, Held: true, PID: pid, Start: start, Role: s.role, NoRecord: true}
+			}
 		}
 		out[i] = r
 	}
 	return out, nil
 }
 
-func (s *FileSet) readRecord(i int) (Record, error) {
-	free := Record{Slot: i}
-	b, err := os.ReadFile(s.recordPath(i))
-	if errors.Is(err, os.ErrNotExist) {
-		return free, nil
+// readRecord returns slot i's record and whether it names a live holder.
+func (s *FileSet) readRecord(i int) (Record, bool) {
+	r, ok := s.parseRecord(i)
+	if !ok || !r.Held || !proc.Alive(r.PID, r.Start) {
+		return Record{Slot: i}, false
 	}
-	if err != nil {
-		return free, fmt.Errorf("read slot record: %w", err)
-	}
-	var r Record
-	if json.Unmarshal(b, &r) != nil || !r.Held || !proc.Alive(r.PID, r.Start) {
-		return free, nil
-	}
-	r.Slot = i
-	return r, nil
+	return r, true
 }
 
-// held keeps every held flock reachable: a *flock.Flock closed by a finalizer
-// would drop its lock.
+// parseRecord reads slot i's record as written, whoever wrote it.
+func (s *FileSet) parseRecord(i int) (Record, bool) {
+	b, err := os.ReadFile(s.recordPath(i))
+	if err != nil {
+		return Record{}, false
+	}
+	var r Record
+	if json.Unmarshal(b, &r) != nil {
+		return Record{}, false
+	}
+	r.Slot = i
+	return r, true
+}
+
+// held keeps every held lock file reachable: an *os.File closed by a
+// finalizer would drop its lock.
 var held sync.Map // *fileSlot → struct{}
 
 func keep(sl *fileSlot)   { held.Store(sl, struct{}{}) }
 func unkeep(sl *fileSlot) { held.Delete(sl) }
 
 type fileSlot struct {
-	set    *FileSet
-	i      int
-	fl     *flock.Flock
+	set  *FileSet
+	i    int
+	prev *Record       // left by a holder that died holding the slot
+	lost chan struct{} // closed by the watch goroutine
+	stop chan struct{} // closed by Release
+	wg   sync.WaitGroup
+	once sync.Once
+
+	// mu guards what follows. The watch goroutine swaps f, beacon and ino
+	// when it restores an unlinked lock file; Publish and Release use them.
+	mu     sync.Mutex
+	f      *os.File // read-only, flocked
 	beacon *os.File // write-only; closed after the lock is dropped
-	prev   *Record  // left by a holder that died holding the slot
-	ino    uint64
-	lost   chan struct{} // closed by the watch goroutine
-	stop   chan struct{} // closed by Release
-	wg     sync.WaitGroup
-	once   sync.Once
+	ino    uint64   // f's inode
+	rec    *Record  // the last record published, republished on restore
 }
 
 var _ Slot = (*fileSlot)(nil)
@@ -167,13 +244,37 @@ func (sl *fileSlot) Name() string          { return sl.set.role + "-" + strconv.
 func (sl *fileSlot) Lost() <-chan struct{} { return sl.lost }
 func (sl *fileSlot) Inherited() *Record    { return sl.prev }
 
+// open opens the beacon, a writable descriptor of the locked file that is
+// closed, after the lock is dropped, exactly when the holder releases or
+// dies: its close is what Watch reports. It notes the inode locked.
+func (sl *fileSlot) open() error {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(sl.f.Fd()), &st); err != nil {
+		return fmt.Errorf("lock %s: %w", sl.set.Path(sl.i), err)
+	}
+	beacon, err := os.OpenFile(sl.set.Path(sl.i), os.O_WRONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("lock %s: %w", sl.set.Path(sl.i), err)
+	}
+	sl.beacon, sl.ino = beacon, st.Ino
+	return nil
+}
+
 // Publish writes the record to a temporary file and renames it into place, so
 // a reader sees the old record or the new one, never half of one.
 func (sl *fileSlot) Publish(r Record) error {
-	r.Slot, r.Held = sl.i, true
+	r.Slot, r.Held, r.NoRecord = sl.i, true, false
 	if r.Role == "" {
 		r.Role = sl.set.role
 	}
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	sl.rec = &r
+	return sl.write(r)
+}
+
+// write puts r in place; sl.mu held.
+func (sl *fileSlot) write(r Record) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -181,6 +282,7 @@ func (sl *fileSlot) Publish(r Record) error {
 	final := sl.set.recordPath(sl.i)
 	tmp := filepath.Join(sl.set.dir, "."+filepath.Base(final)+"."+strconv.Itoa(os.Getpid())+".tmp")
 	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		_ = os.Remove(tmp) // a full disk leaves a partial file behind
 		return fmt.Errorf("publish slot record: %w", err)
 	}
 	if err := os.Rename(tmp, final); err != nil {
@@ -196,10 +298,12 @@ func (sl *fileSlot) Release() error {
 	sl.once.Do(func() {
 		close(sl.stop)
 		sl.wg.Wait()
+		sl.mu.Lock()
+		defer sl.mu.Unlock()
 		if rerr := os.Remove(sl.set.recordPath(sl.i)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 			err = rerr
 		}
-		if uerr := sl.fl.Close(); uerr != nil && err == nil {
+		if uerr := sl.f.Close(); uerr != nil && err == nil {
 			err = uerr
 		}
 		_ = sl.beacon.Close()
@@ -208,32 +312,117 @@ func (sl *fileSlot) Release() error {
 	return err
 }
 
-// watchStart notes the inode locked and starts a goroutine, owned by the
-// slot and stopped by Release, that closes lost if the path stops naming it.
+// watchStart starts a goroutine, owned by the slot and stopped by Release,
+// that sees the lock file unlinked or replaced (inotify on the file and the
+// dir, the inode checked every set.watch as a fallback) and restores it; it
+// closes lost only when it cannot.
 func (sl *fileSlot) watchStart() error {
-	ino, err := inode(sl.set.Path(sl.i))
+	lockName, recName := filepath.Base(sl.set.Path(sl.i)), filepath.Base(sl.set.recordPath(sl.i))
+	n, err := newNotifier(func(name string) bool { return name == "" || name == lockName || name == recName }, nil)
 	if err != nil {
-		return err
+		n = nil // no inotify: the poll alone
+	} else {
+		sl.watchPaths(n)
 	}
-	sl.ino = ino
 	sl.wg.Add(1)
 	go func() {
 		defer sl.wg.Done()
+		var events <-chan struct{}
+		if n != nil {
+			// Closing an inotify fd can take milliseconds: not on
+			// Release's path (a promotion releases a standby slot).
+			defer func() { go n.close() }()
+			events = n.c
+		}
 		t := time.NewTicker(sl.set.watch)
 		defer t.Stop()
 		for {
 			select {
 			case <-sl.stop:
 				return
+			case <-events:
 			case <-t.C:
-				if now, err := inode(sl.set.Path(sl.i)); err != nil || now != sl.ino {
+			}
+			if now, err := inode(sl.set.Path(sl.i)); err == nil && now == sl.ino {
+				sl.ensureRecord()
+				continue
+			}
+			if !sl.restore() {
+				select {
+				case <-sl.stop: // released while restoring: not a loss
+				default:
 					close(sl.lost)
-					return
 				}
+				return
+			}
+			if n != nil {
+				sl.watchPaths(n)
 			}
 		}
 	}()
 	return nil
+}
+
+// watchPaths asks n about the lock dir (the lock file or its record removed
+// or renamed, the dir itself removed) and the held file (its link count
+// changed, which unlink does while the file stays open).
+func (sl *fileSlot) watchPaths(n *notifier) {
+	_ = n.add(sl.set.dir, unix.IN_DELETE|unix.IN_MOVED_FROM|unix.IN_DELETE_SELF|unix.IN_MOVE_SELF)
+	_ = n.add(sl.set.Path(sl.i), unix.IN_ATTRIB|unix.IN_DELETE_SELF|unix.IN_MOVE_SELF)
+}
+
+// restoreFor is how long a holder whose lock file was unlinked tries to lock
+// a new one before it gives the slot up: a candidate that created the new
+// file holds it only while it checks for us, then lets go.
+const restoreFor = 2 * time.Second
+
+// restore recreates the lock dir and file and locks it in place of the
+// unlinked one, keeping the old lock until the new one is held, so the slot
+// is held throughout; then it republishes the record. It fails when another
+// process holds the new file for restoreFor, or the stop channel closes.
+func (sl *fileSlot) restore() bool {
+	path := sl.set.Path(sl.i)
+	for end := time.Now().Add(restoreFor); time.Now().Before(end); {
+		if os.MkdirAll(sl.set.dir, 0o750) == nil {
+			if f, _, ok, err := tryLock(path); err == nil && ok {
+				sl.mu.Lock()
+				oldF, oldBeacon := sl.f, sl.beacon
+				sl.f = f
+				if err := sl.open(); err != nil {
+					sl.f = oldF
+					sl.mu.Unlock()
+					_ = f.Close()
+					return false
+				}
+				_ = oldBeacon.Close()
+				_ = oldF.Close()
+				if sl.rec != nil {
+					_ = sl.write(*sl.rec)
+				}
+				sl.mu.Unlock()
+				return true
+			}
+		}
+		select {
+		case <-sl.stop:
+			return false
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return false
+}
+
+// ensureRecord republishes the record when it was removed (a tmp cleaner)
+// while the slot is held.
+func (sl *fileSlot) ensureRecord() {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	if sl.rec == nil {
+		return
+	}
+	if _, err := os.Lstat(sl.set.recordPath(sl.i)); errors.Is(err, os.ErrNotExist) {
+		_ = sl.write(*sl.rec)
+	}
 }
 
 func inode(path string) (uint64, error) {

@@ -17,6 +17,18 @@ import (
 	"github.com/baton-run/baton/internal/proc"
 )
 
+// take acquires a slot of s and releases it when the test ends, before its
+// TempDir is removed (a holder restores a removed lock file).
+func take(tb testing.TB, s *FileSet) Slot {
+	tb.Helper()
+	sl, ok, err := s.TryAcquire()
+	if !ok || err != nil {
+		tb.Fatalf("acquire: ok=%v err=%v", ok, err)
+	}
+	tb.Cleanup(func() { _ = sl.Release() })
+	return sl
+}
+
 func newSet(tb testing.TB, dir, role string, n int) *FileSet {
 	tb.Helper()
 	s, err := NewFileSet(dir, "q", role, n)
@@ -31,10 +43,7 @@ func TestAcquireUpToN(t *testing.T) {
 	s := newSet(t, dir, RoleRun, 3)
 	slots := make([]Slot, 3)
 	for i := 0; i < 3; i++ {
-		sl, ok, err := s.TryAcquire()
-		if err != nil || !ok {
-			t.Fatalf("acquire %d: ok=%v err=%v", i, ok, err)
-		}
+		sl := take(t, s)
 		if slots[sl.Index()] != nil || sl.Name() != "run-"+strconv.Itoa(sl.Index()) {
 			t.Fatalf("slot %d taken twice or named %s", sl.Index(), sl.Name())
 		}
@@ -53,9 +62,8 @@ func TestAcquireUpToN(t *testing.T) {
 	if err := slots[1].Release(); err != nil {
 		t.Fatalf("second release: %v", err)
 	}
-	sl, ok, err := s.TryAcquire()
-	if !ok || err != nil || sl.Index() != 1 {
-		t.Fatalf("reacquire freed slot: %v %v %v", sl, ok, err)
+	if sl := take(t, s); sl.Index() != 1 {
+		t.Fatalf("reacquired %s, want the freed run-1", sl.Name())
 	}
 	if _, err := os.Stat(s.Path(1)); err != nil {
 		t.Fatalf("lock file must stay after release: %v", err)
@@ -68,12 +76,8 @@ func TestRunAndStandbyAreDistinct(t *testing.T) {
 	if run.Path(0) == sb.Path(0) {
 		t.Fatalf("same file %s", run.Path(0))
 	}
-	if _, ok, _ := run.TryAcquire(); !ok {
-		t.Fatal("run")
-	}
-	if _, ok, _ := sb.TryAcquire(); !ok {
-		t.Fatal("standby must not share the run slot's lock")
-	}
+	take(t, run)
+	take(t, sb) // must not share the run slot's lock
 	if _, err := NewFileSet(dir, "q", "other", 1); err == nil {
 		t.Fatal("unknown role accepted")
 	}
@@ -84,7 +88,7 @@ func TestRunAndStandbyAreDistinct(t *testing.T) {
 
 func TestRecords(t *testing.T) {
 	s := newSet(t, t.TempDir(), RoleRun, 2)
-	sl, _, _ := s.TryAcquire()
+	sl := take(t, s)
 	st, _ := proc.StartTime(os.Getpid())
 	since := time.Now().Truncate(time.Second)
 	if err := sl.Publish(Record{PID: os.Getpid(), Start: st, Host: "h", Since: since, JobsDone: 7, Job: "1-0"}); err != nil {
@@ -98,20 +102,21 @@ func TestRecords(t *testing.T) {
 	if !me.Held || me.JobsDone != 7 || me.Job != "1-0" || me.Role != RoleRun || !me.Since.Equal(since) || other.Held {
 		t.Fatalf("records: %+v", rs)
 	}
-	// A record left by a process that is gone, or whose pid was reused, is free.
+	// A record left by a process that is gone, or whose pid was reused,
+	// does not count; the lock does: held by us, no record.
 	for _, r := range []Record{{PID: os.Getpid(), Start: st + 1}, {PID: 1 << 30, Start: 1}} {
 		if err := sl.Publish(r); err != nil {
 			t.Fatal(err)
 		}
-		if rs, _ := s.Records(); rs[sl.Index()].Held {
-			t.Fatalf("stale record %+v reads as held", r)
+		if got := mustRecords(t, s)[sl.Index()]; !got.Held || !got.NoRecord || got.PID != os.Getpid() {
+			t.Fatalf("stale record %+v on a held lock reads as %+v, want held by us without a record", r, got)
 		}
 	}
 	_ = sl.Release()
 	if rs, _ := s.Records(); rs[sl.Index()].Held {
 		t.Fatal("released slot reads as held")
 	}
-	if again, _, _ := s.TryAcquire(); again.Inherited() != nil {
+	if again := take(t, s); again.Inherited() != nil {
 		t.Fatal("a cleanly released slot reads as inherited")
 	}
 }
@@ -132,18 +137,123 @@ func TestSymlinkRefused(t *testing.T) {
 	}
 }
 
+// TestLostWhenFileReplaced: a lock file replaced by one that another open
+// file description already holds cannot be restored: Lost closes.
 func TestLostWhenFileReplaced(t *testing.T) {
 	s := newSet(t, t.TempDir(), RoleRun, 1)
-	s.watch = 10 * time.Millisecond
-	sl, _, _ := s.TryAcquire()
-	defer sl.Release()
-	if err := os.Remove(s.Path(0)); err != nil {
+	sl := take(t, s)
+	other := filepath.Join(s.Dir(), "other")
+	f, err := os.Create(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(other, s.Path(0)); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case <-sl.Lost():
-	case <-time.After(5 * time.Second):
-		t.Fatal("Lost not closed after the lock file was unlinked")
+	case <-time.After(restoreFor + 5*time.Second):
+		t.Fatal("Lost not closed after the lock file was replaced by a held one")
+	}
+}
+
+func mustRecords(tb testing.TB, s *FileSet) []Record {
+	tb.Helper()
+	rs, err := s.Records()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return rs
+}
+
+// TestHolderRestoresRemovedLockFile: a lock file unlinked, or the whole lock
+// dir removed, under its holder: the holder notices at once (inotify: the
+// poll is set to an hour here), locks a new file before it lets the old one
+// go, republishes its record, and keeps the slot; nobody else gets it.
+func TestHolderRestoresRemovedLockFile(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		remove func(s *FileSet) error
+	}{
+		{"lock file", func(s *FileSet) error { return os.Remove(s.Path(0)) }},
+		// RemoveAll may fail (directory not empty) when the holder
+		// restores its file while it runs: it removed it all the same.
+		{"lock dir", func(s *FileSet) error { _ = os.RemoveAll(s.Dir()); return nil }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSet(t, filepath.Join(t.TempDir(), "locks"), RoleRun, 1)
+			s.watch = time.Hour
+			sl := take(t, s)
+			st, _ := proc.StartTime(os.Getpid())
+			if err := sl.Publish(Record{PID: os.Getpid(), Start: st, Host: "h"}); err != nil {
+				t.Fatal(err)
+			}
+			old, _ := inode(s.Path(0))
+			if err := tc.remove(s); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				now, err := inode(s.Path(0))
+				r := mustRecords(t, s)[0]
+				if err == nil && now != old && r.Held && !r.NoRecord && r.Host == "h" {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("not restored: inode %d→%d (%v), record %+v", old, now, err, r)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if pid, ok := flockOwner(s.Path(0), mustFlocks(t)); !ok || pid != os.Getpid() {
+				t.Fatalf("new lock file flocked by %d (%v), want us", pid, ok)
+			}
+			if _, ok, _ := s.TryAcquire(); ok {
+				t.Fatal("a newcomer took the restored slot")
+			}
+			select {
+			case <-sl.Lost():
+				t.Fatal("Lost closed although the slot was restored")
+			default:
+			}
+		})
+	}
+}
+
+func mustFlocks(tb testing.TB) []flockEntry {
+	tb.Helper()
+	fl, err := flocks()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return fl
+}
+
+// TestRecordsShowLockWithoutRecord: a held slot whose record cannot be
+// written (a directory where the record goes) reads as held, by its flock
+// owner, record missing; never as free.
+func TestRecordsShowLockWithoutRecord(t *testing.T) {
+	s := newSet(t, t.TempDir(), RoleRun, 2)
+	sl := take(t, s)
+	if err := os.Mkdir(s.recordPath(sl.Index()), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := proc.StartTime(os.Getpid())
+	if err := sl.Publish(Record{PID: os.Getpid(), Start: st}); err == nil {
+		t.Fatal("publish over a directory succeeded")
+	}
+	rs := mustRecords(t, s)
+	if got := rs[sl.Index()]; !got.Held || !got.NoRecord || got.PID != os.Getpid() {
+		t.Fatalf("held slot without a record reads as %+v", got)
+	}
+	if rs[1-sl.Index()].Held {
+		t.Fatalf("free slot reads as held: %+v", rs[1-sl.Index()])
+	}
+	if ents, _ := filepath.Glob(filepath.Join(s.Dir(), ".*.tmp")); len(ents) != 0 {
+		t.Fatalf("a failed publish left %v", ents)
 	}
 }
 
@@ -184,12 +294,13 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// helper takes a slot of the set named by spec ("dir|n"), says "held <i>" and
+// helper takes a slot of the set named by spec ("dir|n", or "dir|n|d" to
+// publish a record with a hard deadline d from now), says "held <i>" and
 // waits to be killed; it says "none" and exits when all slots are held.
 func helper(spec string) int {
-	dir, n, _ := strings.Cut(spec, "|")
-	size, _ := strconv.Atoi(n)
-	s, _ := NewFileSet(dir, "q", RoleRun, size)
+	f := strings.Split(spec, "|")
+	size, _ := strconv.Atoi(f[1])
+	s, _ := NewFileSet(f[0], "q", RoleRun, size)
 	sl, ok, err := s.TryAcquire()
 	switch {
 	case err != nil:
@@ -199,8 +310,117 @@ func helper(spec string) int {
 		fmt.Println("none")
 		return 0
 	}
+	if len(f) > 2 {
+		d, _ := time.ParseDuration(f[2])
+		st, _ := proc.StartTime(os.Getpid())
+		now := time.Now()
+		_ = sl.Publish(Record{PID: os.Getpid(), Start: st, Since: now, Deadline: now.Add(d)})
+	}
 	fmt.Println("held", sl.Index())
 	select {}
+}
+
+// startHelper starts a helper process on spec and waits until it holds a
+// slot; it is killed when the test ends.
+func startHelper(tb testing.TB, spec string) *exec.Cmd {
+	tb.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), helperEnv+"="+spec)
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	if line, _ := bufio.NewReader(out).ReadString('\n'); !strings.HasPrefix(line, "held") {
+		tb.Fatalf("helper said %q", line)
+	}
+	return cmd
+}
+
+// TestNewcomerDefersToHolderOfUnlinkedFile: the lock file is unlinked under
+// a holder that cannot restore it yet (stopped). A newcomer creates a new
+// file and could lock it, but the kernel still holds the old lock for the
+// holder: the newcomer must count the slot as held. Resumed, the holder
+// restores its slot on the new file.
+func TestNewcomerDefersToHolderOfUnlinkedFile(t *testing.T) {
+	dir := t.TempDir()
+	s := newSet(t, dir, RoleRun, 1)
+	h := startHelper(t, dir+"|1")
+	pid := h.Process.Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(s.Path(0)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ { // the first creates the file, the others find it fresh
+		if sl, ok, err := s.TryAcquire(); ok || err != nil {
+			_ = sl.Release()
+			t.Fatalf("newcomer %d took a slot whose holder still holds the unlinked file (err %v)", i, err)
+		}
+	}
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if owner, ok := flockOwner(s.Path(0), mustFlocks(t)); ok && owner == pid {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the resumed holder did not restore its slot on the new file")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, ok, _ := s.TryAcquire(); ok {
+		t.Fatal("a newcomer took the restored slot")
+	}
+}
+
+// TestEvictOnlyProvable: an overdue, stopped holder is killed only with
+// proof: its record in this set and slot, its start time, its lock, the
+// deadline plus margin passed, and the process old enough by the boot clock
+// to be overdue. Then the slot is free.
+func TestEvictOnlyProvable(t *testing.T) {
+	dir := t.TempDir()
+	s := newSet(t, dir, RoleRun, 1)
+	h := startHelper(t, dir+"|1|100ms")
+	pid := h.Process.Pid
+	_ = syscall.Kill(pid, syscall.SIGSTOP)
+	r := mustRecords(t, s)[0]
+	if r.PID != pid || r.Deadline.IsZero() {
+		t.Fatalf("helper record %+v", r)
+	}
+	late := r.Deadline.Add(2 * time.Second)
+	other, _ := NewFileSet(dir, "other", RoleRun, 1) // another queue, same dir
+	forged := r
+	forged.Start++
+	for _, tc := range []struct {
+		name   string
+		set    *FileSet
+		r      Record
+		now    time.Time
+		margin time.Duration
+	}{
+		{"before deadline + margin", s, r, r.Deadline.Add(500 * time.Millisecond), time.Second},
+		{"start time differs", s, forged, late, time.Second},
+		{"another set's slot", other, r, late, time.Second},
+		// The wall clock says overdue, the boot clock says the process
+		// has not lived its tenure plus margin yet: a clock step.
+		{"younger than its tenure", s, r, r.Deadline.Add(2 * time.Hour), time.Hour},
+	} {
+		if n, err := tc.set.Evict(tc.r, tc.now, tc.margin); n != 0 || err != nil || !proc.Alive(pid, r.Start) {
+			t.Fatalf("%s: killed %d (err %v)", tc.name, n, err)
+		}
+	}
+	time.Sleep(time.Until(r.Since.Add(r.Deadline.Sub(r.Since) + 1200*time.Millisecond)))
+	if n, err := s.Evict(r, late, time.Second); n != 1 || err != nil {
+		t.Fatalf("overdue holder: killed %d (err %v)", n, err)
+	}
+	if proc.Alive(pid, r.Start) {
+		t.Fatal("evicted holder still alive")
+	}
+	take(t, s)
 }
 
 // TestAtMostNProcesses starts waves of 60 real processes at once against 4
@@ -317,5 +537,59 @@ func TestWatchIgnoresFailedProbes(t *testing.T) {
 	case <-ch:
 		t.Fatal("a failed probe woke the watchers")
 	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// TestWatchSurvivesDirRemoval: the lock dir removed and recreated (by its
+// holders) under a watcher: the watcher follows the new dir, so a release
+// there still wakes it.
+func TestWatchSurvivesDirRemoval(t *testing.T) {
+	s := newSet(t, filepath.Join(t.TempDir(), "locks"), RoleRun, 1)
+	sl := take(t, s)
+	ch, stop, err := s.Watch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	_ = os.RemoveAll(s.Dir()) // the holder recreates it
+	eventually := func(what string, cond func() bool) {
+		t.Helper()
+		for end := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatal(what)
+			}
+		}
+	}
+	eventually("lock file not restored", func() bool { _, err := os.Stat(s.Path(0)); return err == nil })
+	// Wait until the watcher sees the new dir: a file of the set's name
+	// closed after writing there wakes it.
+	probe := filepath.Join(s.Dir(), "q.run.probe")
+	eventually("the watcher never saw the recreated dir", func() bool {
+		if err := os.WriteFile(probe, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ch:
+			return true
+		case <-time.After(20 * time.Millisecond):
+			return false
+		}
+	})
+	if err := os.Remove(probe); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	for drained := false; !drained; {
+		select {
+		case <-ch:
+		default:
+			drained = true
+		}
+	}
+	_ = sl.Release()
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event for a release in the recreated dir")
 	}
 }

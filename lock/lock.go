@@ -7,9 +7,12 @@
 //	slot, ok, err := run.TryAcquire()
 //
 // Guarantees: at most N processes hold slots of one set at any instant, under
-// any interleaving and kill -9 (the kernel drops a dead process's flock). A
-// holder publishes a Record that others read without touching the lock; a
-// record whose process is gone, or whose pid was reused, reads as free.
+// any interleaving and kill -9 (the kernel drops a dead process's flock),
+// and when lock files or the lock dir are deleted under their holders (a
+// holder restores its file; a newcomer defers to a holder of the unlinked
+// one). A holder publishes a Record that others read without touching the
+// lock; a record whose process is gone, or whose pid was reused, reads as
+// free unless the kernel lists the slot's lock file as flocked.
 //
 // The flock backend is for one machine and a local disk: flock over NFS or
 // CIFS is emulated and unsafe.
@@ -50,13 +53,37 @@ type Slot interface {
 	Name() string
 	// Publish replaces the holder record that Records shows.
 	Publish(Record) error
-	// Lost is closed if the slot is lost while held (lock file replaced).
+	// Lost is closed if the slot is lost while held: its lock file was
+	// unlinked or replaced and could not be restored.
 	Lost() <-chan struct{}
 	// Inherited is the record of a previous holder that died holding the
 	// slot (a clean release removes it), or nil.
 	Inherited() *Record
 	// Release clears the record and frees the slot. Safe to call twice.
 	Release() error
+}
+
+// Evicter is a Set that can remove a holder proven overdue: frozen
+// (SIGSTOP, a paused VM), stuck in the kernel (D state), or otherwise past
+// the hard deadline it published.
+type Evicter interface {
+	// Overdue returns the records of holders past their Deadline + margin
+	// at now: candidates for Evict. It reads the records only (no /proc,
+	// no lock), so a candidate that lost every slot can afford it.
+	Overdue(now time.Time, margin time.Duration) []Record
+	// Evict kills r's process and its descendants when it can prove them
+	// to be slot r.Slot's overdue holder: r is still that slot's record in
+	// this set, the pid still has r's start time and holds the slot's lock
+	// file, and now is past r.Deadline + margin. It returns how many
+	// processes it killed (0: nothing proven, nothing done), once r's
+	// process has dropped its locks or after a second.
+	Evict(r Record, now time.Time, margin time.Duration) (int, error)
+}
+
+// Overdue reports whether r is a holder past its published hard deadline
+// plus margin. A record without a deadline is never overdue.
+func (r Record) Overdue(now time.Time, margin time.Duration) bool {
+	return r.Held && !r.NoRecord && !r.Deadline.IsZero() && now.After(r.Deadline.Add(margin))
 }
 
 // Record describes a slot's holder. The zero value (Held false) is a free slot.
@@ -80,6 +107,11 @@ type Record struct {
 	// what a dead holder left running can be told apart from the jobs of
 	// another deployment that uses the same queue name.
 	Token string `json:"token,omitempty"`
+	// NoRecord is set by Records, never published: the slot's lock file is
+	// flocked (by PID, per /proc/locks) but its record is missing, stale or
+	// unreadable: a holder that has not published yet, or cannot (a full
+	// disk, a record removed under it).
+	NoRecord bool `json:"no_record,omitempty"`
 	// JobsDone counts jobs finished by this holder.
 	JobsDone int64 `json:"jobs_done"`
 	// Job is the id of a job in progress, JobSince when it started.

@@ -1,8 +1,10 @@
 package lock
 
 import (
+	"errors"
 	"os"
 	"strings"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -24,38 +26,87 @@ var _ Watcher = (*FileSet)(nil)
 // dies (kill -9 included), and its record is removed on release. Candidates
 // probe read-only, so a failed probe raises nothing.
 func (s *FileSet) Watch() (<-chan struct{}, func(), error) {
-	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	const mask = unix.IN_CLOSE_WRITE | unix.IN_DELETE | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF
+	prefix := s.queue + "." + s.role + "."
+	n, err := newNotifier(func(name string) bool { return name == "" || strings.HasPrefix(name, prefix) },
+		// The dir itself was removed or moved: its holders recreate it.
+		func(n *notifier) { go n.rewatch(s.dir, mask) })
 	if err != nil {
 		return nil, nil, err
 	}
-	if _, err := unix.InotifyAddWatch(fd, s.dir, unix.IN_CLOSE_WRITE|unix.IN_DELETE); err != nil {
-		_ = unix.Close(fd)
+	if err := n.add(s.dir, mask); err != nil {
+		n.close()
 		return nil, nil, err
 	}
-	f := os.NewFile(uintptr(fd), "inotify") // non-blocking: reads park in Go's poller
-	ch := make(chan struct{}, 1)
-	prefix := s.queue + "." + s.role + "."
-	go func() { // owned by the returned stop func, which closes f
+	// Closing an inotify fd can take milliseconds: not on the caller's path.
+	stop := func() { go n.close() }
+	return n.c, stop, nil
+}
+
+// notifier is one inotify instance. Its goroutine, stopped by close, sends a
+// value on c (coalesced) for each event whose name match accepts (events on a
+// watched file itself have the name ""), and calls onSelf (when not nil) for
+// each event on a watched path itself.
+type notifier struct {
+	f *os.File
+	c chan struct{}
+}
+
+func newNotifier(match func(name string) bool, onSelf func(*notifier)) (*notifier, error) {
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	n := &notifier{f: os.NewFile(uintptr(fd), "inotify"), c: make(chan struct{}, 1)} // non-blocking: reads park in Go's poller
+	go func() {
 		buf := make([]byte, 4096)
 		for {
-			n, err := f.Read(buf)
+			k, err := n.f.Read(buf)
 			if err != nil {
 				return
 			}
-			for off := 0; off+unix.SizeofInotifyEvent <= n; {
+			for off := 0; off+unix.SizeofInotifyEvent <= k; {
 				ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
 				name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+int(ev.Len)]), "\x00")
 				off += unix.SizeofInotifyEvent + int(ev.Len)
-				if strings.HasPrefix(name, prefix) {
+				if name == "" && onSelf != nil {
+					onSelf(n)
+				}
+				if match(name) {
 					select {
-					case ch <- struct{}{}:
+					case n.c <- struct{}{}:
 					default:
 					}
 				}
 			}
 		}
 	}()
-	// Closing an inotify fd can take milliseconds: not on the caller's path.
-	stop := func() { go f.Close() }
-	return ch, stop, nil
+	return n, nil
 }
+
+// add watches path for the events in mask.
+func (n *notifier) add(path string, mask uint32) error {
+	rc, err := n.f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var werr error
+	if err := rc.Control(func(fd uintptr) { _, werr = unix.InotifyAddWatch(int(fd), path, mask) }); err != nil {
+		return err
+	}
+	return werr
+}
+
+// rewatch waits (up to a minute) for dir to exist again and watches it.
+// It stops when n is closed.
+func (n *notifier) rewatch(dir string, mask uint32) {
+	for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		err := n.add(dir, mask)
+		if err == nil || errors.Is(err, os.ErrClosed) {
+			return
+		}
+	}
+}
+
+// close stops the goroutine and closes the instance.
+func (n *notifier) close() { _ = n.f.Close() }

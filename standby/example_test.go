@@ -26,6 +26,7 @@ func ExampleProtocol() {
 	go func() { time.Sleep(50 * time.Millisecond); _ = holder.Release() }() // the holder retires
 	slot, ok, _ := p.Promote(context.Background(), waiting)
 	fmt.Println("promoted to", slot.Name(), ok)
+	_ = slot.Release() // a holder restores its lock file if the dir is removed
 	// Output:
 	// second candidate: standby
 	// third candidate: none

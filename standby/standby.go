@@ -14,7 +14,17 @@
 //
 // Guarantees: promotion takes the run slot before it lets go of the standby
 // slot, so the pair of sets never shows a gap; a candidate that wins nothing
-// has done nothing but a few non-blocking flock calls.
+// has done nothing but a few non-blocking flock calls and read the N run
+// slot records.
+//
+// Healing: a run-slot holder past the hard deadline in its record plus
+// HealMargin (frozen by SIGSTOP or a paused VM, stuck in D state: its own
+// deadline timer cannot fire) is killed, with its descendants, by the next
+// candidate that finds every run slot taken, or by a standby at its next
+// poll, when the run set is a lock.Evicter and can prove the kill. The slot
+// is back in service within Deadline + HealMargin + one poll (or the next
+// cron start without standbys), and its next holder replays its pending
+// entries.
 package standby
 
 import (
@@ -45,18 +55,32 @@ func (r Role) String() string {
 	return "none"
 }
 
+// HealMargin is how far past the Deadline in its record a run-slot holder
+// must be before it is killed: slack for a holder that is leaving at its own
+// deadline, and for clocks read by two processes.
+const HealMargin = time.Second
+
 // Protocol couples a run set and a standby set.
 type Protocol struct {
 	Run     lock.Set
 	Standby lock.Set      // nil when there are no standby slots
 	Poll    time.Duration // time between tries of the run set, jittered ±10%
 	Wait    time.Duration // S: how long a standby waits before giving up
+	// Healed, when set, is called after an overdue run-slot holder was
+	// killed, with its record and how many processes died.
+	Healed func(r lock.Record, killed int)
 }
 
-// Enter tries a run slot, then a standby slot.
+// Enter tries a run slot, then a standby slot. When every run slot is taken
+// and one's holder is overdue, it kills that holder and tries again.
 func (p *Protocol) Enter() (Role, lock.Slot, error) {
 	if s, ok, err := p.Run.TryAcquire(); err != nil || ok {
 		return Run, s, err
+	}
+	if ev, ok := p.Run.(lock.Evicter); ok && p.heal(ev.Overdue(time.Now(), HealMargin)) {
+		if s, ok, err := p.Run.TryAcquire(); err != nil || ok {
+			return Run, s, err
+		}
 	}
 	if p.Standby == nil {
 		return None, nil, nil
@@ -157,6 +181,11 @@ func (w *waiter) turn(polled bool) (try, free bool) {
 	if len(w.freeSince) != len(rs) {
 		w.freeSince = make([]time.Time, len(rs))
 	}
+	if polled && w.p.heal(rs) {
+		if rs, err = w.p.Run.Records(); err != nil {
+			return true, false
+		}
+	}
 	now := time.Now()
 	stuck := false // a slot looked free at every look for two polls
 	for i, r := range rs {
@@ -174,6 +203,28 @@ func (w *waiter) turn(polled bool) (try, free bool) {
 		return polled, false // a poll still tries: records are a hint
 	}
 	return stuck || !w.olderStandby(), true
+}
+
+// heal kills every overdue holder among rs that the run set can prove
+// overdue, and reports whether it killed any.
+func (p *Protocol) heal(rs []lock.Record) bool {
+	ev, ok := p.Run.(lock.Evicter)
+	if !ok {
+		return false
+	}
+	now, healed := time.Now(), false
+	for _, r := range rs {
+		if !r.Overdue(now, HealMargin) {
+			continue
+		}
+		if n, err := ev.Evict(r, now, HealMargin); err == nil && n > 0 {
+			healed = true
+			if p.Healed != nil {
+				p.Healed(r, n)
+			}
+		}
+	}
+	return healed
 }
 
 // pause is the next wait for another look, doubling from 0.5ms up to Poll.

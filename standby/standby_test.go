@@ -14,7 +14,7 @@ import (
 	"github.com/baton-run/baton/lock"
 )
 
-func sets(tb testing.TB, n, ns int) (*lock.FileSet, *lock.FileSet) {
+func sets(tb testing.TB, n, ns int) (trackedSet, trackedSet) {
 	tb.Helper()
 	dir := tb.TempDir()
 	run, err := lock.NewFileSet(dir, "q", lock.RoleRun, n)
@@ -25,7 +25,22 @@ func sets(tb testing.TB, n, ns int) (*lock.FileSet, *lock.FileSet) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return run, sb
+	return trackedSet{run, tb}, trackedSet{sb, tb}
+}
+
+// trackedSet is a real FileSet whose slots are released when the test ends,
+// before its TempDir is removed: a holder restores a removed lock file.
+type trackedSet struct {
+	*lock.FileSet
+	tb testing.TB
+}
+
+func (s trackedSet) TryAcquire() (lock.Slot, bool, error) {
+	sl, ok, err := s.FileSet.TryAcquire()
+	if ok {
+		s.tb.Cleanup(func() { _ = sl.Release() })
+	}
+	return sl, ok, err
 }
 
 func TestEnterRoles(t *testing.T) {
@@ -182,13 +197,13 @@ func TestPromotePastStuckStandby(t *testing.T) {
 
 // countingSet is a real FileSet that counts TryAcquire calls.
 type countingSet struct {
-	*lock.FileSet
+	trackedSet
 	tries *atomic.Int64
 }
 
 func (c countingSet) TryAcquire() (lock.Slot, bool, error) {
 	c.tries.Add(1)
-	return c.FileSet.TryAcquire()
+	return c.trackedSet.TryAcquire()
 }
 
 // TestPromoteDoesNotSpin: a failed try closes lock files, and closing a lock

@@ -156,6 +156,7 @@ func (r *rig) baton(args ...string) (string, string, int) {
 type slotJSON struct {
 	Slot     int    `json:"slot"`
 	Held     bool   `json:"held"`
+	NoRecord bool   `json:"no_record"`
 	PID      int    `json:"pid"`
 	JobsDone int64  `json:"jobs_done"`
 	Job      string `json:"job"`

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/baton-run/baton/standby"
+)
+
+// TestFrozenHolderIsHealed: a holder SIGSTOPped mid-job keeps its flock and
+// cannot fire its own hard deadline. Past the deadline in its record plus
+// standby.HealMargin, a standby (at its next poll) or the next candidate
+// (which finds every run slot taken) kills it and its job, takes the slot,
+// and replays the job, which completes. Nothing is killed before the
+// deadline plus margin.
+func TestFrozenHolderIsHealed(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		standby bool // a standby waits; else a candidate comes after the deadline
+	}{
+		{"by a standby", true},
+		{"by the next candidate", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			events := filepath.Join(r.dir, "events")
+			job := r.script("job.sh", `cat >/dev/null
+echo "start $BATON_JOB_ID $BATON_ATTEMPT $BATON_SLOT $$" >> `+events+`
+if [ "$BATON_ATTEMPT" = 1 ]; then sleep 60; fi
+echo "end $BATON_JOB_ID" >> `+events+"\n")
+			out, _, _ := r.baton("enqueue", "x")
+			id := strings.TrimSpace(out)
+			frozen := r.start("run", "--lifetime", "2s", "--jitter", "0s", "--shutdown-grace", "1s", "--poll-interval", "100ms", "--", job)
+			first := waitLine(t, events, 0, 10*time.Second)
+			if first[1] != id || first[2] != "1" {
+				t.Fatalf("first start %v, want job %s attempt 1", first, id)
+			}
+			childPID, _ := strconv.Atoi(first[4])
+			if err := frozen.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			rec := r.records("default")[0]
+			if rec.PID != frozen.cmd.Process.Pid || rec.Deadline.IsZero() {
+				t.Fatalf("holder record %+v: want pid %d with a deadline", rec, frozen.cmd.Process.Pid)
+			}
+			overdue := rec.Deadline.Add(standby.HealMargin)
+			t.Logf("holder pid %d stopped; deadline %v from now", rec.PID, time.Until(rec.Deadline).Round(time.Millisecond))
+			args := []string{"run", "--lifetime", "1m", "--poll-interval", "100ms", "--", job}
+			var healer *process
+			if tc.standby {
+				healer = r.start(args...)
+				eventually(t, 10*time.Second, "standby up", func() bool { return held(r.status().Standby) == 1 })
+			} else {
+				time.Sleep(time.Until(overdue) + 100*time.Millisecond)
+				healer = r.start(args...)
+			}
+			again := waitLine(t, events, 1, time.Until(overdue)+10*time.Second)
+			replayed := time.Now()
+			frozen.wait(t, 5*time.Second)
+			t.Logf("job replayed %v after deadline + margin; holder killed %v after it",
+				replayed.Sub(overdue).Round(time.Millisecond), frozen.end.Sub(overdue).Round(time.Millisecond))
+			// The bound: back in service within deadline + margin + one
+			// poll (100ms here); generous for a loaded machine.
+			if late := replayed.Sub(overdue); tc.standby && late > 3*time.Second {
+				t.Fatalf("job replayed %v after deadline + margin; the standby polls every 100ms", late)
+			}
+			if frozen.end.Before(overdue) {
+				t.Fatalf("holder killed %v before its deadline + margin", overdue.Sub(frozen.end))
+			}
+			if ws, ok := frozen.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
+				t.Fatalf("frozen holder ended with %v, want SIGKILL", frozen.cmd.ProcessState)
+			}
+			if again[1] != id || again[2] != "2" || !strings.HasSuffix(again[3], "/run-0") {
+				t.Fatalf("second start %v, want job %s attempt 2 in run-0", again, id)
+			}
+			eventually(t, 5*time.Second, "the frozen holder's job is gone", func() bool {
+				return syscall.Kill(childPID, 0) != nil
+			})
+			eventually(t, 10*time.Second, "job acked", func() bool {
+				s := r.status()
+				return s.Jobs.Done == 1 && s.Jobs.Pending == 0
+			})
+			if !strings.Contains(healer.log(), "killed an overdue holder") {
+				t.Fatalf("the healer did not log the kill:\n%s", healer.log())
+			}
+			_ = healer.cmd.Process.Signal(syscall.SIGTERM)
+			healer.wait(t, 10*time.Second)
+		})
+	}
+}
+
+// waitLine waits for line i (from 0) of the file at path and returns its
+// fields.
+func waitLine(t *testing.T, path string, i int, within time.Duration) []string {
+	t.Helper()
+	var f []string
+	eventually(t, within, "line "+strconv.Itoa(i+1)+" of "+filepath.Base(path), func() bool {
+		lines := readLines(t, path)
+		if len(lines) <= i {
+			return false
+		}
+		f = strings.Fields(lines[i])
+		return true
+	})
+	return f
+}

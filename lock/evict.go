@@ -1,0 +1,85 @@
+package lock
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/baton-run/baton/internal/proc"
+)
+
+var _ Evicter = (*FileSet)(nil)
+
+// Overdue implements Evicter.
+func (s *FileSet) Overdue(now time.Time, margin time.Duration) []Record {
+	var out []Record
+	for i := 0; i < s.n; i++ {
+		if r, ok := s.parseRecord(i); ok && r.Overdue(now, margin) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Evict implements Evicter. Only provable kills: the record is read again
+// from this set's dir, and the pid must match its start time and hold a
+// flock on the slot's lock file (or on an unlinked file of that path) per
+// /proc/locks. Nothing is read from /proc unless r is overdue.
+func (s *FileSet) Evict(r Record, now time.Time, margin time.Duration) (int, error) {
+	if r.Slot < 0 || r.Slot >= s.n || !r.Overdue(now, margin) {
+		return 0, nil
+	}
+	cur, ok := s.readRecord(r.Slot)
+	if !ok || cur.PID != r.PID || cur.Start != r.Start || !cur.Deadline.Equal(r.Deadline) ||
+		!oldEnough(r, margin) || !holdsSlot(r.PID, s.Path(r.Slot)) {
+		return 0, nil
+	}
+	n := proc.KillTree(r.PID, r.Start)
+	// Its lock goes when its last thread has closed the descriptor table,
+	// which can be after its main thread shows as a zombie.
+	for end := time.Now().Add(time.Second); locksHeldBy(r.PID) && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
+	}
+	return n, nil
+}
+
+// locksHeldBy reports whether /proc/locks lists a flock of pid.
+func locksHeldBy(pid int) bool {
+	fl, err := flocks()
+	if err != nil {
+		return false
+	}
+	for _, e := range fl {
+		if e.pid == pid {
+			return true
+		}
+	}
+	return false
+}
+
+// oldEnough guards against a wall clock stepped forward, which would make a
+// live holder look overdue: the process must have lived, by the boot clock,
+// at least its tenure (Since to Deadline) plus margin. A genuinely overdue
+// holder always has (it started before Since); a holder that started less
+// than that ago cannot be overdue whatever the wall clock says.
+func oldEnough(r Record, margin time.Duration) bool {
+	if r.Since.IsZero() {
+		return true
+	}
+	b, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		return true // no boot clock to check against: the wall clock alone
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return true
+	}
+	up, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return true
+	}
+	// Start is in clock ticks since boot: USER_HZ, 100 on every Linux ABI.
+	age := time.Duration((up - float64(r.Start)/100) * float64(time.Second))
+	return age >= r.Deadline.Sub(r.Since)+margin
+}
