@@ -152,7 +152,7 @@ func (h *holder) serve(ctx context.Context, p *standby.Protocol, role standby.Ro
 		}
 	}
 	defer slot.Release()
-	return h.hold(ctx, slot)
+	return h.hold(ctx, slot, p.Heal)
 }
 
 // standBy connects and checks everything first, so a promotion starts work at
@@ -199,7 +199,7 @@ func (h *holder) connect(ctx context.Context) error {
 }
 
 // hold works the queue on slot until the lifetime ends.
-func (h *holder) hold(ctx context.Context, slot lock.Slot) error {
+func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) error {
 	cfg := h.cfg
 	h.log = h.log.With().Str("slot", slot.Name()).Str("role", lock.RoleRun).Logger()
 	_ = proc.SetName("baton:run:" + strconv.Itoa(slot.Index()))
@@ -255,7 +255,7 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot) error {
 	rec := h.record(lock.RoleRun, since, until)
 	rec.Token = token
 	rec.Deadline = deadline
-	stopPublish := publish(slot, rec, st, h.log)
+	stopPublish := publish(slot, rec, st, heal, h.log)
 	h.log.Info().Time("until", until).Msg("holding run slot")
 	err := work.Run(ctx, work.Config{
 		Client: h.rdb, Queue: cfg.Queue, Consumer: consumer, Handler: handler,
@@ -313,7 +313,7 @@ func (h *holder) killOrphans() {
 // goroutine that the returned func stops (and waits for). A record that
 // cannot be written (a full disk) is retried every tick; the failure is
 // logged once, and the recovery.
-func publish(slot lock.Slot, rec lock.Record, st *work.Stats, log zerolog.Logger) (stop func()) {
+func publish(slot lock.Slot, rec lock.Record, st *work.Stats, heal func() bool, log zerolog.Logger) (stop func()) {
 	failing := false
 	put := func(r lock.Record) {
 		err := slot.Publish(r)
@@ -331,11 +331,14 @@ func publish(slot lock.Slot, rec lock.Record, st *work.Stats, log zerolog.Logger
 		defer close(done)
 		t := time.NewTicker(500 * time.Millisecond)
 		defer t.Stop()
-		for {
+		for tick := 0; ; tick++ {
 			select {
 			case <-quit:
 				return
 			case <-t.C:
+			}
+			if tick%2 == 1 {
+				heal() // a frozen sibling: once a second
 			}
 			next := rec
 			next.JobsDone = st.Done.Load()

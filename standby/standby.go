@@ -207,6 +207,16 @@ func (w *waiter) turn(polled bool) (try, free bool) {
 
 // heal kills every overdue holder among rs that the run set can prove
 // overdue, and reports whether it killed any.
+// Heal kills the run-slot holders that are overdue (past their Deadline +
+// HealMargin, provably theirs: see lock.Evicter) and reports whether it
+// killed any. Losing candidates and standbys call it as they look; a running
+// holder calls it now and then, so a frozen sibling is healed even when no
+// candidate finds every slot taken. Reading the records takes no lock.
+func (p *Protocol) Heal() bool {
+	ev, ok := p.Run.(lock.Evicter)
+	return ok && p.heal(ev.Overdue(time.Now(), HealMargin))
+}
+
 func (p *Protocol) heal(rs []lock.Record) bool {
 	ev, ok := p.Run.(lock.Evicter)
 	if !ok {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-run/baton/lock"
 	"github.com/baton-run/baton/standby"
 )
 
@@ -107,4 +108,56 @@ func waitLine(t *testing.T, path string, i int, within time.Duration) []string {
 		return true
 	})
 	return f
+}
+
+// TestFrozenHolderHealedBySibling: with a run slot free and no candidate
+// finding every slot taken, a running holder heals its frozen sibling within
+// deadline + margin + its one-second look; the slot's next holder replays
+// the frozen holder's job.
+func TestFrozenHolderHealedBySibling(t *testing.T) {
+	r := newRig(t)
+	events := filepath.Join(r.dir, "events")
+	job := r.script("job.sh", `cat >/dev/null
+echo "start $BATON_JOB_ID $BATON_ATTEMPT $BATON_SLOT $$" >> `+events+`
+if [ "$BATON_ATTEMPT" = 1 ]; then sleep 60; fi
+echo "end $BATON_JOB_ID" >> `+events+"\n")
+	out, _, _ := r.baton("enqueue", "x")
+	id := strings.TrimSpace(out)
+	slots := []string{"--slots", "2", "--standby-slots", "0"}
+	frozen := r.start(append(append([]string{"run"}, slots...), "--lifetime", "2s", "--jitter", "0s", "--shutdown-grace", "1s", "--", job)...)
+	first := waitLine(t, events, 0, 10*time.Second)
+	if err := frozen.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	set, _ := lock.NewFileSet(r.locks, "default", lock.RoleRun, 2)
+	recs, _ := set.Records()
+	var rec lock.Record
+	for _, x := range recs {
+		if x.PID == frozen.cmd.Process.Pid {
+			rec = x
+		}
+	}
+	if rec.Deadline.IsZero() {
+		t.Fatalf("no record with a deadline for the frozen holder: %+v", recs)
+	}
+	overdue := rec.Deadline.Add(standby.HealMargin)
+	sibling := r.start(append(append([]string{"run"}, slots...), "--lifetime", "1m", "--", job)...)
+	frozen.wait(t, time.Until(overdue)+10*time.Second)
+	late := frozen.end.Sub(overdue)
+	t.Logf("frozen holder killed %v after deadline + margin, by its sibling", late.Round(time.Millisecond))
+	if late < 0 || late > 3*time.Second {
+		t.Fatalf("killed %v after deadline + margin, want within about one second", late)
+	}
+	if !strings.Contains(sibling.log(), "killed an overdue holder") {
+		t.Fatalf("the sibling did not log the kill:\n%s", sibling.log())
+	}
+	// The next holder of the frozen slot replays its job.
+	next := r.start(append(append([]string{"run"}, slots...), "--lifetime", "1m", "--", job)...)
+	defer func() { _ = next.cmd.Process.Signal(syscall.SIGTERM); _ = sibling.cmd.Process.Signal(syscall.SIGTERM) }()
+	eventually(t, 20*time.Second, "the frozen holder's job replayed and done", func() bool {
+		return r.status().Jobs.Done == 1
+	})
+	if again := waitLine(t, events, 1, time.Second); again[1] != id || again[2] != "2" || again[3] != first[3] {
+		t.Fatalf("replayed as %v, want job %s attempt 2 on %s", again, id, first[3])
+	}
 }

@@ -1,7 +1,9 @@
 // Package chaos runs baton under fire: a cron stand-in starting real baton
-// processes every second, a chaos monkey that kill -9s and SIGTERMs holders
-// and standbys, a Redis restart, failing, hanging and poison jobs. It checks
-// that no job is lost and that only poison jobs are dead-lettered.
+// processes every second, a chaos monkey that kill -9s, SIGTERMs and freezes
+// (SIGSTOP) holders and standbys, a Redis restart, failing, hanging and
+// poison jobs. It checks that no job is lost, that only poison jobs are
+// dead-lettered, that every frozen holder is healed (killed by a candidate
+// or standby once past its hard deadline), and that no process is left.
 //
 // A short run is part of `go test ./...`; `make chaos` runs the full one
 // (20,000 jobs, 10 runs in a row).
@@ -26,6 +28,7 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/cli"
+	"github.com/baton-run/baton/internal/proc"
 	"github.com/baton-run/baton/internal/redistest"
 	"github.com/baton-run/baton/lock"
 	"github.com/baton-run/baton/work"
@@ -36,8 +39,12 @@ var (
 	jobsFlag   = flag.Int("chaos.jobs", 1000, "jobs per run")
 	runsFlag   = flag.Int("chaos.runs", 1, "runs in a row")
 	spawnFlag  = flag.Int("chaos.spawn", 1, "candidates per cron firing")
-	monkeyFlag = flag.Bool("chaos.monkey", true, "kill -9 and SIGTERM holders and standbys")
+	monkeyFlag = flag.Bool("chaos.monkey", true, "kill -9, SIGTERM and SIGSTOP holders and standbys")
 )
+
+// runMark is in the environment of every process a run starts: what still
+// carries it after the run has escaped.
+const runMark = "BATON_CHAOS_RUN"
 
 const (
 	asBaton = "BATON_CHAOS_AS_BATON"
@@ -180,8 +187,9 @@ func chaosRun(t *testing.T, jobs int) {
 		t.Fatal(err)
 	}
 
+	mark := runMark + "=" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	f := &fleet{t: t, log: logf,
-		env: append(os.Environ(), asBaton+"=1", "BATON_REDIS_URL="+srv.URL()),
+		env: append(os.Environ(), asBaton+"=1", "BATON_REDIS_URL="+srv.URL(), mark),
 		args: []string{"run", "--queue", queue, "--lock-dir", locks, "--slots", strconv.Itoa(slots), "--spawn", strconv.Itoa(*spawnFlag),
 			"--lifetime", "2s", "--jitter", "2s", "--standby-wait", "20s", "--poll-interval", "100ms",
 			"--concurrency", "2", "--shutdown-grace", "1s", "--max-attempts", "5",
@@ -195,9 +203,10 @@ func chaosRun(t *testing.T, jobs int) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var kills, terms atomic.Int64
+	fr := &freezer{stopped: map[int]frozen{}}
 	var below, none time.Duration // time with fewer than k holders, and with none
 	seen := map[int]bool{}        // pids that held a run or standby slot
-	wg.Add(3)
+	wg.Add(4)
 	go func() { // cron: one candidate a second
 		defer wg.Done()
 		tick := time.NewTicker(time.Second)
@@ -222,28 +231,47 @@ func chaosRun(t *testing.T, jobs int) {
 			case <-tick.C:
 			}
 			roll := rand.Float64()
-			if roll >= 0.16 || !*monkeyFlag {
+			if roll >= 0.20 || !*monkeyFlag {
 				continue
 			}
-			var pids []int
+			var held []lock.Record
 			for _, s := range []*lock.FileSet{runSet, sbSet} {
 				recs, _ := s.Records()
 				for _, r := range recs {
 					if r.Held {
-						pids = append(pids, r.PID)
+						held = append(held, r)
 					}
 				}
 			}
-			if len(pids) == 0 {
+			if len(held) == 0 {
 				continue
 			}
-			pid := pids[rand.IntN(len(pids))]
-			if roll < 0.10 {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
+			r := held[rand.IntN(len(held))]
+			if fr.isFrozen(r.PID) {
+				continue // baton must heal it, not the monkey
+			}
+			switch {
+			case roll < 0.10:
+				_ = syscall.Kill(r.PID, syscall.SIGKILL)
 				kills.Add(1)
-			} else {
-				_ = syscall.Kill(pid, syscall.SIGTERM)
+			case roll < 0.16:
+				_ = syscall.Kill(r.PID, syscall.SIGTERM)
 				terms.Add(1)
+			case r.Role == lock.RoleRun:
+				fr.freeze(r)
+			}
+		}
+	}()
+	go func() { // the healing watch: when does each frozen holder die?
+		defer wg.Done()
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				fr.watch()
 			}
 		}
 	}()
@@ -291,6 +319,15 @@ func chaosRun(t *testing.T, jobs int) {
 		if !restarted && rdb.HLen(ctx, runsKey).Val() > int64(jobs)*2/5 {
 			srv.Restart() // SIGKILL and start again on the same AOF
 			restarted = true
+			if *monkeyFlag && fr.count() == 0 { // every run freezes a holder at least once
+				recs, _ := runSet.Records()
+				for _, r := range recs {
+					if r.Held && r.Role == lock.RoleRun {
+						fr.freeze(r)
+						break
+					}
+				}
+			}
 			t.Logf("restarted redis-server at %v", time.Since(start).Round(time.Millisecond))
 		}
 		done = rdb.HLen(ctx, runsKey).Val()
@@ -308,8 +345,22 @@ func chaosRun(t *testing.T, jobs int) {
 		}
 	}
 	elapsed := time.Since(start)
+	// Every frozen holder must be healed (past its hard deadline, a margin
+	// and a poll, by a candidate or a standby): cron keeps firing meanwhile.
+	for end := time.Now().Add(20 * time.Second); fr.frozenNow() > 0 && time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		fr.watch()
+	}
 	close(stop)
 	wg.Wait()
+	healed, slowest := fr.healedCount()
+	if n := fr.frozenNow(); n > 0 {
+		t.Errorf("%d frozen holders never healed", n)
+	}
+	f.killAll(runSet, sbSet)
+	escaped := leftOver(mark)
+	if len(escaped) > 0 {
+		t.Errorf("%d processes left running after the run: %v", len(escaped), escaped)
+	}
 
 	// Every id completed or dead-lettered: none lost.
 	runs := rdb.HGetAll(ctx, runsKey).Val()
@@ -348,8 +399,91 @@ func chaosRun(t *testing.T, jobs int) {
 		t.Errorf("%d entries left pending", p.Count)
 	}
 	t.Logf("%d jobs + %d poison in %v: 0 lost=%v, %d duplicates (at-least-once), %d dead letters; "+
-		"%d holders and standbys: %d kill -9, %d SIGTERM, %d hard-deadline exits, redis restarted once; below %d holders %v (%.1f%%), no holder %v (%.1f%%)",
+		"%d holders and standbys: %d kill -9, %d SIGTERM, %d frozen (SIGSTOP) and %d healed (slowest %v after its hard deadline), "+
+		"%d hard-deadline exits, redis restarted once; below %d holders %v (%.1f%%), no holder %v (%.1f%%); %d processes escaped",
 		jobs, len(poison), elapsed.Round(time.Millisecond), lost == 0, duplicates, len(deadMsgs),
-		len(seen), kills.Load(), terms.Load(), f.exits1.Load(), slots, below.Round(time.Millisecond), 100*below.Seconds()/elapsed.Seconds(),
-		none.Round(time.Millisecond), 100*none.Seconds()/elapsed.Seconds())
+		len(seen), kills.Load(), terms.Load(), fr.count(), healed, slowest.Round(time.Millisecond), f.exits1.Load(),
+		slots, below.Round(time.Millisecond), 100*below.Seconds()/elapsed.Seconds(),
+		none.Round(time.Millisecond), 100*none.Seconds()/elapsed.Seconds(), len(escaped))
+}
+
+// freezer is the monkey's SIGSTOPs and what became of them; the monkey and
+// the healing watch share it under mu.
+type freezer struct {
+	mu      sync.Mutex
+	stopped map[int]frozen // by pid: frozen and not yet seen dead
+	healed  int
+	slowest time.Duration // the longest a healed holder outlived its hard deadline
+	total   int
+}
+
+type frozen struct {
+	start    uint64    // the process's start time: its identity
+	deadline time.Time // its published hard deadline
+}
+
+// freeze stops a run-slot holder; baton must notice and kill it.
+func (fr *freezer) freeze(r lock.Record) {
+	if r.Deadline.IsZero() || syscall.Kill(r.PID, syscall.SIGSTOP) != nil {
+		return
+	}
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	if _, ok := fr.stopped[r.PID]; !ok {
+		fr.stopped[r.PID] = frozen{start: r.Start, deadline: r.Deadline}
+		fr.total++
+	}
+}
+
+// watch counts the frozen holders that are gone: healed.
+func (fr *freezer) watch() {
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	for pid, f := range fr.stopped {
+		if !proc.Alive(pid, f.start) {
+			delete(fr.stopped, pid)
+			fr.healed++
+			fr.slowest = max(fr.slowest, time.Since(f.deadline))
+		}
+	}
+}
+
+func (fr *freezer) isFrozen(pid int) bool {
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	_, ok := fr.stopped[pid]
+	return ok
+}
+
+func (fr *freezer) frozenNow() int { fr.mu.Lock(); defer fr.mu.Unlock(); return len(fr.stopped) }
+func (fr *freezer) count() int     { fr.mu.Lock(); defer fr.mu.Unlock(); return fr.total }
+func (fr *freezer) healedCount() (int, time.Duration) {
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	return fr.healed, fr.slowest
+}
+
+// leftOver lists the live processes whose environment holds mark, after a
+// moment for the last ones to die.
+func leftOver(mark string) []int {
+	var pids []int
+	for try := 0; try < 20; try++ {
+		pids = pids[:0]
+		all, _ := proc.All()
+		for _, p := range all {
+			if p.PID != os.Getpid() && envHas(p.PID, mark) {
+				pids = append(pids, p.PID)
+			}
+		}
+		if len(pids) == 0 {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return pids
+}
+
+func envHas(pid int, kv string) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	return err == nil && proc.EnvHas(b, []byte(kv))
 }
