@@ -29,10 +29,7 @@ func TestFrozenHolderIsHealed(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t)
 			events := filepath.Join(r.dir, "events")
-			job := r.script("job.sh", `cat >/dev/null
-echo "start $BATON_JOB_ID $BATON_ATTEMPT $BATON_SLOT $$" >> `+events+`
-if [ "$BATON_ATTEMPT" = 1 ]; then sleep 60; fi
-echo "end $BATON_JOB_ID" >> `+events+"\n")
+			job := hangOnce(r, events)
 			out, _, _ := r.baton("enqueue", "x")
 			id := strings.TrimSpace(out)
 			frozen := r.start("run", "--lifetime", "2s", "--jitter", "0s", "--shutdown-grace", "1s", "--poll-interval", "100ms", "--", job)
@@ -117,10 +114,7 @@ func waitLine(t *testing.T, path string, i int, within time.Duration) []string {
 func TestFrozenHolderHealedBySibling(t *testing.T) {
 	r := newRig(t)
 	events := filepath.Join(r.dir, "events")
-	job := r.script("job.sh", `cat >/dev/null
-echo "start $BATON_JOB_ID $BATON_ATTEMPT $BATON_SLOT $$" >> `+events+`
-if [ "$BATON_ATTEMPT" = 1 ]; then sleep 60; fi
-echo "end $BATON_JOB_ID" >> `+events+"\n")
+	job := hangOnce(r, events)
 	out, _, _ := r.baton("enqueue", "x")
 	id := strings.TrimSpace(out)
 	slots := []string{"--slots", "2", "--standby-slots", "0"}
@@ -160,4 +154,13 @@ echo "end $BATON_JOB_ID" >> `+events+"\n")
 	if again := waitLine(t, events, 1, time.Second); again[1] != id || again[2] != "2" || again[3] != first[3] {
 		t.Fatalf("replayed as %v, want job %s attempt 2 on %s", again, id, first[3])
 	}
+}
+
+// hangOnce is a job that logs its starts to events and, on its first
+// attempt, sleeps for a minute: a frozen holder's job.
+func hangOnce(r *rig, events string) string {
+	return r.script("job.sh", `cat >/dev/null
+echo "start $BATON_JOB_ID $BATON_ATTEMPT $BATON_SLOT $$" >> `+events+`
+if [ "$BATON_ATTEMPT" = 1 ]; then sleep 60; fi
+echo "end $BATON_JOB_ID" >> `+events+"\n")
 }
