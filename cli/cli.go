@@ -63,6 +63,7 @@ var commands = []command{
 	{"status", "show slots and queue depth", runStatus},
 	{"dead", "list, show, requeue or purge dead letters", runDead},
 	{"job", "say where a job is: waiting, running, retrying, dead", runJob},
+	{"metrics", "print or serve the queue's Prometheus metrics", runMetrics},
 	{"check", "prove a config keeps its slots covered", runCheck},
 	{"simulate", "measure a config's availability in a simulation", runSimulate},
 	{"version", "print the version and build", runVersion},

@@ -13,14 +13,11 @@ import (
 // connect opens a client for c and checks it answers within a few seconds.
 // Errors name the address with the password redacted.
 func connect(ctx context.Context, c *config.Config, pool int) (*redis.Client, error) {
-	opt, err := redis.ParseURL(c.RedisURL)
+	rdb, err := connectLazy(c, pool)
 	if err != nil {
-		return nil, &config.Error{Key: "redis_url", Msg: config.URLError(c.RedisURL, err)}
+		return nil, err
 	}
-	opt.PoolSize = pool
-	opt.DialTimeout = 2 * time.Second
-	opt.MaxRetries = 2
-	rdb := redis.NewClient(opt)
+	opt := rdb.Options()
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
@@ -39,6 +36,20 @@ func redisError(url string, tlsOn bool, err error) error {
 		hint = "check redis_url (or BATON_REDIS_URL) and that redis-server runs there"
 	}
 	return &hintError{msg: fmt.Sprintf("redis at %s: %s", config.RedactURL(url), msg), hint: hint, err: err}
+}
+
+// connectLazy opens a client for c without checking that Redis answers:
+// for a long-running reader (metrics --listen) that must start, and report
+// Redis down, whatever Redis is doing.
+func connectLazy(c *config.Config, pool int) (*redis.Client, error) {
+	opt, err := redis.ParseURL(c.RedisURL)
+	if err != nil {
+		return nil, &config.Error{Key: "redis_url", Msg: config.URLError(c.RedisURL, err)}
+	}
+	opt.PoolSize = pool
+	opt.DialTimeout = 2 * time.Second
+	opt.MaxRetries = 2
+	return redis.NewClient(opt), nil
 }
 
 // loadAndConnect loads the config bound to cf and connects to its Redis.

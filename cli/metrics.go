@@ -1,0 +1,106 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/baton-run/baton/internal/config"
+	"github.com/baton-run/baton/metrics"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/expfmt"
+)
+
+const metricsUsage = `Usage: baton metrics [flags]
+
+Print the queue's Prometheus metrics once, or with --listen serve them on
+/metrics for as long as it runs. Holders live minutes, so the history lives
+in Redis (totals, dead letters by reason, a job-duration histogram, kept by
+the scripts that settle jobs) and is read at each scrape, with the queue's
+state (waiting, pending, scheduled, retrying, dead, the age of the oldest
+waiting job) and the slots (held, k, each holder's age, overdue or without
+a record). It only reads: no slot taken, nothing written. See
+docs/observability.md for every metric, alert rules and a dashboard.
+
+{{flags}}
+Example:
+  # node_exporter's textfile collector, from cron: write, then rename
+  * * * * * /usr/local/bin/baton metrics --config /etc/baton/thumbs.toml > /var/lib/node_exporter/baton.prom.$$ && mv /var/lib/node_exporter/baton.prom.$$ /var/lib/node_exporter/baton.prom
+  # or a small service Prometheus scrapes
+  baton metrics --config /etc/baton/thumbs.toml --listen 127.0.0.1:9187
+`
+
+func runMetrics(ctx context.Context, e *env, args []string) error {
+	fs := flagSet("metrics")
+	cf := config.Bind(fs, config.Connection, "lock_dir", "slots", "standby_slots")
+	listen := fs.String("listen", "", "serve /metrics on this address (host:port) until SIGTERM or SIGINT")
+	if err := parse(e, fs, metricsUsage, args); err != nil {
+		return err
+	}
+	cfg, err := cf.Load(e.Getenv)
+	if err != nil {
+		return err
+	}
+	run, sb, err := slotSets(cfg)
+	if err != nil {
+		return err
+	}
+	q := metrics.Queue{Name: cfg.Queue, Run: run, Keep: cfg.Slots}
+	if sb != nil {
+		q.Standby = sb
+	}
+	rdb, err := connectLazy(cfg, 2)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics.NewCollector(rdb, q))
+	if *listen == "" {
+		mfs, err := reg.Gather()
+		if err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		enc := expfmt.NewEncoder(e.Stdout, expfmt.NewFormat(expfmt.TypeTextPlain))
+		for _, mf := range mfs {
+			if err := enc.Encode(mf); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return serveMetrics(ctx, e, *listen, reg)
+}
+
+// serveMetrics serves reg on addr until ctx ends or a signal comes.
+func serveMetrics(ctx context.Context, e *env, addr string, reg *prometheus.Registry) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metrics: listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	fmt.Fprintf(e.Stderr, "baton: serving metrics on http://%s/metrics\n", ln.Addr())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("metrics: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,190 @@
+// Package metrics exposes baton's queues as Prometheus metrics, read from
+// Redis and the slot records at scrape time. Holders live minutes, so
+// "scrape the worker" does not fit: the history (totals, the job-duration
+// histogram) is kept in Redis by the scripts that settle jobs, and a
+// collector reads it, with the queue's current state, whenever asked.
+//
+// Most callers need NewCollector and a registry:
+//
+//	reg := prometheus.NewRegistry()
+//	reg.MustRegister(metrics.NewCollector(rdb, metrics.Queue{Name: "thumbs", Run: run, Standby: sb, Keep: 4}))
+//	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+//
+// It only reads: it never takes a slot, never writes to Redis. Labels are
+// bounded: queue, slot index, reason, kind, state; never job ids.
+package metrics
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/baton-run/baton/lock"
+	"github.com/baton-run/baton/work"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+)
+
+// Queue is one queue to expose. Run and Standby may be nil (no slot metrics,
+// e.g. where the lock dir is not visible); Keep is k, the holders to keep.
+type Queue struct {
+	Name         string
+	Run, Standby lock.Set
+	Keep         int
+}
+
+// Collector is a prometheus.Collector for baton queues.
+type Collector struct {
+	rdb     redis.Cmdable
+	queues  []Queue
+	timeout time.Duration
+}
+
+var _ prometheus.Collector = (*Collector)(nil)
+
+// NewCollector returns a collector of queues on rdb; each scrape reads
+// Redis with a timeout of 5s.
+func NewCollector(rdb redis.Cmdable, queues ...Queue) *Collector {
+	return &Collector{rdb: rdb, queues: queues, timeout: 5 * time.Second}
+}
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc("baton_"+name, help, append([]string{"queue"}, labels...), nil)
+}
+
+var (
+	up          = desc("up", "1 when the queue's Redis answered this scrape, else 0.")
+	jobs        = desc("jobs", "Jobs by where they are now: waiting, pending (running or left by a dead holder), scheduled, retrying, dead.", "state")
+	oldest      = desc("oldest_waiting_seconds", "How long the oldest waiting job has waited (0 when none waits).")
+	done        = desc("jobs_done_total", "Jobs acknowledged, all time.")
+	retried     = desc("jobs_retried_total", "Failed runs scheduled for a retry, all time.")
+	failed      = desc("job_runs_failed_total", "Failed runs by kind (error, timeout, rejected), all time.", "kind")
+	dead        = desc("jobs_dead_total", "Jobs dead-lettered, by reason, all time.", "reason")
+	duration    = desc("job_duration_seconds", "Handler time of the jobs done, all time.")
+	slotsHeld   = desc("slots_held", "Slots held now, by role (run, standby).", "role")
+	slotsKept   = desc("slots_kept", "k: the run slots to keep covered.")
+	holderAge   = desc("holder_age_seconds", "How long each run slot's holder has held it.", "slot")
+	overdue     = desc("holder_overdue", "1 when a run slot's holder is past its hard deadline (frozen or stuck) and will be killed.", "slot")
+	noRecord    = desc("holder_record_missing", "1 when a run slot is locked but its holder's record cannot be read (a full disk?).", "slot")
+	memUsed     = desc("redis_memory_used_bytes", "Redis used_memory.")
+	memMax      = desc("redis_maxmemory_bytes", "Redis maxmemory (0: no limit).")
+	reasons     = []string{work.ReasonFailed, work.ReasonTimeout, work.ReasonCrashed, work.ReasonTooLarge, work.ReasonMalformed, work.ReasonRejected}
+	allDescs    = []*prometheus.Desc{up, jobs, oldest, done, retried, failed, dead, duration, slotsHeld, slotsKept, holderAge, overdue, noRecord, memUsed, memMax}
+	failedKinds = map[string][]string{ // kind → stats fields that add up to it
+		"error":    {work.StatFailedPrefix + "error", work.StatDeadPrefix + work.ReasonFailed},
+		"timeout":  {work.StatFailedPrefix + "timeout", work.StatDeadPrefix + work.ReasonTimeout},
+		"rejected": {work.StatDeadPrefix + work.ReasonRejected},
+	}
+)
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range allDescs {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector: one read of each queue.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	var mem *work.Memory
+	for _, q := range c.queues {
+		c.slots(ch, q)
+		counts, err := work.ReadCounts(ctx, c.rdb, q.Name)
+		if err != nil {
+			ch <- gauge(up, 0, q.Name)
+			continue
+		}
+		ch <- gauge(up, 1, q.Name)
+		c.queue(ch, q.Name, counts)
+		if mem == nil {
+			if m, err := work.ReadMemory(ctx, c.rdb); err == nil {
+				mem = &m
+				ch <- gauge(memUsed, float64(m.Used), q.Name)
+				ch <- gauge(memMax, float64(m.Max), q.Name)
+			}
+		}
+	}
+}
+
+func (c *Collector) queue(ch chan<- prometheus.Metric, q string, n *work.Counts) {
+	for state, v := range map[string]int64{
+		work.StateWaiting: n.Waiting, "pending": n.Pending, work.StateScheduled: n.Scheduled,
+		work.StateRetrying: n.Retrying, work.StateDead: n.Dead,
+	} {
+		ch <- gauge(jobs, float64(v), q, state)
+	}
+	ch <- gauge(oldest, n.OldestWaiting.Seconds(), q)
+	ch <- counter(done, n.Stats[work.StatDone], q)
+	ch <- counter(retried, n.Stats[work.StatRetried], q)
+	for kind, fields := range failedKinds {
+		var v int64
+		for _, f := range fields {
+			v += n.Stats[f]
+		}
+		ch <- counter(failed, v, q, kind)
+	}
+	for _, r := range reasons {
+		ch <- counter(dead, n.Stats[work.StatDeadPrefix+r], q, r)
+	}
+	buckets := make(map[float64]uint64, len(work.DurationBuckets))
+	var cum, count uint64
+	for i, le := range work.DurationBuckets {
+		cum += uint64(n.Stats[work.StatDurPrefix+strconv.Itoa(i)])
+		buckets[le] = cum
+	}
+	count = cum + uint64(n.Stats[work.StatDurPrefix+strconv.Itoa(len(work.DurationBuckets))])
+	sum := float64(n.Stats[work.StatDurSumUS]) / 1e6
+	ch <- prometheus.MustNewConstHistogram(duration, count, sum, buckets, q)
+}
+
+func (c *Collector) slots(ch chan<- prometheus.Metric, q Queue) {
+	if q.Run == nil {
+		return
+	}
+	ch <- gauge(slotsKept, float64(q.Keep), q.Name)
+	now := time.Now()
+	for role, set := range map[string]lock.Set{lock.RoleRun: q.Run, lock.RoleStandby: q.Standby} {
+		if set == nil {
+			ch <- gauge(slotsHeld, 0, q.Name, role)
+			continue
+		}
+		recs, err := set.Records()
+		if err != nil {
+			continue
+		}
+		held := 0
+		for _, r := range recs {
+			if !r.Held {
+				continue
+			}
+			held++
+			if role != lock.RoleRun {
+				continue
+			}
+			slot := strconv.Itoa(r.Slot)
+			if !r.Since.IsZero() {
+				ch <- gauge(holderAge, now.Sub(r.Since).Seconds(), q.Name, slot)
+			}
+			ch <- gauge(overdue, b2f(r.Overdue(now, 0)), q.Name, slot)
+			ch <- gauge(noRecord, b2f(r.NoRecord), q.Name, slot)
+		}
+		ch <- gauge(slotsHeld, float64(held), q.Name, role)
+	}
+}
+
+func gauge(d *prometheus.Desc, v float64, labels ...string) prometheus.Metric {
+	return prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+}
+
+func counter(d *prometheus.Desc, v int64, labels ...string) prometheus.Metric {
+	return prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,189 @@
+package metrics
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/baton-run/baton/internal/proc"
+	"github.com/baton-run/baton/internal/redistest"
+	"github.com/baton-run/baton/lock"
+	"github.com/baton-run/baton/work"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/rs/zerolog"
+)
+
+// Known work, then every metric read back from the text exposition as a
+// Prometheus server would parse it.
+func TestMetricsAgainstKnownWork(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	var msgs []work.Message
+	for i := 0; i < 100; i++ {
+		msgs = append(msgs, work.Message{Payload: []byte(fmt.Sprintf("ok-%d", i))})
+	}
+	for i := 0; i < 3; i++ {
+		msgs = append(msgs, work.Message{Payload: []byte("dies"), Options: []work.Option{work.MaxAttempts(1)}})
+	}
+	msgs = append(msgs, work.Message{Payload: []byte("flaky")}, work.Message{Payload: []byte("later"), Options: []work.Option{work.In(time.Hour)}})
+	if _, err := work.EnqueueMany(ctx, rdb, "q", msgs); err != nil {
+		t.Fatal(err)
+	}
+	var flaky atomic.Int64
+	h := work.HandlerFunc(func(_ context.Context, j *work.Job) error {
+		switch string(j.Payload) {
+		case "dies":
+			return errors.New("no")
+		case "flaky":
+			if flaky.Add(1) == 1 {
+				return errors.New("once")
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+		return nil
+	})
+	st := new(work.Stats)
+	rctx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- work.Run(rctx, work.Config{Client: rdb, Queue: "q", Consumer: "h/run-0", Handler: h, Logger: zerolog.Nop(),
+			RetryBackoff: 10 * time.Millisecond, RetryBackoffMax: 20 * time.Millisecond}, st)
+	}()
+	for end := time.Now().Add(30 * time.Second); st.Done.Load() < 101 || st.Dead.Load() < 3; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("done %d dead %d", st.Done.Load(), st.Dead.Load())
+		}
+	}
+	cancel()
+	<-errc
+
+	// A held run slot, as a holder would have.
+	dir := t.TempDir()
+	run, _ := lock.NewFileSet(dir, "q", lock.RoleRun, 2)
+	slot, ok, err := run.TryAcquire()
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	defer slot.Release()
+	now := time.Now()
+	start, err := proc.StartTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := slot.Publish(lock.Record{PID: os.Getpid(), Start: start, Since: now.Add(-time.Minute), Until: now.Add(time.Minute), Deadline: now.Add(2 * time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(NewCollector(rdb, Queue{Name: "q", Run: run, Keep: 2}))
+	families := scrape(t, reg)
+	want := map[string]float64{
+		`baton_up{queue="q"}`:                                                     1,
+		`baton_jobs_done_total{queue="q"}`:                                        101,
+		`baton_jobs_retried_total{queue="q"}`:                                     1,
+		`baton_job_runs_failed_total{kind="error",queue="q"}`:                     4,
+		`baton_jobs_dead_total{queue="q",reason="failed"}`:                        3,
+		`baton_jobs_dead_total{queue="q",reason="crashed"}`:                       0,
+		`baton_jobs{queue="q",state="waiting"}`:                                   0,
+		`baton_jobs{queue="q",state="pending"}`:                                   0,
+		`baton_jobs{queue="q",state="scheduled"}`:                                 1,
+		`baton_jobs{queue="q",state="dead"}`:                                      3,
+		`baton_job_duration_seconds_count{queue="q"}`:                             101,
+		`baton_slots_held{queue="q",role="run"}`:                                  1,
+		`baton_slots_kept{queue="q"}`:                                             2,
+		`baton_holder_overdue{queue="q",slot="` + fmt.Sprint(slot.Index()) + `"}`: 0,
+	}
+	for k, v := range want {
+		got, ok := families[k]
+		if !ok {
+			t.Errorf("%s missing", k)
+		} else if got != v {
+			t.Errorf("%s = %v, want %v", k, got, v)
+		}
+	}
+	if sum := families[`baton_job_duration_seconds_sum{queue="q"}`]; sum < 0.2 || sum > 30 {
+		t.Errorf("duration sum %vs, want about 101 × 2ms", sum)
+	}
+	if le := families[`baton_job_duration_seconds_bucket{le="0.001",queue="q"}`]; le != 0 {
+		t.Errorf("%v jobs done within 1ms; each slept 2ms", le)
+	}
+	if age := families[`baton_holder_age_seconds{queue="q",slot="`+fmt.Sprint(slot.Index())+`"}`]; age < 59 || age > 120 {
+		t.Errorf("holder age %v, want about 60s", age)
+	}
+}
+
+// A Redis that does not answer: baton_up 0, the slot metrics still there.
+func TestMetricsRedisDown(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	srv.Stop()
+	run, _ := lock.NewFileSet(t.TempDir(), "q", lock.RoleRun, 1)
+	c := NewCollector(rdb, Queue{Name: "q", Run: run, Keep: 1})
+	c.timeout = time.Second
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	fams := scrape(t, reg)
+	if fams[`baton_up{queue="q"}`] != 0 || fams[`baton_slots_held{queue="q",role="run"}`] != 0 {
+		t.Fatalf("%v", fams)
+	}
+}
+
+// scrape gathers, writes the text exposition, parses it back and flattens
+// it to "name{labels}" → value (histograms as _bucket, _sum, _count).
+func scrape(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	parsed, err := parser.TextToMetricFamilies(&buf)
+	if err != nil {
+		t.Fatalf("parse exposition: %v\n%s", err, buf.String())
+	}
+	out := map[string]float64{}
+	for name, mf := range parsed {
+		for _, m := range mf.GetMetric() {
+			labels := func(extra ...string) string {
+				var ls []string
+				for _, l := range m.GetLabel() {
+					ls = append(ls, l.GetName()+`="`+l.GetValue()+`"`)
+				}
+				ls = append(ls, extra...)
+				sort.Strings(ls)
+				return "{" + strings.Join(ls, ",") + "}"
+			}
+			switch mf.GetType() {
+			case dto.MetricType_HISTOGRAM:
+				h := m.GetHistogram()
+				out[name+"_count"+labels()] = float64(h.GetSampleCount())
+				out[name+"_sum"+labels()] = h.GetSampleSum()
+				for _, b := range h.GetBucket() {
+					out[name+"_bucket"+labels(`le="`+fmt.Sprint(b.GetUpperBound())+`"`)] = float64(b.GetCumulativeCount())
+				}
+			case dto.MetricType_COUNTER:
+				out[name+labels()] = m.GetCounter().GetValue()
+			default:
+				out[name+labels()] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	return out
+}
