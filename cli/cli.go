@@ -62,6 +62,7 @@ var commands = []command{
 	{"enqueue", "add jobs to the queue", runEnqueue},
 	{"status", "show slots and queue depth", runStatus},
 	{"dead", "list, show, requeue or purge dead letters", runDead},
+	{"queues", "list the queues in the Redis database with their jobs", runQueues},
 	{"job", "say where a job is: waiting, running, retrying, dead", runJob},
 	{"metrics", "print or serve the queue's Prometheus metrics", runMetrics},
 	{"check", "prove a config keeps its slots covered", runCheck},

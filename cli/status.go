@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -54,7 +56,10 @@ type statusReport struct {
 	Jobs    *work.Counts `json:"jobs"`
 	Memory  *work.Memory `json:"redis_memory,omitempty"`
 	Rate    string       `json:"rate_limit,omitempty"`
-	Error   string       `json:"error,omitempty"`
+	// Warnings are what looks wrong: a queue with no keys (a typo?), jobs
+	// waiting with no holder visible here.
+	Warnings []string `json:"warnings,omitempty"`
+	Error    string   `json:"error,omitempty"`
 }
 
 func runStatus(ctx context.Context, e *env, args []string) error {
@@ -81,11 +86,12 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	}
-	jobs, mem, jerr := queueCounts(ctx, cfg)
+	jobs, mem, others, jerr := queueCounts(ctx, cfg)
 	rep.Jobs, rep.Memory = jobs, mem
 	if jerr != nil {
 		rep.Error = jerr.Error()
 	}
+	rep.Warnings = statusWarnings(cfg, &rep, others)
 	if *asJSON {
 		if err := writeJSON(e, rep); err != nil {
 			return err
@@ -119,22 +125,53 @@ func timePtr(t time.Time) *time.Time {
 	return &t
 }
 
-// queueCounts reads the queue's counts and Redis's memory.
-func queueCounts(ctx context.Context, cfg *config.Config) (*work.Counts, *work.Memory, error) {
+// queueCounts reads the queue's counts and Redis's memory; when the queue
+// has no keys at all, also the queues that do exist (else nil).
+func queueCounts(ctx context.Context, cfg *config.Config) (*work.Counts, *work.Memory, []string, error) {
 	rdb, err := connect(ctx, cfg, 1)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	defer rdb.Close()
 	c, err := work.ReadCounts(ctx, rdb, cfg.Queue)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	mem, err := work.ReadMemory(ctx, rdb)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read redis memory: %w", err)
+		return nil, nil, nil, fmt.Errorf("read redis memory: %w", err)
 	}
-	return c, &mem, nil
+	var others []string
+	if c.Waiting+c.Pending+c.Scheduled+c.Retrying+c.Dead == 0 && len(c.Stats) == 0 {
+		if qs, err := work.Queues(ctx, rdb); err == nil && !slices.Contains(qs, cfg.Queue) {
+			others = append(qs[:0:0], qs...)
+		}
+	}
+	return c, &mem, others, nil
+}
+
+// statusWarnings says what looks wrong in rep.
+func statusWarnings(cfg *config.Config, rep *statusReport, others []string) []string {
+	var w []string
+	if others != nil {
+		list := "none"
+		if len(others) > 0 {
+			list = strings.Join(others, ", ")
+		}
+		w = append(w, fmt.Sprintf("queue %s has no keys in this Redis database (a typo?); queues here: %s", rep.Queue, list))
+	}
+	held := 0
+	for _, s := range rep.Run {
+		if s.Held {
+			held++
+		}
+	}
+	if j := rep.Jobs; j != nil && j.Waiting+j.Pending > 0 && held == 0 {
+		w = append(w, fmt.Sprintf("%d jobs waiting or pending and no holder in %s: is cron running 'baton run'? "+
+			"Holders run by another user use another default lock dir (/tmp/baton-<uid>), and holders on other hosts are not visible here",
+			j.Waiting+j.Pending, cfg.LockDir))
+	}
+	return w
 }
 
 func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
@@ -150,6 +187,12 @@ func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 	}
 	if rep.Rate != "" {
 		fmt.Fprintf(w, "rate  at most %s jobs started, across all holders\n\n", rep.Rate)
+	}
+	for _, warn := range rep.Warnings {
+		fmt.Fprintf(w, "warning: %s\n", warn)
+	}
+	if len(rep.Warnings) > 0 {
+		fmt.Fprintln(w)
 	}
 	if m := rep.Memory; m != nil && (m.AtLimit() || m.Evicts()) {
 		if m.AtLimit() {

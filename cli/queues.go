@@ -1,0 +1,67 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/baton-run/baton/internal/config"
+	"github.com/baton-run/baton/work"
+)
+
+const queuesUsage = `Usage: baton queues [flags]
+
+List every queue in the Redis database with its jobs: waiting, pending,
+scheduled, retrying, dead and done, so a mistyped queue name is obvious.
+It only reads (SCAN, never KEYS).
+
+{{flags}}
+Example:
+  baton queues
+  baton queues --json | jq -r '.[].queue'
+`
+
+// queueRow is one queue in queues output.
+type queueRow struct {
+	Queue string `json:"queue"`
+	*work.Counts
+}
+
+func runQueues(ctx context.Context, e *env, args []string) error {
+	fs := flagSet("queues")
+	cf := config.Bind(fs, "redis_url")
+	asJSON := fs.Bool("json", false, "print one JSON array")
+	if err := parse(e, fs, queuesUsage, args); err != nil {
+		return err
+	}
+	_, rdb, err := loadAndConnect(ctx, e, cf, 2)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	names, err := work.Queues(ctx, rdb)
+	if err != nil {
+		return fmt.Errorf("list queues: %w", err)
+	}
+	rows := make([]queueRow, 0, len(names))
+	for _, q := range names {
+		c, err := work.ReadCounts(ctx, rdb, q)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, queueRow{q, c})
+	}
+	if *asJSON {
+		return writeJSON(e, rows)
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(e.Stdout, "no queues in this Redis database")
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "QUEUE\tWAITING\tPENDING\tSCHEDULED\tRETRYING\tDEAD\tDONE")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\n", r.Queue, r.Waiting, r.Pending, r.Scheduled, r.Retrying, r.Dead, r.Done)
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,53 @@
+package work
+
+import (
+	"context"
+	"sort"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Queues lists the queues that exist in rdb's database: every baton job
+// stream (baton:{name}) and every queue with delayed or retrying jobs or dead
+// letters, sorted. It reads with SCAN, in pages, never KEYS.
+func Queues(ctx context.Context, rdb redis.Cmdable) ([]string, error) {
+	seen := map[string]bool{}
+	var cursor uint64
+	for {
+		keys, next, err := rdb.Scan(ctx, cursor, "baton:{*}*", 1000).Result()
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range keys {
+			if q, ok := queueOf(k); ok {
+				seen[q] = true
+			}
+		}
+		if cursor = next; cursor == 0 {
+			break
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for q := range seen {
+		out = append(out, q)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// queueOf names the queue of one of its keys: baton:{q} or baton:{q}:<part>
+// for the parts baton keeps (not unique keys, which may hold anything).
+func queueOf(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, "baton:{")
+	i := strings.LastIndex(rest, "}")
+	if !ok || i < 0 {
+		return "", false
+	}
+	q, part := rest[:i], rest[i+1:]
+	switch part {
+	case "", ":retry", ":scheduled", ":dead", ":stats":
+		return q, q != ""
+	}
+	return "", false
+}
