@@ -36,7 +36,7 @@ vet:
 
 # The whole suite against a real redis-server, with the race detector.
 test: vet
-	$(GO) test -race -count=1 -timeout 8m ./...
+	$(GO) test -race -count=1 -timeout 12m ./...
 
 # Build, start a throwaway redis-server, enqueue jobs, fire baton run as cron
 # would, show progress and the slot table, stop Redis.
