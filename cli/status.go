@@ -65,25 +65,50 @@ type statusReport struct {
 func runStatus(ctx context.Context, e *env, args []string) error {
 	fs := flagSet("status")
 	cf := config.Bind(fs, config.Connection, "lock_dir", "slots", "standby_slots")
-	asJSON := fs.Bool("json", false, "print one JSON object")
+	asJSON := fs.Bool("json", false, "print one JSON object (with --watch: one per line, per refresh)")
+	watch := fs.Bool("watch", false, "refresh until interrupted, with rates per second and the last slot events")
+	interval := fs.Duration("interval", time.Second, "time between refreshes with --watch")
 	if err := parse(e, fs, statusUsage, args); err != nil {
 		return err
+	}
+	if *interval < 100*time.Millisecond {
+		return usagef("", "status: --interval %s: must be at least 100ms", *interval)
 	}
 	cfg, err := cf.Load(e.Getenv)
 	if err != nil {
 		return err
 	}
-	rep := statusReport{Queue: cfg.Queue, Run: []slotStatus{}, Standby: []slotStatus{}, Rate: cfg.RateLimit}
-	runSet, sbSet, err := slotSets(cfg)
+	if *watch {
+		return watchStatus(ctx, e, cfg, *interval, *asJSON)
+	}
+	rep, jerr, err := readStatus(ctx, cfg)
 	if err != nil {
 		return err
 	}
+	if *asJSON {
+		if err := writeJSON(e, rep); err != nil {
+			return err
+		}
+	} else {
+		printStatus(e.Stdout, cfg, rep)
+	}
+	return jerr
+}
+
+// readStatus reads the slots and the queue once. jerr is Redis failing (the
+// slots are still there); err is the lock dir failing.
+func readStatus(ctx context.Context, cfg *config.Config) (rep *statusReport, jerr, err error) {
+	rep = &statusReport{Queue: cfg.Queue, Run: []slotStatus{}, Standby: []slotStatus{}, Rate: cfg.RateLimit}
+	runSet, sbSet, err := slotSets(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
 	if rep.Run, err = slotsOf(runSet); err != nil {
-		return err
+		return nil, nil, err
 	}
 	if sbSet != nil {
 		if rep.Standby, err = slotsOf(sbSet); err != nil {
-			return err
+			return nil, nil, err
 		}
 	}
 	jobs, mem, others, jerr := queueCounts(ctx, cfg)
@@ -91,18 +116,8 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 	if jerr != nil {
 		rep.Error = jerr.Error()
 	}
-	rep.Warnings = statusWarnings(cfg, &rep, others)
-	if *asJSON {
-		if err := writeJSON(e, rep); err != nil {
-			return err
-		}
-	} else {
-		printStatus(e.Stdout, cfg, &rep)
-	}
-	if jerr != nil {
-		return jerr
-	}
-	return nil
+	rep.Warnings = statusWarnings(cfg, rep, others)
+	return rep, jerr, nil
 }
 
 func slotsOf(s *lock.FileSet) ([]slotStatus, error) {
@@ -178,7 +193,7 @@ func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 	fmt.Fprintf(w, "queue %s on %s\n", rep.Queue, config.RedactURL(cfg.RedisURL))
 	if j := rep.Jobs; j != nil {
 		fmt.Fprintf(w, "jobs  %d waiting, %d pending, %d scheduled, %d retrying, %d dead, %d done\n", j.Waiting, j.Pending, j.Scheduled, j.Retrying, j.Dead, j.Done)
-		if j.OldestWaiting > 0 {
+		if j.OldestWaiting >= 100*time.Millisecond {
 			fmt.Fprintf(w, "      the oldest waiting job has waited %s\n", j.OldestWaiting.Round(100*time.Millisecond))
 		}
 		fmt.Fprintln(w)

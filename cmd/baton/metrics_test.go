@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -57,5 +58,46 @@ func TestMetricsListen(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("still serving 10s after SIGTERM")
+	}
+}
+
+// TestStatusWatch: status --watch --json prints one JSON document per
+// refresh (NDJSON) with rates and slot events, takes no slot, and exits 0
+// on SIGINT.
+func TestStatusWatch(t *testing.T) {
+	r := newRig(t)
+	r.baton("enqueue", "a", "b")
+	cmd := r.cmd("status", "--watch", "--json", "--interval", "200ms")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill() }()
+	holder := r.start("run", "--lifetime", "1m", "--", "/bin/true")
+	defer func() { _ = holder.cmd.Process.Kill() }()
+	dec := json.NewDecoder(out)
+	var last struct {
+		Run    []slotJSON
+		Jobs   struct{ Done int64 }
+		Rates  map[string]float64 `json:"rates_per_second"`
+		Events []string
+	}
+	for end := time.Now().Add(15 * time.Second); last.Jobs.Done < 2 || len(last.Events) == 0; {
+		if time.Now().After(end) {
+			t.Fatalf("no refresh with both jobs done and an event: %+v", last)
+		}
+		if err := dec.Decode(&last); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok := last.Rates["done"]; !ok || !strings.Contains(strings.Join(last.Events, "\n"), "took the slot") {
+		t.Fatalf("rates %v, events %v", last.Rates, last.Events)
+	}
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit after SIGINT: %v", err)
 	}
 }
