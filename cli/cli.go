@@ -101,8 +101,8 @@ Exit codes:
   1  runtime error (Redis unreachable, lock directory unusable, ...)
   2  usage or config error
 
-Example crontab line:
-  * * * * * /usr/local/bin/baton run --config /etc/baton/thumbs.toml -- /usr/local/bin/make-thumbnail
+Example crontab line (logs to a file, so cron mails nothing):
+  * * * * * /usr/local/bin/baton run --config /etc/baton/thumbs.toml -- /usr/local/bin/make-thumbnail >>/var/log/baton/thumbs.log 2>&1
 `
 
 func usage(w io.Writer) {

@@ -40,8 +40,10 @@ shutdown_grace, exit 0); a second one exits at once. SIGHUP is ignored.
 
 Example:
   # crontab -e: 4 workers with 4 standbys, 5-6 minute lifetimes
-  # (cron's PATH is /usr/bin:/bin: name baton by its full path)
-  * * * * * /usr/local/bin/baton run --config /etc/baton/thumbs.toml -- /usr/local/bin/make-thumbnail
+  # (cron's PATH is /usr/bin:/bin: name baton by its full path; a holder
+  # logs at info, so send stderr to a file or pass --log-level warn, or
+  # cron mails every few minutes)
+  * * * * * /usr/local/bin/baton run --log-level warn --config /etc/baton/thumbs.toml -- /usr/local/bin/make-thumbnail
 `
 
 // envSpawned marks a candidate started by another candidate: it spawns no more.
@@ -257,7 +259,7 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot) error {
 		MaxAttempts: cfg.MaxAttempts, RetryBackoff: cfg.RetryBackoff.D(), RetryBackoffMax: cfg.RetryBackoffMax.D(),
 		DeadMax: cfg.DeadMax, MaxPayload: cfg.MaxPayload, VisibilityTimeout: cfg.VisibilityTimeout.D(),
 		RateLimit: rate,
-		Logger: h.log,
+		Logger:    h.log,
 	}, st)
 	stopPublish()
 	h.log.Info().Int64("jobs_done", st.Done.Load()).Int64("jobs_failed", st.Failed.Load()).Int64("jobs_dead", st.Dead.Load()).Msg("leaving run slot")

@@ -169,6 +169,7 @@ type runner struct {
 
 	claimFrom string // XAUTOCLAIM cursor; the reader's own
 	dueWarned bool   // the keeper warned that due retries cannot move; the keeper's own
+	announce  bool   // the first replay is not yet logged at info; the reader's own
 
 	mu     sync.Mutex
 	active map[string]struct{} // ids read and not yet settled; guarded by mu
