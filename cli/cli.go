@@ -51,21 +51,49 @@ type env struct {
 	Options
 }
 
+// command is one subcommand. Its flag set is built by flags alone, without
+// running it, so that completion and the man page show the very flags that
+// parse its command line.
 type command struct {
 	name, summary string
+	usage         string                // hand-written help; {{flags}} marks where the flags go
+	flags         func() *pflag.FlagSet // a fresh flag set, as run builds it
+	words         []string              // what its first argument can be (dead's verbs), for completion
+	hidden        bool                  // left out of --help (still in the man page)
 	run           func(ctx context.Context, e *env, args []string) error
 }
 
-// commands are baton's subcommands, in the order --help lists them.
-var commands = []command{
-	{"run", "take a slot and work the queue (what cron starts)", runRun},
-	{"enqueue", "add jobs to the queue", runEnqueue},
-	{"status", "show slots and queue depth", runStatus},
-	{"dead", "list, show, requeue or purge dead letters", runDead},
-	{"job", "say where a job is: waiting, running, retrying, dead", runJob},
-	{"check", "prove a config keeps its slots covered", runCheck},
-	{"simulate", "measure a config's availability in a simulation", runSimulate},
-	{"version", "print the version and build", runVersion},
+// commands are baton's subcommands, in the order --help lists them. A
+// function rather than a variable, because completion and man read it.
+func commands() []command {
+	return []command{
+		{name: "run", summary: "take a slot and work the queue (what cron starts)", usage: runUsage, flags: flagsOf(runFlags), run: runRun},
+		{name: "enqueue", summary: "add jobs to the queue", usage: enqueueUsage, flags: flagsOf(newEnqueueFlags), run: runEnqueue},
+		{name: "status", summary: "show slots and queue depth", usage: statusUsage, flags: flagsOf(statusFlags), run: runStatus},
+		{name: "dead", summary: "list, show, requeue or purge dead letters", usage: deadUsage, flags: flagsOf(deadFlags), words: deadVerbs, run: runDead},
+		{name: "job", summary: "say where a job is: waiting, running, retrying, dead", usage: jobUsage, flags: flagsOf(jobFlags), run: runJob},
+		{name: "check", summary: "prove a config keeps its slots covered", usage: checkUsage, flags: flagsOf(checkFlags), run: runCheck},
+		{name: "simulate", summary: "measure a config's availability in a simulation", usage: simulateUsage, flags: flagsOf(simulateFlags), run: runSimulate},
+		{name: "version", summary: "print the version and build", usage: versionUsage, flags: flagsOf(versionFlags), run: runVersion},
+	}
+}
+
+// flagsOf keeps only the flag set of a command's flag builder.
+func flagsOf[T any](build func() (*pflag.FlagSet, T)) func() *pflag.FlagSet {
+	return func() *pflag.FlagSet { fs, _ := build(); return fs }
+}
+
+// jsonOpts are the flags of a command that reads the config and can print
+// JSON.
+type jsonOpts struct {
+	cf     *config.Flags // nil when the command reads no config
+	asJSON bool
+}
+
+func (o *jsonOpts) bind(fs *pflag.FlagSet, cf *config.Flags, usage string) *jsonOpts {
+	o.cf = cf
+	fs.BoolVar(&o.asJSON, "json", false, usage)
+	return o
 }
 
 // coverageKeys are the keys check and simulate read: the timings of the
@@ -76,7 +104,7 @@ var coverageKeys = []string{"queue", config.Slots, "job_timeout", "shutdown_grac
 var checkKeys = append([]string{"redis_url"}, coverageKeys...)
 
 func lookup(name string) (command, bool) {
-	for _, c := range commands {
+	for _, c := range commands() {
 		if c.name == name {
 			return c, true
 		}
@@ -107,8 +135,10 @@ Example crontab line (logs to a file, so cron mails nothing):
 
 func usage(w io.Writer) {
 	fmt.Fprint(w, usageHead)
-	for _, c := range commands {
-		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+	for _, c := range commands() {
+		if !c.hidden {
+			fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+		}
 	}
 	fmt.Fprint(w, usageTail)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/baton-run/baton/work"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"github.com/spf13/pflag"
 )
 
 const runUsage = `Usage: baton run [flags] -- CMD [ARGS...]
@@ -53,9 +54,14 @@ const envSpawned = "BATON_SPAWNED"
 // leaves whatever its handlers do.
 const hardMargin = 2 * time.Second
 
-func runRun(ctx context.Context, e *env, args []string) error {
+// runFlags builds run's flag set: every config key.
+func runFlags() (*pflag.FlagSet, *config.Flags) {
 	fs := flagSet("run")
-	cf := config.Bind(fs, config.All)
+	return fs, config.Bind(fs, config.All)
+}
+
+func runRun(ctx context.Context, e *env, args []string) error {
+	fs, cf := runFlags()
 	if err := parse(e, fs, runUsage, args); err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/baton-run/baton/lock"
 	"github.com/baton-run/baton/work"
 	"github.com/redis/go-redis/v9"
+	"github.com/spf13/pflag"
 )
 
 const statusUsage = `Usage: baton status [flags]
@@ -63,10 +64,15 @@ type statusReport struct {
 	Error   string       `json:"error,omitempty"`
 }
 
-func runStatus(ctx context.Context, e *env, args []string) error {
+// statusFlags builds status's flag set.
+func statusFlags() (*pflag.FlagSet, *jsonOpts) {
 	fs := flagSet("status")
-	cf := config.Bind(fs, config.Connection, "lock_dir", "slots", "standby_slots", "rate_limit")
-	asJSON := fs.Bool("json", false, "print one JSON object")
+	return fs, new(jsonOpts).bind(fs, config.Bind(fs, config.Connection, "lock_dir", "slots", "standby_slots", "rate_limit"), "print one JSON object")
+}
+
+func runStatus(ctx context.Context, e *env, args []string) error {
+	fs, o := statusFlags()
+	cf, asJSON := o.cf, &o.asJSON
 	if err := parse(e, fs, statusUsage, args); err != nil {
 		return err
 	}
