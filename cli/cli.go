@@ -75,6 +75,7 @@ func commands() []command {
 		{name: "check", summary: "prove a config keeps its slots covered", usage: checkUsage, flags: flagsOf(checkFlags), run: runCheck},
 		{name: "simulate", summary: "measure a config's availability in a simulation", usage: simulateUsage, flags: flagsOf(simulateFlags), run: runSimulate},
 		{name: "version", summary: "print the version and build", usage: versionUsage, flags: flagsOf(versionFlags), run: runVersion},
+		{name: "completion", summary: "print a bash, zsh or fish completion script", usage: completionUsage, flags: flagsOf(completionFlags), words: shells, run: runCompletion},
 	}
 }
 
