@@ -75,13 +75,29 @@ func commands() []command {
 		{name: "check", summary: "prove a config keeps its slots covered", usage: checkUsage, flags: flagsOf(checkFlags), run: runCheck},
 		{name: "simulate", summary: "measure a config's availability in a simulation", usage: simulateUsage, flags: flagsOf(simulateFlags), run: runSimulate},
 		{name: "version", summary: "print the version and build", usage: versionUsage, flags: flagsOf(versionFlags), run: runVersion},
-		{name: "completion", summary: "print a bash, zsh or fish completion script", usage: completionUsage, flags: flagsOf(completionFlags), words: shells, run: runCompletion},
+		{name: "completion", summary: "print a bash, zsh or fish completion script", usage: completionUsage, flags: bare("completion"), words: shells, run: runCompletion},
+		{name: "man", summary: "print the manual page, baton(1), in roff", usage: manUsage, flags: bare("man"), hidden: true, run: runMan},
 	}
 }
 
 // flagsOf keeps only the flag set of a command's flag builder.
 func flagsOf[T any](build func() (*pflag.FlagSet, T)) func() *pflag.FlagSet {
 	return func() *pflag.FlagSet { fs, _ := build(); return fs }
+}
+
+// bare is the flag set of a command whose only flag is --help.
+func bare(name string) func() *pflag.FlagSet {
+	return func() *pflag.FlagSet { return flagSet(name) }
+}
+
+// parseBare parses the command line of a command built by bare and returns
+// its arguments.
+func parseBare(e *env, name, usage string, args []string) ([]string, error) {
+	fs := flagSet(name)
+	if err := parse(e, fs, usage, args); err != nil {
+		return nil, err
+	}
+	return fs.Args(), nil
 }
 
 // jsonOpts are the flags of a command that reads the config and can print
@@ -291,7 +307,21 @@ func parse(e *env, fs *pflag.FlagSet, text string, args []string) error {
 // the command's own flags under "Flags:", then the config keys it binds
 // under their groups ("Connection:", "Slots:", ...), each with its default.
 func helpText(fs *pflag.FlagSet, text string) string {
-	var order []string
+	var b strings.Builder
+	for i, g := range flagGroups(fs) {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		fmt.Fprintf(&b, "%s:\n%s", g.Name(), g.FlagUsagesWrapped(100))
+	}
+	return strings.Replace(text, "{{flags}}", b.String(), 1)
+}
+
+// flagGroups splits fs by group, in the order each group first appears: the
+// command's own flags ("Flags"), then the config keys' groups
+// ("Connection", "Slots", ...). Each group is a flag set named after it.
+func flagGroups(fs *pflag.FlagSet) []*pflag.FlagSet {
+	var order []*pflag.FlagSet
 	groups := map[string]*pflag.FlagSet{}
 	fs.VisitAll(func(f *pflag.Flag) {
 		g := "Flags"
@@ -301,16 +331,9 @@ func helpText(fs *pflag.FlagSet, text string) string {
 		if groups[g] == nil {
 			groups[g] = pflag.NewFlagSet(g, pflag.ContinueOnError)
 			groups[g].SortFlags = false
-			order = append(order, g)
+			order = append(order, groups[g])
 		}
 		groups[g].AddFlag(f)
 	})
-	var b strings.Builder
-	for i, g := range order {
-		if i > 0 {
-			b.WriteString("\n")
-		}
-		fmt.Fprintf(&b, "%s:\n%s", g, groups[g].FlagUsagesWrapped(100))
-	}
-	return strings.Replace(text, "{{flags}}", b.String(), 1)
+	return order
 }

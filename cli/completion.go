@@ -28,20 +28,16 @@ Example:
 // shells are the shells completion writes for.
 var shells = []string{"bash", "zsh", "fish"}
 
-func completionFlags() (*pflag.FlagSet, struct{}) {
-	return flagSet("completion"), struct{}{}
-}
-
 func runCompletion(ctx context.Context, e *env, args []string) error {
-	fs, _ := completionFlags()
-	if err := parse(e, fs, completionUsage, args); err != nil {
+	rest, err := parseBare(e, "completion", completionUsage, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
+	if len(rest) != 1 {
 		return usagef("e.g. baton completion bash", "completion: name one shell: bash, zsh or fish")
 	}
 	specs := completionSpecs()
-	switch fs.Arg(0) {
+	switch rest[0] {
 	case "bash":
 		writeBash(e.Stdout, specs)
 	case "zsh":
@@ -49,7 +45,7 @@ func runCompletion(ctx context.Context, e *env, args []string) error {
 	case "fish":
 		writeFish(e.Stdout, specs)
 	default:
-		return usagef("e.g. baton completion bash", "completion: unknown shell %q: want bash, zsh or fish", fs.Arg(0))
+		return usagef("e.g. baton completion bash", "completion: unknown shell %q: want bash, zsh or fish", rest[0])
 	}
 	return nil
 }
