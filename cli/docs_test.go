@@ -6,6 +6,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/baton-run/baton/internal/config"
+	"github.com/spf13/pflag"
 )
 
 // mdLink is a Markdown link target: [text](target).
@@ -44,5 +47,42 @@ func TestDocsStandAlone(t *testing.T) {
 	}
 	if links < 10 {
 		t.Fatalf("%d relative links found: the pattern is broken", links)
+	}
+}
+
+// TestReadmeListsEveryKey: every config key (every flag of run that is a
+// key) has a row in the README's configuration table, and every row names a
+// key that exists.
+func TestReadmeListsEveryKey(t *testing.T) {
+	src, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]bool{}
+	for _, line := range strings.Split(string(src), "\n") {
+		if !strings.HasPrefix(line, "| `") {
+			continue
+		}
+		first := strings.Split(line, "|")[1]
+		for _, m := range regexp.MustCompile("`([a-z_]+)`").FindAllStringSubmatch(first, -1) {
+			rows[m[1]] = true
+		}
+	}
+	fs, _ := runFlags()
+	keys := map[string]bool{}
+	fs.VisitAll(func(f *pflag.Flag) {
+		if _, ok := f.Annotations[config.GroupAnnotation]; !ok {
+			return
+		}
+		key := strings.ReplaceAll(f.Name, "-", "_")
+		keys[key] = true
+		if !rows[key] {
+			t.Errorf("README: no configuration row for %s", key)
+		}
+	})
+	for r := range rows {
+		if !keys[r] {
+			t.Errorf("README: a configuration row names %s, which is not a config key", r)
+		}
 	}
 }

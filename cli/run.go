@@ -28,9 +28,13 @@ every slot taken exits 0 at once, without connecting to Redis.
 Each job runs CMD once, with the payload on stdin (never in argv) and
 BATON_JOB_ID, BATON_ATTEMPT, BATON_QUEUE, BATON_SLOT, BATON_HOLDER (the
 holder's random token) and BATON_RUN in the environment, but not
-BATON_REDIS_URL. Exit 0 marks the job done; anything else leaves it pending
-for the slot's next holder. CMD runs in its own process group and dies with
-its holder; what it leaves running, daemons included, is killed when it ends.
+BATON_REDIS_URL. Exit 0 marks the job done. Any other exit is retried with
+backoff (retry_backoff, doubling, up to retry_backoff_max) until
+max_attempts runs, then dead-lettered ('baton dead'); an exit status in
+reject_exit_codes (default 65) dead-letters it at once. A job cut short by a
+kill -9 of its holder runs again in the slot's next holder. CMD runs in its
+own process group and dies with its holder; what it leaves running, daemons
+included, is killed when it ends.
 
 Every flag is also a config key (--shutdown-grace is shutdown_grace); flags
 win over the file, BATON_REDIS_URL over the file's redis_url.
