@@ -154,7 +154,7 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, usageHead)
 	for _, c := range commands() {
 		if !c.hidden {
-			fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+			fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
 		}
 	}
 	fmt.Fprint(w, usageTail)
