@@ -68,19 +68,33 @@ type quantity struct {
 	Value   string `json:"value"`
 }
 
-func runCheck(ctx context.Context, e *env, args []string) error {
+// checkOpts are check's flags.
+type checkOpts struct {
+	cf             *config.Flags
+	crontab        string
+	asJSON, online bool
+}
+
+// checkFlags builds check's flag set.
+func checkFlags() (*pflag.FlagSet, *checkOpts) {
 	fs := flagSet("check")
-	cf := config.Bind(fs, checkKeys...)
-	crontab := fs.String("crontab", "", "crontab or /etc/cron.d `file` ('-': stdin) whose 'baton run' lines give the schedule and flags")
-	asJSON := fs.Bool("json", false, "print one JSON object")
-	online := fs.Bool("online", false, "also check Redis: reachable, version ≥ 6.2, consumer group present")
+	o := &checkOpts{cf: config.Bind(fs, checkKeys...)}
+	fs.StringVar(&o.crontab, "crontab", "", "crontab or /etc/cron.d `file` ('-': stdin) whose 'baton run' lines give the schedule and flags")
+	fs.BoolVar(&o.asJSON, "json", false, "print one JSON object")
+	fs.BoolVar(&o.online, "online", false, "also check Redis: reachable, version ≥ 6.2, consumer group present")
+	return fs, o
+}
+
+func runCheck(ctx context.Context, e *env, args []string) error {
+	fs, o := checkFlags()
+	cf := o.cf
 	if err := parse(e, fs, checkUsage, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("run 'baton check --help'", "check: unexpected argument %q", fs.Arg(0))
 	}
-	p, err := loadPlan(e, fs, cf, *crontab)
+	p, err := loadPlan(e, fs, cf, o.crontab)
 	if err != nil {
 		return err
 	}
@@ -96,7 +110,7 @@ func runCheck(ctx context.Context, e *env, args []string) error {
 	}
 	rep.Relations = append(rep.Relations, p.extra...)
 	rep.Relations = append(rep.Relations, checkLockDir(cfg.LockDir), checkRecordedSlots(cfg.LockDir, cfg.Queue, cfg.Slots))
-	if *online {
+	if o.online {
 		rep.Relations = append(rep.Relations, checkOnline(ctx, cfg)...)
 	}
 	for _, r := range rep.Relations {
@@ -107,7 +121,7 @@ func runCheck(ctx context.Context, e *env, args []string) error {
 			rep.Warnings++
 		}
 	}
-	if *asJSON {
+	if o.asJSON {
 		enc := json.NewEncoder(e.Stdout)
 		enc.SetIndent("", "  ")
 		enc.SetEscapeHTML(false)
@@ -189,8 +203,7 @@ func loadPlan(e *env, fs *pflag.FlagSet, cf *config.Flags, crontab string) (*pla
 // lineConfig loads the config as 'baton run' on crontab line l would, with
 // the config flags given to check (fs) applied last.
 func lineConfig(e *env, fs *pflag.FlagSet, configPath, crontab string, l cronLine) (*config.Config, error) {
-	rfs := flagSet("run")
-	rcf := config.Bind(rfs, config.All)
+	rfs, rcf := runFlags()
 	var args []string
 	if configPath != "" {
 		args = append(args, "--config", configPath)

@@ -51,23 +51,68 @@ type env struct {
 	Options
 }
 
+// command is one subcommand. Its flag set is built by flags alone, without
+// running it, so that completion and the man page show the very flags that
+// parse its command line.
 type command struct {
 	name, summary string
+	usage         string                // hand-written help; {{flags}} marks where the flags go
+	flags         func() *pflag.FlagSet // a fresh flag set, as run builds it
+	words         []string              // what its first argument can be (dead's verbs), for completion
+	hidden        bool                  // left out of --help (still in the man page)
 	run           func(ctx context.Context, e *env, args []string) error
 }
 
-// commands are baton's subcommands, in the order --help lists them.
-var commands = []command{
-	{"run", "take a slot and work the queue (what cron starts)", runRun},
-	{"enqueue", "add jobs to the queue", runEnqueue},
-	{"status", "show slots and queue depth", runStatus},
-	{"dead", "list, show, requeue or purge dead letters", runDead},
-	{"queues", "list the queues in the Redis database with their jobs", runQueues},
-	{"job", "say where a job is: waiting, running, retrying, dead", runJob},
-	{"metrics", "print or serve the queue's Prometheus metrics", runMetrics},
-	{"check", "prove a config keeps its slots covered", runCheck},
-	{"simulate", "measure a config's availability in a simulation", runSimulate},
-	{"version", "print the version and build", runVersion},
+// commands are baton's subcommands, in the order --help lists them. A
+// function rather than a variable, because completion and man read it.
+func commands() []command {
+	return []command{
+		{name: "run", summary: "take a slot and work the queue (what cron starts)", usage: runUsage, flags: flagsOf(runFlags), run: runRun},
+		{name: "enqueue", summary: "add jobs to the queue", usage: enqueueUsage, flags: flagsOf(newEnqueueFlags), run: runEnqueue},
+		{name: "status", summary: "show slots and queue depth", usage: statusUsage, flags: flagsOf(statusFlags), run: runStatus},
+		{name: "dead", summary: "list, show, requeue or purge dead letters", usage: deadUsage, flags: flagsOf(deadFlags), words: deadVerbs, run: runDead},
+		{name: "queues", summary: "list the queues in the Redis database with their jobs", usage: queuesUsage, flags: flagsOf(queuesFlags), run: runQueues},
+		{name: "job", summary: "say where a job is: waiting, running, retrying, dead", usage: jobUsage, flags: flagsOf(jobFlags), run: runJob},
+		{name: "metrics", summary: "print or serve the queue's Prometheus metrics", usage: metricsUsage, flags: flagsOf(metricsFlags), run: runMetrics},
+		{name: "check", summary: "prove a config keeps its slots covered", usage: checkUsage, flags: flagsOf(checkFlags), run: runCheck},
+		{name: "simulate", summary: "measure a config's availability in a simulation", usage: simulateUsage, flags: flagsOf(simulateFlags), run: runSimulate},
+		{name: "version", summary: "print the version and build", usage: versionUsage, flags: flagsOf(versionFlags), run: runVersion},
+		{name: "completion", summary: "print a bash, zsh or fish completion script", usage: completionUsage, flags: bare("completion"), words: shells, run: runCompletion},
+		{name: "man", summary: "print the manual page, baton(1), in roff", usage: manUsage, flags: bare("man"), hidden: true, run: runMan},
+	}
+}
+
+// flagsOf keeps only the flag set of a command's flag builder.
+func flagsOf[T any](build func() (*pflag.FlagSet, T)) func() *pflag.FlagSet {
+	return func() *pflag.FlagSet { fs, _ := build(); return fs }
+}
+
+// bare is the flag set of a command whose only flag is --help.
+func bare(name string) func() *pflag.FlagSet {
+	return func() *pflag.FlagSet { return flagSet(name) }
+}
+
+// parseBare parses the command line of a command built by bare and returns
+// its arguments.
+func parseBare(e *env, name, usage string, args []string) ([]string, error) {
+	fs := flagSet(name)
+	if err := parse(e, fs, usage, args); err != nil {
+		return nil, err
+	}
+	return fs.Args(), nil
+}
+
+// jsonOpts are the flags of a command that reads the config and can print
+// JSON.
+type jsonOpts struct {
+	cf     *config.Flags // nil when the command reads no config
+	asJSON bool
+}
+
+func (o *jsonOpts) bind(fs *pflag.FlagSet, cf *config.Flags, usage string) *jsonOpts {
+	o.cf = cf
+	fs.BoolVar(&o.asJSON, "json", false, usage)
+	return o
 }
 
 // coverageKeys are the keys check and simulate read: the timings of the
@@ -78,7 +123,7 @@ var coverageKeys = []string{"queue", config.Slots, "job_timeout", "shutdown_grac
 var checkKeys = append([]string{"redis_url"}, coverageKeys...)
 
 func lookup(name string) (command, bool) {
-	for _, c := range commands {
+	for _, c := range commands() {
 		if c.name == name {
 			return c, true
 		}
@@ -103,14 +148,16 @@ Exit codes:
   1  runtime error (Redis unreachable, lock directory unusable, ...)
   2  usage or config error
 
-Example crontab line:
-  * * * * * /usr/local/bin/baton run --config /etc/baton/thumbs.toml -- /usr/local/bin/make-thumbnail
+Example crontab line (logs to a file, so cron mails nothing):
+  * * * * * /usr/local/bin/baton run --config /etc/baton/thumbs.toml -- /usr/local/bin/make-thumbnail >>/var/log/baton/thumbs.log 2>&1
 `
 
 func usage(w io.Writer) {
 	fmt.Fprint(w, usageHead)
-	for _, c := range commands {
-		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+	for _, c := range commands() {
+		if !c.hidden {
+			fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
+		}
 	}
 	fmt.Fprint(w, usageTail)
 }
@@ -262,7 +309,21 @@ func parse(e *env, fs *pflag.FlagSet, text string, args []string) error {
 // the command's own flags under "Flags:", then the config keys it binds
 // under their groups ("Connection:", "Slots:", ...), each with its default.
 func helpText(fs *pflag.FlagSet, text string) string {
-	var order []string
+	var b strings.Builder
+	for i, g := range flagGroups(fs) {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		fmt.Fprintf(&b, "%s:\n%s", g.Name(), g.FlagUsagesWrapped(100))
+	}
+	return strings.Replace(text, "{{flags}}", b.String(), 1)
+}
+
+// flagGroups splits fs by group, in the order each group first appears: the
+// command's own flags ("Flags"), then the config keys' groups
+// ("Connection", "Slots", ...). Each group is a flag set named after it.
+func flagGroups(fs *pflag.FlagSet) []*pflag.FlagSet {
+	var order []*pflag.FlagSet
 	groups := map[string]*pflag.FlagSet{}
 	fs.VisitAll(func(f *pflag.Flag) {
 		g := "Flags"
@@ -272,16 +333,9 @@ func helpText(fs *pflag.FlagSet, text string) string {
 		if groups[g] == nil {
 			groups[g] = pflag.NewFlagSet(g, pflag.ContinueOnError)
 			groups[g].SortFlags = false
-			order = append(order, g)
+			order = append(order, groups[g])
 		}
 		groups[g].AddFlag(f)
 	})
-	var b strings.Builder
-	for i, g := range order {
-		if i > 0 {
-			b.WriteString("\n")
-		}
-		fmt.Fprintf(&b, "%s:\n%s", g, groups[g].FlagUsagesWrapped(100))
-	}
-	return strings.Replace(text, "{{flags}}", b.String(), 1)
+	return order
 }

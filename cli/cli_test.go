@@ -73,7 +73,7 @@ func TestExitCodes(t *testing.T) {
 }
 
 func TestHelpHasExamples(t *testing.T) {
-	for _, c := range commands {
+	for _, c := range commands() {
 		name := c.name
 		out, _, code := mainT(t, "", name, "--help")
 		if code != ExitOK || !strings.Contains(out, "Example") || !strings.Contains(out, "Usage: baton "+name) {

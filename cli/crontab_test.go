@@ -123,5 +123,14 @@ func TestShippedCrontabs(t *testing.T) {
 				t.Errorf("%s: a crontab line runs a bare 'baton': %s", name, l.Spec)
 			}
 		}
+		// A holder logs at info on the normal path: a shipped line either
+		// sends stderr to a file or logs only warnings, so cron mails nothing.
+		for _, line := range strings.Split(string(cron), "\n") {
+			quiet := strings.Contains(line, "2>&1") && strings.Contains(line, ">>") ||
+				strings.Contains(line, "--log-level warn") || strings.Contains(line, "--log-level error")
+			if strings.Contains(line, "baton run") && !quiet {
+				t.Errorf("%s: a crontab line would have cron mail a holder's info lines: %s", name, line)
+			}
+		}
 	}
 }

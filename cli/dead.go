@@ -13,6 +13,7 @@ import (
 	"github.com/baton-run/baton/internal/config"
 	"github.com/baton-run/baton/work"
 	"github.com/redis/go-redis/v9"
+	"github.com/spf13/pflag"
 )
 
 const deadUsage = `Usage: baton dead list [--json] [--limit N]
@@ -33,12 +34,29 @@ Example:
   baton dead requeue --config /etc/baton/thumbs.toml --all
 `
 
-func runDead(ctx context.Context, e *env, args []string) error {
+// deadVerbs are what dead does, its first argument.
+var deadVerbs = []string{"list", "show", "requeue", "purge"}
+
+// deadOpts are dead's flags.
+type deadOpts struct {
+	jsonOpts
+	all   bool
+	limit int64
+}
+
+// deadFlags builds dead's flag set.
+func deadFlags() (*pflag.FlagSet, *deadOpts) {
 	fs := flagSet("dead")
-	cf := config.Bind(fs, config.Connection)
-	asJSON := fs.Bool("json", false, "print JSON (list, show)")
-	all := fs.Bool("all", false, "every dead letter (requeue, purge)")
-	limit := fs.Int64("limit", 0, "show at most this many (list; 0: all)")
+	o := new(deadOpts)
+	o.bind(fs, config.Bind(fs, config.Connection), "print JSON (list, show)")
+	fs.BoolVar(&o.all, "all", false, "every dead letter (requeue, purge)")
+	fs.Int64Var(&o.limit, "limit", 0, "show at most this many (list; 0: all)")
+	return fs, o
+}
+
+func runDead(ctx context.Context, e *env, args []string) error {
+	fs, o := deadFlags()
+	cf, asJSON, all, limit := o.cf, &o.asJSON, &o.all, &o.limit
 	if err := parse(e, fs, deadUsage, args); err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/baton-run/baton/internal/config"
 	"github.com/baton-run/baton/work"
 	"github.com/redis/go-redis/v9"
+	"github.com/spf13/pflag"
 )
 
 const enqueueUsage = `Usage: baton enqueue [flags] [PAYLOAD...]
@@ -43,26 +44,36 @@ Example:
 // enqueueChunk is how many jobs go in one pipeline round trip.
 const enqueueChunk = 1000
 
-// enqueueFlags are the per-job options as given on the command line.
+// enqueueFlags are enqueue's flags: the per-job options as given on the
+// command line, and how to print.
 type enqueueFlags struct {
+	jsonOpts
+	quiet, skipBad         bool
 	in, uniqueFor, timeout time.Duration
 	at, uniqueKey          string
 	maxAttempts            int
 }
 
-func runEnqueue(ctx context.Context, e *env, args []string) error {
+// newEnqueueFlags builds enqueue's flag set.
+func newEnqueueFlags() (*pflag.FlagSet, *enqueueFlags) {
 	fs := flagSet("enqueue")
+	f := new(enqueueFlags)
 	cf := config.Bind(fs, config.Connection, "max_payload")
-	quiet := fs.BoolP("quiet", "q", false, "do not print job ids")
-	asJSON := fs.Bool("json", false, `print one JSON object per job: {"id": ..., "duplicate": bool}`)
-	skipBad := fs.Bool("skip-bad", false, "add the good jobs and report the bad ones (exit 0)")
-	var f enqueueFlags
+	fs.BoolVarP(&f.quiet, "quiet", "q", false, "do not print job ids")
+	f.bind(fs, cf, `print one JSON object per job: {"id": ..., "duplicate": bool}`)
+	fs.BoolVar(&f.skipBad, "skip-bad", false, "add the good jobs and report the bad ones (exit 0)")
 	fs.DurationVar(&f.in, "in", 0, "run after this delay")
 	fs.StringVar(&f.at, "at", "", "run at this time (RFC 3339)")
 	fs.StringVar(&f.uniqueKey, "unique-key", "", "add nothing while a job with this key is queued")
 	fs.DurationVar(&f.uniqueFor, "unique-for", 0, "hold the unique key at most this long")
 	fs.DurationVar(&f.timeout, "timeout", 0, "this job's own job_timeout")
 	fs.IntVar(&f.maxAttempts, "max-attempts", 0, "this job's own max_attempts (default: the queue's)")
+	return fs, f
+}
+
+func runEnqueue(ctx context.Context, e *env, args []string) error {
+	fs, f := newEnqueueFlags()
+	cf, quiet, asJSON, skipBad := f.cf, &f.quiet, &f.asJSON, &f.skipBad
 	if err := parse(e, fs, enqueueUsage, args); err != nil {
 		return err
 	}

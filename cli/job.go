@@ -10,6 +10,7 @@ import (
 
 	"github.com/baton-run/baton/internal/config"
 	"github.com/baton-run/baton/work"
+	"github.com/spf13/pflag"
 )
 
 const jobUsage = `Usage: baton job [flags] ID
@@ -28,10 +29,15 @@ Example:
   baton job --queue thumbs --json 1795277752922-0 | jq -r .state
 `
 
-func runJob(ctx context.Context, e *env, args []string) error {
+// jobFlags builds job's flag set.
+func jobFlags() (*pflag.FlagSet, *jsonOpts) {
 	fs := flagSet("job")
-	cf := config.Bind(fs, config.Connection, "lock_dir", "slots")
-	asJSON := fs.Bool("json", false, "print one JSON object")
+	return fs, new(jsonOpts).bind(fs, config.Bind(fs, config.Connection, "lock_dir", "slots"), "print one JSON object")
+}
+
+func runJob(ctx context.Context, e *env, args []string) error {
+	fs, o := jobFlags()
+	cf, asJSON := o.cf, &o.asJSON
 	if err := parse(e, fs, jobUsage, args); err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/expfmt"
+	"github.com/spf13/pflag"
 )
 
 const metricsUsage = `Usage: baton metrics [flags]
@@ -36,10 +37,23 @@ Example:
   baton metrics --config /etc/baton/thumbs.toml --listen 127.0.0.1:9187
 `
 
-func runMetrics(ctx context.Context, e *env, args []string) error {
+// metricsOpts are metrics's flags.
+type metricsOpts struct {
+	cf     *config.Flags
+	listen string
+}
+
+// metricsFlags builds metrics's flag set.
+func metricsFlags() (*pflag.FlagSet, *metricsOpts) {
 	fs := flagSet("metrics")
-	cf := config.Bind(fs, config.Connection, "lock_dir", "slots", "standby_slots")
-	listen := fs.String("listen", "", "serve /metrics on this address (host:port) until SIGTERM or SIGINT")
+	o := &metricsOpts{cf: config.Bind(fs, config.Connection, "lock_dir", "slots", "standby_slots")}
+	fs.StringVar(&o.listen, "listen", "", "serve /metrics on this address (host:port) until SIGTERM or SIGINT")
+	return fs, o
+}
+
+func runMetrics(ctx context.Context, e *env, args []string) error {
+	fs, o := metricsFlags()
+	cf, listen := o.cf, &o.listen
 	if err := parse(e, fs, metricsUsage, args); err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/baton-run/baton/internal/config"
 	"github.com/baton-run/baton/work"
+	"github.com/spf13/pflag"
 )
 
 const queuesUsage = `Usage: baton queues [flags]
@@ -27,10 +28,15 @@ type queueRow struct {
 	*work.Counts
 }
 
-func runQueues(ctx context.Context, e *env, args []string) error {
+// queuesFlags builds queues's flag set.
+func queuesFlags() (*pflag.FlagSet, *jsonOpts) {
 	fs := flagSet("queues")
-	cf := config.Bind(fs, "redis_url")
-	asJSON := fs.Bool("json", false, "print one JSON array")
+	return fs, new(jsonOpts).bind(fs, config.Bind(fs, "redis_url"), "print one JSON array")
+}
+
+func runQueues(ctx context.Context, e *env, args []string) error {
+	fs, o := queuesFlags()
+	cf, asJSON := o.cf, &o.asJSON
 	if err := parse(e, fs, queuesUsage, args); err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/baton-run/baton/work"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"github.com/spf13/pflag"
 )
 
 const runUsage = `Usage: baton run [flags] -- CMD [ARGS...]
@@ -27,9 +28,13 @@ every slot taken exits 0 at once, without connecting to Redis.
 Each job runs CMD once, with the payload on stdin (never in argv) and
 BATON_JOB_ID, BATON_ATTEMPT, BATON_QUEUE, BATON_SLOT, BATON_HOLDER (the
 holder's random token) and BATON_RUN in the environment, but not
-BATON_REDIS_URL. Exit 0 marks the job done; anything else leaves it pending
-for the slot's next holder. CMD runs in its own process group and dies with
-its holder; what it leaves running, daemons included, is killed when it ends.
+BATON_REDIS_URL. Exit 0 marks the job done. Any other exit is retried with
+backoff (retry_backoff, doubling, up to retry_backoff_max) until
+max_attempts runs, then dead-lettered ('baton dead'); an exit status in
+reject_exit_codes (default 65) dead-letters it at once. A job cut short by a
+kill -9 of its holder runs again in the slot's next holder. CMD runs in its
+own process group and dies with its holder; what it leaves running, daemons
+included, is killed when it ends.
 
 Every flag is also a config key (--shutdown-grace is shutdown_grace); flags
 win over the file, BATON_REDIS_URL over the file's redis_url.
@@ -40,8 +45,10 @@ shutdown_grace, exit 0); a second one exits at once. SIGHUP is ignored.
 
 Example:
   # crontab -e: 4 workers with 4 standbys, 5-6 minute lifetimes
-  # (cron's PATH is /usr/bin:/bin: name baton by its full path)
-  * * * * * /usr/local/bin/baton run --config /etc/baton/thumbs.toml -- /usr/local/bin/make-thumbnail
+  # (cron's PATH is /usr/bin:/bin: name baton by its full path; a holder
+  # logs at info, so send stderr to a file or pass --log-level warn, or
+  # cron mails every few minutes)
+  * * * * * /usr/local/bin/baton run --log-level warn --config /etc/baton/thumbs.toml -- /usr/local/bin/make-thumbnail
 `
 
 // envSpawned marks a candidate started by another candidate: it spawns no more.
@@ -51,9 +58,14 @@ const envSpawned = "BATON_SPAWNED"
 // leaves whatever its handlers do.
 const hardMargin = 2 * time.Second
 
-func runRun(ctx context.Context, e *env, args []string) error {
+// runFlags builds run's flag set: every config key.
+func runFlags() (*pflag.FlagSet, *config.Flags) {
 	fs := flagSet("run")
-	cf := config.Bind(fs, config.All)
+	return fs, config.Bind(fs, config.All)
+}
+
+func runRun(ctx context.Context, e *env, args []string) error {
+	fs, cf := runFlags()
 	if err := parse(e, fs, runUsage, args); err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/baton-run/baton/internal/config"
 	"github.com/baton-run/baton/internal/sim"
 	"github.com/baton-run/baton/standby"
+	"github.com/spf13/pflag"
 )
 
 const simulateUsage = `Usage: baton simulate [--config F] [--horizon 30d] [--crash-rate R] [--seed N] [--json] [--svg FILE] [flags]
@@ -84,21 +85,41 @@ type bucket struct {
 	Mean float64 `json:"mean"`
 }
 
-func runSimulate(ctx context.Context, e *env, args []string) error {
+// simulateOpts are simulate's flags.
+type simulateOpts struct {
+	jsonOpts
+	crontab, horizon, svgPath        string
+	crashRate, hangRate              float64
+	seed                             uint64
+	startup, wake, warmup, svgWindow time.Duration
+	pollOnly                         bool
+}
+
+// simulateFlags builds simulate's flag set.
+func simulateFlags() (*pflag.FlagSet, *simulateOpts) {
 	fs := flagSet("simulate")
+	o := new(simulateOpts)
 	cf := config.Bind(fs, coverageKeys...)
-	crontab := fs.String("crontab", "", "crontab or /etc/cron.d `file` ('-': stdin) whose 'baton run' lines give the schedule and flags")
-	horizon := fs.String("horizon", "30d", "simulated time: a duration, with d for days")
-	crashRate := fs.Float64("crash-rate", 0, "crashes per holder-hour")
-	hangRate := fs.Float64("hang-rate", 0, "hangs per holder-hour (a hung holder keeps its slot until its hard deadline)")
-	seed := fs.Uint64("seed", 1, "random seed")
-	startup := fs.Duration("startup", sim.DefaultLatency, "a candidate starts uniformly within this long of its firing")
-	wake := fs.Duration("wake", sim.DefaultWake, "a standby tries a freed run slot uniformly within this long")
-	pollOnly := fs.Bool("poll-only", false, "standbys only poll, as when the lock dir cannot be watched (no inotify)")
-	warmup := fs.Duration("warmup", 0, "unmeasured start (0: ⌈slots/spawn⌉ firings + 1s)")
-	asJSON := fs.Bool("json", false, "print one JSON object")
-	svgPath := fs.String("svg", "", "write the slot timeline to this SVG `file`")
-	svgWindow := fs.Duration("svg-window", 30*time.Minute, "length of the --svg timeline, from the end of the warm-up")
+	fs.StringVar(&o.crontab, "crontab", "", "crontab or /etc/cron.d `file` ('-': stdin) whose 'baton run' lines give the schedule and flags")
+	fs.StringVar(&o.horizon, "horizon", "30d", "simulated time: a duration, with d for days")
+	fs.Float64Var(&o.crashRate, "crash-rate", 0, "crashes per holder-hour")
+	fs.Float64Var(&o.hangRate, "hang-rate", 0, "hangs per holder-hour (a hung holder keeps its slot until its hard deadline)")
+	fs.Uint64Var(&o.seed, "seed", 1, "random seed")
+	fs.DurationVar(&o.startup, "startup", sim.DefaultLatency, "a candidate starts uniformly within this long of its firing")
+	fs.DurationVar(&o.wake, "wake", sim.DefaultWake, "a standby tries a freed run slot uniformly within this long")
+	fs.BoolVar(&o.pollOnly, "poll-only", false, "standbys only poll, as when the lock dir cannot be watched (no inotify)")
+	fs.DurationVar(&o.warmup, "warmup", 0, "unmeasured start (0: ⌈slots/spawn⌉ firings + 1s)")
+	o.bind(fs, cf, "print one JSON object")
+	fs.StringVar(&o.svgPath, "svg", "", "write the slot timeline to this SVG `file`")
+	fs.DurationVar(&o.svgWindow, "svg-window", 30*time.Minute, "length of the --svg timeline, from the end of the warm-up")
+	return fs, o
+}
+
+func runSimulate(ctx context.Context, e *env, args []string) error {
+	fs, o := simulateFlags()
+	cf, crontab, horizon, crashRate, hangRate, seed := o.cf, &o.crontab, &o.horizon, &o.crashRate, &o.hangRate, &o.seed
+	startup, wake, pollOnly, warmup, asJSON := &o.startup, &o.wake, &o.pollOnly, &o.warmup, &o.asJSON
+	svgPath, svgWindow := &o.svgPath, &o.svgWindow
 	if err := parse(e, fs, simulateUsage, args); err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/baton-run/baton/internal/config"
 	"github.com/baton-run/baton/lock"
 	"github.com/baton-run/baton/work"
+	"github.com/spf13/pflag"
 )
 
 const statusUsage = `Usage: baton status [flags]
@@ -62,12 +63,26 @@ type statusReport struct {
 	Error    string   `json:"error,omitempty"`
 }
 
-func runStatus(ctx context.Context, e *env, args []string) error {
+// statusFlags builds status's flag set.
+func statusFlags() (*pflag.FlagSet, *statusOpts) {
 	fs := flagSet("status")
-	cf := config.Bind(fs, config.Connection, "lock_dir", "slots", "standby_slots")
-	asJSON := fs.Bool("json", false, "print one JSON object (with --watch: one per line, per refresh)")
-	watch := fs.Bool("watch", false, "refresh until interrupted, with rates per second and the last slot events")
-	interval := fs.Duration("interval", time.Second, "time between refreshes with --watch")
+	o := new(statusOpts)
+	o.bind(fs, config.Bind(fs, config.Connection, "lock_dir", "slots", "standby_slots"), "print one JSON object (with --watch: one per line, per refresh)")
+	fs.BoolVar(&o.watch, "watch", false, "refresh until interrupted, with rates per second and the last slot events")
+	fs.DurationVar(&o.interval, "interval", time.Second, "time between refreshes with --watch")
+	return fs, o
+}
+
+// statusOpts are status's flags.
+type statusOpts struct {
+	jsonOpts
+	watch    bool
+	interval time.Duration
+}
+
+func runStatus(ctx context.Context, e *env, args []string) error {
+	fs, o := statusFlags()
+	cf, asJSON, watch, interval := o.cf, &o.asJSON, &o.watch, &o.interval
 	if err := parse(e, fs, statusUsage, args); err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"github.com/spf13/pflag"
 	"runtime"
 	"runtime/debug"
 )
@@ -31,9 +32,15 @@ type buildInfo struct {
 	Arch     string `json:"arch"`
 }
 
-func runVersion(ctx context.Context, e *env, args []string) error {
+// versionFlags builds version's flag set.
+func versionFlags() (*pflag.FlagSet, *jsonOpts) {
 	fs := flagSet("version")
-	asJSON := fs.Bool("json", false, "print one JSON object")
+	return fs, new(jsonOpts).bind(fs, nil, "print one JSON object")
+}
+
+func runVersion(ctx context.Context, e *env, args []string) error {
+	fs, o := versionFlags()
+	asJSON := &o.asJSON
 	if err := parse(e, fs, versionUsage, args); err != nil {
 		return err
 	}

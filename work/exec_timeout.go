@@ -1,3 +1,5 @@
+//go:build linux
+
 package work
 
 // ownsTimeouts: Exec enforces job timeouts itself (SIGTERM to the job's

@@ -9,8 +9,10 @@
 // Guarantees: a job is acknowledged only after its handler returned nil, so it
 // is at least once, never nowhere. A consumer (one per slot) first replays its
 // own pending entries, so the next holder of a crashed holder's slot restarts
-// the crashed job at once. A job that fails stays pending for the slot's next
-// holder. The package never handles signals and never exits the process.
+// the crashed job at once. A job whose handler fails is retried with backoff
+// (RetryBackoff, doubling, capped at RetryBackoffMax) until MaxAttempts, then
+// dead-lettered; ErrSkipRetry dead-letters it at once. The package never
+// handles signals and never exits the process.
 package work
 
 import (

@@ -29,6 +29,7 @@ func (r *runner) read(ctx context.Context) {
 	}
 	var count int64
 	replay := true
+	r.announce = true
 	var nextClaim time.Time // zero: claim at once
 	backoff := 50 * time.Millisecond
 	for !r.draining() {
@@ -70,7 +71,7 @@ func (r *runner) read(ctx context.Context) {
 			jobs, err = r.replayOne(ctx)
 			if err == nil && len(jobs) == 0 {
 				r.giveBackRate(ctx, granted)
-				replay = false
+				replay, r.announce = false, false
 				continue
 			}
 		case r.c.VisibilityTimeout > 0 && time.Now().After(nextClaim):
@@ -197,6 +198,9 @@ func (r *runner) readNew(ctx context.Context, n int64) ([]*Job, error) {
 	return jobs, nil
 }
 
+// pendingPage is how many of its own pending entries replayOne lists at once.
+const pendingPage = 32
+
 // replayOne takes the oldest of this consumer's pending entries that is not
 // already running here. XCLAIM to itself counts a delivery, and the delivery
 // count is how a job that kills its holder every time is caught.
@@ -204,7 +208,7 @@ func (r *runner) replayOne(ctx context.Context) ([]*Job, error) {
 	start := "-"
 	for {
 		pend, err := r.c.Client.XPendingExt(ctx, &redis.XPendingExtArgs{
-			Stream: r.keys.Stream, Group: Group, Consumer: r.c.Consumer, Start: start, End: "+", Count: 32,
+			Stream: r.keys.Stream, Group: Group, Consumer: r.c.Consumer, Start: start, End: "+", Count: pendingPage,
 		}).Result()
 		if err != nil || len(pend) == 0 {
 			return nil, err
@@ -226,11 +230,31 @@ func (r *runner) replayOne(ctx context.Context) ([]*Job, error) {
 				}
 				continue
 			}
+			if r.announce {
+				r.announceReplay(ctx, start, len(pend))
+			}
 			r.c.Logger.Debug().Str("entry", p.ID).Int64("deliveries", p.RetryCount+1).Msg("replaying own pending entry")
 			return []*Job{r.toJob(msgs[0], int(p.RetryCount)+1)}, nil
 		}
 		start = "(" + pend[len(pend)-1].ID
 	}
+}
+
+// announceReplay logs, once per holder and at info, that the slot's previous
+// holder left entries pending (it was killed, or passed its hard deadline):
+// they run again now. The count comes from the page already read when it
+// holds them all; only on this path, never the normal one, does it cost one
+// more round trip (XPENDING's summary).
+func (r *runner) announceReplay(ctx context.Context, start string, page int) {
+	r.announce = false
+	n := int64(page)
+	if start != "-" || page == pendingPage {
+		sum, err := r.c.Client.XPending(ctx, r.keys.Stream, Group).Result()
+		if err == nil {
+			n = sum.Consumers[r.c.Consumer]
+		}
+	}
+	r.c.Logger.Info().Int64("entries", n).Msg("replaying entries left pending by this slot's previous holder")
 }
 
 // claim takes up to n entries that other consumers left pending and untouched

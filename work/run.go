@@ -120,7 +120,9 @@ type Stats struct {
 
 // Run drains the queue until the deadline, MaxJobs, or ctx is done, then lets
 // in-flight jobs finish within Grace and acknowledges them. Entries read but
-// not started stay pending for the slot's next holder. It returns nil when it
+// not started go back to the stream as new entries (no delivery counted
+// against them); a job cut short by the end of Grace stays pending for the
+// slot's next holder. It returns nil when it
 // stopped at the deadline or MaxJobs, ctx.Err() when ctx ended it, and an
 // error when Redis stayed down.
 func Run(ctx context.Context, c Config, st *Stats) error {
@@ -170,6 +172,7 @@ type runner struct {
 
 	claimFrom string // XAUTOCLAIM cursor; the reader's own
 	dueWarned bool   // the keeper warned that due retries cannot move; the keeper's own
+	announce  bool   // the first replay is not yet logged at info; the reader's own
 
 	mu     sync.Mutex
 	active map[string]struct{} // ids read and not yet settled; guarded by mu

@@ -85,7 +85,7 @@ func TestStatusWatch(t *testing.T) {
 		Rates  map[string]float64 `json:"rates_per_second"`
 		Events []string
 	}
-	for end := time.Now().Add(15 * time.Second); last.Jobs.Done < 2 || len(last.Events) == 0; {
+	for end := time.Now().Add(40 * time.Second); last.Jobs.Done < 2 || len(last.Events) == 0; {
 		if time.Now().After(end) {
 			t.Fatalf("no refresh with both jobs done and an event: %+v", last)
 		}

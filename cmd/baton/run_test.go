@@ -191,6 +191,35 @@ echo "end $BATON_JOB_ID" >> `+events+"\n")
 	if code := sb.wait(t, 10*time.Second); code != 0 {
 		t.Fatalf("promoted standby exit %d: %s", code, sb.log())
 	}
+	// The replay is news at info level, with its count: it is what a kill
+	// leaves behind, and the one line an operator reads after one.
+	replayLines := 0
+	for _, l := range strings.Split(sb.log(), "\n") {
+		if strings.Contains(l, "left pending by this slot's previous holder") &&
+			strings.Contains(l, `"level":"info"`) && strings.Contains(l, `"entries":1,`) {
+			replayLines++
+		}
+	}
+	if replayLines != 1 {
+		t.Fatalf("%d info lines about the replay, want 1:\n%s", replayLines, sb.log())
+	}
+}
+
+// TestQuietAtWarn: at --log-level warn, a lifetime that goes to plan (a job
+// done, the lifetime over) prints nothing, so cron sends no mail.
+func TestQuietAtWarn(t *testing.T) {
+	r := newRig(t)
+	job := r.script("job.sh", "cat >/dev/null\n")
+	if _, errOut, code := r.baton("enqueue", "a"); code != 0 {
+		t.Fatalf("enqueue exit %d: %s", code, errOut)
+	}
+	out, errOut, code := r.baton("run", "--log-level", "warn", "--lifetime", "1s", "--jitter", "0", "--", job)
+	if code != 0 || out != "" || errOut != "" {
+		t.Fatalf("run at warn: exit %d, stdout %q, stderr %q; want 0 and nothing", code, out, errOut)
+	}
+	if s := r.status(); s.Jobs.Done != 1 {
+		t.Fatalf("jobs done %d, want 1", s.Jobs.Done)
+	}
 }
 
 // TestSigtermMidJob: the job finishes, is acked once, the holder exits 0.

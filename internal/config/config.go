@@ -87,8 +87,8 @@ type Config struct {
 const (
 	Connection = "Connection" // queue, redis_url
 	Slots      = "Slots"      // lock_dir, slots, standby_slots, spawn, lifetime, jitter, standby_wait, poll_interval, schedule
-	Jobs       = "Jobs"       // concurrency, job_timeout, shutdown_grace, visibility_timeout, max_payload, redis_down_exit, max_jobs
-	Retries    = "Retries"    // max_attempts, retry_backoff, retry_backoff_max, dead_max
+	Jobs       = "Jobs"       // concurrency, job_timeout, shutdown_grace, visibility_timeout, max_payload, rate_limit, redis_down_exit, max_jobs
+	Retries    = "Retries"    // max_attempts, reject_exit_codes, retry_backoff, retry_backoff_max, dead_max
 	Logging    = "Logging"    // log_level, log_format
 	All        = "all"        // every key
 )

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package proc holds the Linux process details baton relies on: process start
 // times (to tell a live holder from a reused pid), the process name shown by ps
 // and top, and starting detached candidates.

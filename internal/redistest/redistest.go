@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package redistest starts a real redis-server for tests: on a free loopback
 // port, in a temp dir, stopped at cleanup. When redis-server is missing the
 // test fails and says how to install it; nothing is skipped.
