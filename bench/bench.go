@@ -29,6 +29,8 @@ func (b *bench) measure(ctx context.Context, sel []string) error {
 			err = b.rounds(ctx, b.throughput(ctx))
 		case "enqueue":
 			err = b.rounds(ctx, b.enqueue(ctx))
+		case "producers":
+			err = b.producers(ctx)
 		case "exec":
 			err = b.exec(ctx)
 		case "pickup":
