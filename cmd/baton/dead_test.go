@@ -161,3 +161,40 @@ func TestEnqueueRefusesLargePayload(t *testing.T) {
 		t.Fatalf("waiting %d, want the 2 good jobs", s.Jobs.Waiting)
 	}
 }
+
+// TestDeadJSON: dead list --json on an empty queue is [], not null; dead
+// show --json gives a UTF-8 payload as text and any other as base64, saying
+// which; HTML in a payload stays as it is (JSON escapes it).
+func TestDeadJSON(t *testing.T) {
+	r := newRig(t)
+	if out, _, code := r.baton("dead", "list", "--json"); code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Fatalf("empty dead list --json: %d %q", code, out)
+	}
+	text, _, _ := r.baton("enqueue", "héllo <b>")
+	cmd := r.cmd("enqueue")
+	cmd.Stdin = strings.NewReader("\xff\xfe\n")
+	bin, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := r.start("run", "--max-attempts", "1", "--lifetime", "1m", "--", "/bin/false")
+	defer func() { _ = h.cmd.Process.Kill() }()
+	eventually(t, 20*time.Second, "two dead letters", func() bool { return len(r.dead(t)) == 2 })
+	for id, want := range map[string]struct{ payload, enc string }{
+		strings.TrimSpace(text):        {"héllo <b>", "text"},
+		strings.TrimSpace(string(bin)): {"//4=", "base64"},
+	} {
+		out, _, code := r.baton("dead", "show", "--json", id)
+		var d struct {
+			JobID    string `json:"job_id"`
+			Payload  string `json:"payload"`
+			Encoding string `json:"payload_encoding"`
+		}
+		if err := json.Unmarshal([]byte(out), &d); code != 0 || err != nil {
+			t.Fatalf("dead show --json %s: %d %v\n%s", id, code, err, out)
+		}
+		if d.JobID != id || d.Payload != want.payload || d.Encoding != want.enc {
+			t.Fatalf("dead show --json %s = %+v, want payload %q as %s", id, d, want.payload, want.enc)
+		}
+	}
+}
