@@ -12,6 +12,7 @@ import (
 	"github.com/baton-run/baton/internal/config"
 	"github.com/baton-run/baton/internal/proc"
 	"github.com/baton-run/baton/lock"
+	"github.com/baton-run/baton/metrics"
 	"github.com/baton-run/baton/standby"
 	"github.com/baton-run/baton/work"
 	"github.com/redis/go-redis/v9"
@@ -268,6 +269,8 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 	rec.Token = token
 	rec.Deadline = deadline
 	stopPublish := publish(slot, rec, st, heal, h.log)
+	stopMetrics := h.writeMetrics()
+	defer stopMetrics()
 	h.log.Info().Time("until", until).Msg("holding run slot")
 	err := work.Run(ctx, work.Config{
 		Client: h.rdb, Queue: cfg.Queue, Consumer: consumer, Handler: handler,
@@ -361,6 +364,45 @@ func publish(slot lock.Slot, rec lock.Record, st *work.Stats, heal func() bool, 
 			if next != rec || failing {
 				rec = next
 				put(rec)
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
+}
+
+// writeMetrics rewrites metrics_file every 5s while the holder runs, in a
+// goroutine the returned func stops (and waits for). A failure is logged
+// once, at warn; the holder carries on.
+func (h *holder) writeMetrics() (stop func()) {
+	path := h.cfg.MetricsFile
+	if path == "" {
+		return func() {}
+	}
+	run, sb, err := slotSets(h.cfg)
+	if err != nil {
+		return func() {}
+	}
+	q := metrics.Queue{Name: h.cfg.Queue, Run: run, Keep: h.cfg.Slots}
+	if sb != nil {
+		q.Standby = sb
+	}
+	c := metrics.NewCollector(h.rdb, q)
+	done, quit := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(5 * time.Second)
+		defer t.Stop()
+		failing := false
+		for {
+			err := metrics.WriteFile(path, c)
+			if err != nil && !failing {
+				h.log.Warn().Err(err).Str("metrics_file", path).Msg("cannot write the metrics file; retrying every 5s")
+			}
+			failing = err != nil
+			select {
+			case <-quit:
+				return
+			case <-t.C:
 			}
 		}
 	}()

@@ -15,13 +15,17 @@
 package metrics
 
 import (
+	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
 	"github.com/baton-run/baton/lock"
 	"github.com/baton-run/baton/work"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -187,4 +191,42 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// WriteFile writes the collector's metrics to path in the text exposition,
+// atomically: to a temporary file in the same directory, then renamed over
+// path, so a reader (node_exporter's textfile collector) never sees half.
+func WriteFile(path string, c *Collector) error {
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(c); err != nil {
+		return err
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			return err
+		}
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // a no-op once renamed
+	if _, err := tmp.Write(buf.Bytes()); err != nil {
+		_ = tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		_ = tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -99,5 +101,26 @@ func TestStatusWatch(t *testing.T) {
 	_ = cmd.Process.Signal(syscall.SIGINT)
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("exit after SIGINT: %v", err)
+	}
+}
+
+// TestMetricsFile: a holder with metrics_file rewrites it (atomically, no
+// temporary file left) with the queue's metrics while it runs.
+func TestMetricsFile(t *testing.T) {
+	r := newRig(t)
+	r.baton("enqueue", "a", "b")
+	path := filepath.Join(r.dir, "baton.prom")
+	h := r.start("run", "--lifetime", "1m", "--metrics-file", path, "--", "/bin/true")
+	defer func() { _ = h.cmd.Process.Kill() }()
+	eventually(t, 20*time.Second, "metrics file with both jobs done", func() bool {
+		b, _ := os.ReadFile(path)
+		return strings.Contains(string(b), `baton_jobs_done_total{queue="default"} 2`) &&
+			strings.Contains(string(b), `baton_slots_held{queue="default",role="run"} 1`)
+	})
+	ents, _ := os.ReadDir(r.dir)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".baton.prom.") {
+			t.Fatalf("temporary file left: %s", e.Name())
+		}
 	}
 }

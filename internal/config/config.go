@@ -80,6 +80,10 @@ type Config struct {
 	LogLevel string `toml:"log_level" group:"Logging" help:"debug, info, warn or error"`
 	// LogFormat is json, console, or auto (console on a terminal). Default auto.
 	LogFormat string `toml:"log_format" group:"Logging" help:"json, console or auto (console on a terminal)"`
+	// MetricsFile, when set, is rewritten by every running holder every 5s
+	// (write, then rename) with the queue's Prometheus metrics, for
+	// node_exporter's textfile collector. Default "" (none).
+	MetricsFile string `toml:"metrics_file" group:"Logging" help:"rewrite this file with the queue's Prometheus metrics every 5s (textfile collector)"`
 }
 
 // Groups of keys, in the order --help shows them. Each key's group is its
@@ -89,7 +93,7 @@ const (
 	Slots      = "Slots"      // lock_dir, slots, standby_slots, spawn, lifetime, jitter, standby_wait, poll_interval, schedule
 	Jobs       = "Jobs"       // concurrency, job_timeout, shutdown_grace, visibility_timeout, max_payload, rate_limit, redis_down_exit, max_jobs
 	Retries    = "Retries"    // max_attempts, reject_exit_codes, retry_backoff, retry_backoff_max, dead_max
-	Logging    = "Logging"    // log_level, log_format
+	Logging    = "Logging"    // log_level, log_format, metrics_file
 	All        = "all"        // every key
 )
 
