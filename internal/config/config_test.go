@@ -72,6 +72,10 @@ func TestBadConfig(t *testing.T) {
 		{"bad schedule", "schedule = \"* * *\"\n", nil, ":1: schedule:"},
 		{"bad url", "redis_url = \"http://:secret@x\"\n", nil, ":1: redis_url:"},
 		{"flag named", "slots = 2\n", []string{"--slots", "0"}, "flag --slots: 0: must be between 1"},
+		{"persistent not a bool", "persistent = \"yes\"\n", nil, `:1: persistent: want true or false, got string "yes"`},
+		{"tiny heartbeat", "heartbeat_timeout = \"1ms\"\n", nil, ":1: heartbeat_timeout: 1ms: must be at least 100ms"},
+		{"negative rss", "max_child_rss = -1\n", nil, ":1: max_child_rss: -1: must not be negative"},
+		{"negative jobs per child", "", []string{"--max-jobs-per-child", "-2"}, "flag --max-jobs-per-child: -2: must not be negative"},
 		{"syntax", "slots = = 2\n", nil, ":1:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
