@@ -79,14 +79,16 @@ def serve(handler):
         if kind != "job":
             continue  # a newer baton's message: ignore it
         job = Job(msg["id"], msg.get("attempt", 1), msg.get("queue", ""), send)
+        result = {"type": "result", "id": job.id, "status": "ok"}
         try:
             handler(body, job)
         except SkipRetry as e:
-            send({"type": "result", "id": job.id, "status": "skip", "error": str(e) or "SkipRetry"})
+            result.update(status="skip", error=str(e) or "SkipRetry")
         except Exception as e:  # noqa: BLE001 - every failure is the job's
             traceback.print_exc()
-            send({"type": "result", "id": job.id, "status": "error", "error": "%s: %s" % (type(e).__name__, e)})
-        else:
-            send({"type": "result", "id": job.id, "status": "ok"})
+            result.update(status="error", error="%s: %s" % (type(e).__name__, e))
+        # The job's output goes out before its result, so baton logs it
+        # under this job's id.
         sys.stdout.flush()
         sys.stderr.flush()
+        send(result)
