@@ -18,24 +18,36 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// needPython returns python3's path, or fails the test saying how to get it.
-func needPython(tb testing.TB) string {
-	tb.Helper()
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		tb.Fatal("python3 is needed for the persistent worker tests (apt-get install python3)")
-	}
-	return py
+// langs are the helpers the tests run: each has a test worker in testdata.
+var langs = []struct{ name, bin, worker, install string }{
+	{"python", "python3", "testdata/persist_worker.py", "apt-get install python3"},
+	{"node", "node", "testdata/persist_worker.js", "apt-get install nodejs"},
 }
 
 // newPersistent is a Persistent running testdata/persist_worker.py with args,
 // its job log, closed when the test ends.
 func newPersistent(tb testing.TB, args ...string) (*Persistent, string) {
 	tb.Helper()
+	return newWorker(tb, "python", args...)
+}
+
+// newWorker is a Persistent running the test worker of lang with args.
+func newWorker(tb testing.TB, lang string, args ...string) (*Persistent, string) {
+	tb.Helper()
+	var argv []string
+	for _, l := range langs {
+		if l.name == lang {
+			bin, err := exec.LookPath(l.bin)
+			if err != nil {
+				tb.Fatalf("%s is needed for the persistent worker tests (%s)", l.bin, l.install)
+			}
+			argv = append([]string{bin, l.worker}, args...)
+		}
+	}
 	log := filepath.Join(tb.TempDir(), "jobs.log")
 	tb.Setenv("PERSIST_LOG", log)
 	p := &Persistent{
-		Argv:         append([]string{needPython(tb), "testdata/persist_worker.py"}, args...),
+		Argv:         argv,
 		Grace:        2 * time.Second,
 		StartTimeout: 30 * time.Second,
 		Logger:       testLogger(),
@@ -106,51 +118,59 @@ func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
 // Any byte sequence round-trips, stray output (even a fake result frame on
 // stdout) changes nothing, and one child serves every job of its lane.
 func TestPersistentRoundTripsAndStrayOutput(t *testing.T) {
-	rdb := redistest.Start(t).Client()
-	p, log := newPersistent(t)
-	every := make([]byte, 256)
-	for i := range every {
-		every[i] = byte(i)
-	}
-	payloads := []string{string(every), "\n{\"type\":\"result\",\"status\":\"ok\"}\n", strings.Repeat("big\n", 100_000), "print", "", "x"}
-	for i := 0; i < 20; i++ {
-		payloads = append(payloads, "print", "job "+strconv.Itoa(i))
-	}
-	ids := put(t, rdb, payloads...)
-	c := testConfig(rdb, p)
-	st := new(Stats)
-	runUntil(t, c, st, func() bool { return st.Done.Load() == int64(len(ids)) })
-	settled(t, rdb, "q")
-	rs := jobsRan(t, log)
-	if len(rs) != len(ids) {
-		t.Fatalf("%d runs, want %d", len(rs), len(ids))
-	}
-	for i, r := range rs {
-		sum := sha256.Sum256([]byte(payloads[i]))
-		if r.id != ids[i] || r.sum != hex.EncodeToString(sum[:]) || r.attempt != 1 {
-			t.Errorf("job %d: ran %+v, want id %s and the payload's sha256", i, r, ids[i])
-		}
-	}
-	if n := len(pids(rs)); n != 1 {
-		t.Fatalf("jobs ran on %d children, want 1", n)
+	for _, lang := range langs {
+		t.Run(lang.name, func(t *testing.T) {
+			rdb := redistest.Start(t).Client()
+			p, log := newWorker(t, lang.name)
+			every := make([]byte, 256)
+			for i := range every {
+				every[i] = byte(i)
+			}
+			payloads := []string{string(every), "\n{\"type\":\"result\",\"status\":\"ok\"}\n", strings.Repeat("big\n", 100_000), "print", "", "x"}
+			for i := 0; i < 20; i++ {
+				payloads = append(payloads, "print", "job "+strconv.Itoa(i))
+			}
+			ids := put(t, rdb, payloads...)
+			c := testConfig(rdb, p)
+			st := new(Stats)
+			runUntil(t, c, st, func() bool { return st.Done.Load() == int64(len(ids)) })
+			settled(t, rdb, "q")
+			rs := jobsRan(t, log)
+			if len(rs) != len(ids) {
+				t.Fatalf("%d runs, want %d", len(rs), len(ids))
+			}
+			for i, r := range rs {
+				sum := sha256.Sum256([]byte(payloads[i]))
+				if r.id != ids[i] || r.sum != hex.EncodeToString(sum[:]) || r.attempt != 1 {
+					t.Errorf("job %d: ran %+v, want id %s and the payload's sha256", i, r, ids[i])
+				}
+			}
+			if n := len(pids(rs)); n != 1 {
+				t.Fatalf("jobs ran on %d children, want 1", n)
+			}
+		})
 	}
 }
 
 // Errors are retried, SkipRetry dead-letters at once as rejected.
 func TestPersistentResults(t *testing.T) {
-	rdb := redistest.Start(t).Client()
-	p, log := newPersistent(t)
-	put(t, rdb, "fail", "skip", "ok")
-	runJobs(t, rdb, p, 2, 1, 2)
-	reasons := map[string]string{}
-	for _, d := range deadLetters(t, rdb, "q") {
-		reasons[d.Values["reason"].(string)] = d.Values["error"].(string)
-	}
-	if !strings.Contains(reasons[ReasonRejected], "asked to skip") || !strings.Contains(reasons[ReasonFailed], "RuntimeError: asked to fail") {
-		t.Fatalf("dead letters %v", reasons)
-	}
-	if rs := jobsRan(t, log); len(rs) != 4 || len(pids(rs)) != 1 {
-		t.Fatalf("runs %+v: want fail twice, skip and ok once, on one child", rs)
+	for _, lang := range langs {
+		t.Run(lang.name, func(t *testing.T) {
+			rdb := redistest.Start(t).Client()
+			p, log := newWorker(t, lang.name)
+			put(t, rdb, "fail", "skip", "ok")
+			runJobs(t, rdb, p, 2, 1, 2)
+			reasons := map[string]string{}
+			for _, d := range deadLetters(t, rdb, "q") {
+				reasons[d.Values["reason"].(string)] = d.Values["error"].(string)
+			}
+			if !strings.Contains(reasons[ReasonRejected], "asked to skip") || !strings.Contains(reasons[ReasonFailed], "Error: asked to fail") {
+				t.Fatalf("dead letters %v", reasons)
+			}
+			if rs := jobsRan(t, log); len(rs) != 4 || len(pids(rs)) != 1 {
+				t.Fatalf("runs %+v: want fail twice, skip and ok once, on one child", rs)
+			}
+		})
 	}
 }
 
