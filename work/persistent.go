@@ -77,6 +77,7 @@ var _ ownsTimeouts = (*Persistent)(nil)
 type child struct {
 	pid     int
 	run     string        // its BATON_RUN mark
+	to      *os.File      // fd 3's write end: small frames go straight, large ones via out
 	out     chan [][]byte // frames to write to fd 3
 	msgs    chan frame    // frames read from fd 4; closed at EOF or a bad frame
 	readErr error         // a protocol error; set before msgs closes
@@ -119,10 +120,7 @@ func (p *Persistent) run(ctx context.Context, c *child, j *Job) (alive bool, err
 	c.stdout.next(log)
 	c.stderr.next(log)
 	f := frame{Type: frameJob, ID: j.ID, Attempt: j.Attempt, Queue: j.Queue, body: j.Payload}
-	select {
-	case c.out <- f.encode():
-	case <-c.exited:
-	}
+	c.send(f.encode())
 	timeout := p.Timeout
 	if j.Timeout > 0 {
 		timeout = j.Timeout
@@ -332,6 +330,7 @@ func (p *Persistent) start(queue, slot string) (*child, error) {
 	}
 	p.all[c] = struct{}{}
 	p.mu.Unlock()
+	c.to = toW
 	go c.read(fromR)
 	go c.write(toW)
 	return c, nil
@@ -391,6 +390,33 @@ func (c *child) read(r *os.File) {
 		case <-c.exited:
 			return
 		}
+	}
+}
+
+// send writes a frame to fd 3: a small one at once (the child has read
+// every earlier frame, so it fits in the empty pipe; a deadline guards
+// against a child that did not), a large one through the writer goroutine,
+// so the lane can watch timeouts while the child reads it.
+func (c *child) send(bufs [][]byte) {
+	n := 0
+	for _, b := range bufs {
+		n += len(b)
+	}
+	if n <= smallPayload {
+		buf := bufs[0]
+		if len(bufs) > 1 {
+			buf = append(append(make([]byte, 0, n), bufs[0]...), bufs[1]...)
+		}
+		_ = c.to.SetWriteDeadline(time.Now().Add(time.Second))
+		if _, err := c.to.Write(buf); err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+			return // a failed write is a dead child: the lane sees it exit
+		}
+		_ = syscall.Kill(-c.pid, syscall.SIGKILL) // not reading: the lane sees it die
+		return
+	}
+	select {
+	case c.out <- bufs:
+	case <-c.exited:
 	}
 }
 
