@@ -309,31 +309,36 @@ func TestPersistentRecycles(t *testing.T) {
 // is killed.
 func TestPersistentClose(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		args    []string
-		atLeast time.Duration
+		name   string
+		args   []string
+		grace  time.Duration
+		signal string // how the child ends: "" for exit status 0
 	}{
-		{"exits on stop", nil, 0},
-		{"ignores stop", []string{"--ignore-stop"}, 500 * time.Millisecond},
+		{"exits on stop", nil, 10 * time.Second, ""},
+		{"ignores stop", []string{"--ignore-stop"}, 500 * time.Millisecond, "SIGKILL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rdb := redistest.Start(t).Client()
-			p, log := newPersistent(t, tc.args...)
-			p.Grace = 500 * time.Millisecond
+			p, _ := newPersistent(t, tc.args...)
+			p.Grace = tc.grace
 			put(t, rdb, "a")
 			st := new(Stats)
 			runUntil(t, testConfig(rdb, p), st, func() bool { return st.Done.Load() == 1 })
-			pid := jobsRan(t, log)[0].pid
-			start := time.Now()
+			if len(p.idle) != 1 {
+				t.Fatalf("%d idle children, want 1", len(p.idle))
+			}
+			c := p.idle[0]
 			if err := p.Close(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			took := time.Since(start)
-			if alive(pid) || took < tc.atLeast {
-				t.Fatalf("child %d alive %v after Close (%s)", pid, alive(pid), took)
-			}
-			if tc.atLeast == 0 && took >= p.Grace {
-				t.Fatalf("Close took %s: the child should have exited on stop", took)
+			var ee *ExecError
+			switch {
+			case alive(c.pid):
+				t.Fatalf("child %d alive after Close", c.pid)
+			case tc.signal == "" && c.err != nil:
+				t.Fatalf("child ended with %v, want exit status 0 on stop", c.err)
+			case tc.signal != "" && (!errors.As(c.err, &ee) || ee.Signal != tc.signal):
+				t.Fatalf("child ended with %v, want %s after its grace", c.err, tc.signal)
 			}
 		})
 	}
