@@ -188,12 +188,21 @@ func (p *Persistent) lost(c *child, what string) error {
 		p.kill(c)
 		return fmt.Errorf("child %d: %w: %w", c.pid, c.readErr, ErrCrashed)
 	}
+	c.await()
+	return fmt.Errorf("child %d %s: %w: %w", c.pid, what, ErrCrashed, c.exit())
+}
+
+// await waits for a child whose fd 4 closed to exit: a second at most, then
+// it is killed (it closed fd 4 but lives on).
+func (c *child) await() {
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
 	select {
 	case <-c.exited:
-	case <-time.After(time.Second): // closed fd 4 but lives on
-		p.kill(c)
+	case <-t.C:
+		_ = syscall.Kill(-c.pid, syscall.SIGKILL)
+		<-c.exited
 	}
-	return fmt.Errorf("child %d %s: %w: %w", c.pid, what, ErrCrashed, c.exit())
 }
 
 // exit is how c ended; only once exited is closed.
@@ -264,7 +273,7 @@ func (p *Persistent) ready(c *child) error {
 			p.kill(c)
 			return fmt.Errorf("child %d: %w", c.pid, c.readErr)
 		case !ok:
-			<-c.exited
+			c.await()
 			return fmt.Errorf("child %d exited before ready: %w", c.pid, c.exit())
 		case m.Type != frameReady:
 			p.kill(c)
@@ -408,11 +417,13 @@ func (c *child) send(bufs [][]byte) {
 			buf = append(append(make([]byte, 0, n), bufs[0]...), bufs[1]...)
 		}
 		_ = c.to.SetWriteDeadline(time.Now().Add(time.Second))
-		if _, err := c.to.Write(buf); err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
-			return // a failed write is a dead child: the lane sees it exit
+		_, err := c.to.Write(buf)
+		// The writer's large frames and stop must not inherit the deadline.
+		_ = c.to.SetWriteDeadline(time.Time{})
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			_ = syscall.Kill(-c.pid, syscall.SIGKILL) // not reading: the lane sees it die
 		}
-		_ = syscall.Kill(-c.pid, syscall.SIGKILL) // not reading: the lane sees it die
-		return
+		return // any other failed write is a dead child: the lane sees it exit
 	}
 	select {
 	case c.out <- bufs:

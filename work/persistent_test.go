@@ -343,3 +343,20 @@ func TestPersistentClose(t *testing.T) {
 		})
 	}
 }
+
+// A large frame goes through the writer goroutine, and a small one written
+// by the lane more than a second earlier must not leave it a write deadline.
+func TestPersistentLargeFrameAfterSmall(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	p, log := newPersistent(t)
+	big := strings.Repeat("b", 100_000)
+	put(t, rdb, "sleep:1.5", big)
+	st := new(Stats)
+	c := testConfig(rdb, p)
+	c.MaxAttempts = 1
+	runUntil(t, c, st, func() bool { return st.Done.Load() == 2 })
+	sum := sha256.Sum256([]byte(big))
+	if rs := jobsRan(t, log); len(rs) != 2 || rs[1].sum != hex.EncodeToString(sum[:]) || rs[0].pid != rs[1].pid {
+		t.Fatalf("runs %+v", rs)
+	}
+}
