@@ -37,6 +37,13 @@ kill -9 of its holder runs again in the slot's next holder. CMD runs in its
 own process group and dies with its holder; what it leaves running, daemons
 included, is killed when it ends.
 
+With --persistent, each of the concurrency lanes starts CMD once and feeds
+it one job at a time over the worker protocol (fds 3 and 4; see
+docs/workers.md, and examples/python, examples/node for helpers). A child
+is killed and replaced on job_timeout, on heartbeat_timeout of silence,
+after about max_jobs_per_child jobs, and past max_child_rss; one that
+cannot start makes the holder exit 1, leaving the jobs queued.
+
 Every flag is also a config key (--shutdown-grace is shutdown_grace); flags
 win over the file, BATON_REDIS_URL over the file's redis_url.
 
@@ -80,6 +87,9 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	cfg, err := cf.Load(e.Getenv)
 	if err != nil {
 		return err
+	}
+	if cfg.Persistent && e.Handler != nil {
+		return usagef("remove persistent from the config", "run: persistent: this program handles jobs itself; it starts no children")
 	}
 	if err := lock.CheckDir(cfg.LockDir); err != nil {
 		return err
@@ -147,8 +157,11 @@ type holder struct {
 	argv []string
 	host string
 	rdb  *redis.Client
-	exec *work.Exec // nil in library mode
+	kids killer // the exec or persistent handler; nil in library mode
 }
+
+// killer is a handler that starts processes: KillAll kills them all.
+type killer interface{ KillAll() }
 
 func (h *holder) serve(ctx context.Context, p *standby.Protocol, role standby.Role, slot lock.Slot) error {
 	ctx, stopSignals := drainOnSignal(ctx, h.log, h.killAll)
@@ -249,12 +262,31 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 	token := proc.NewToken()
 	rate, _ := work.ParseRate(cfg.RateLimit) // validated by Load
 	handler := h.e.Handler
-	if handler == nil {
-		h.exec = &work.Exec{Argv: h.argv, Timeout: cfg.JobTimeout.D(), RejectExitCodes: cfg.RejectExitCodes,
+	var persist *work.Persistent
+	switch {
+	case handler != nil:
+	case cfg.Persistent:
+		persist = &work.Persistent{Argv: h.argv, Timeout: cfg.JobTimeout.D(), HeartbeatTimeout: cfg.HeartbeatTimeout.D(),
+			MaxJobsPerChild: cfg.MaxJobsPerChild, MaxRSS: int64(cfg.MaxChildRSS), Grace: cfg.ShutdownGrace.D(),
+			Logger: h.log, Holder: token}
+		handler, h.kids = persist, persist
+	default:
+		x := &work.Exec{Argv: h.argv, Timeout: cfg.JobTimeout.D(), RejectExitCodes: cfg.RejectExitCodes,
 			Grace: cfg.ShutdownGrace.D(), Logger: h.log, Holder: token}
-		handler = h.exec
+		handler, h.kids = x, x
+	}
+	if h.kids != nil {
 		h.adopt()
 		defer h.killOrphans()
+	}
+	if persist != nil {
+		// Once the jobs are done each child gets the stop message; all must
+		// be gone before the hard deadline.
+		defer func() {
+			ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(-hardMargin/2))
+			defer cancel()
+			_ = persist.Close(ctx)
+		}()
 	}
 	consumer := h.host + "/" + slot.Name()
 	if prev := slot.Inherited(); prev != nil {
@@ -295,8 +327,8 @@ func (h *holder) record(role string, since, until time.Time) lock.Record {
 }
 
 func (h *holder) killAll() {
-	if h.exec != nil {
-		h.exec.KillAll()
+	if h.kids != nil {
+		h.kids.KillAll()
 		h.killOrphans()
 	}
 }

@@ -7,13 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -51,41 +48,10 @@ type Exec struct {
 	// BATON_HOLDER: it proves which processes are this holder's. "": none.
 	Holder string
 
-	env  []string     // the environment jobs inherit; built once
-	once sync.Once    // builds env
-	runs atomic.Int64 // the last BATON_RUN given
-
-	mu     sync.Mutex
-	groups map[int]struct{}    // live process groups, for KillAll
-	live   map[string]struct{} // "BATON_RUN=n" of running jobs
+	kin // the jobs' environment, process groups and run marks
 }
 
 var _ Handler = (*Exec)(nil)
-
-// ownEnv names baton's own variables: never passed to jobs. The first two
-// are baton's configuration (a Redis URL may hold a password); the others
-// are set per job, so inherited values are dropped.
-var ownEnv = []string{"BATON_REDIS_URL", "BATON_SPAWNED",
-	proc.EnvHolder, envRun, "BATON_JOB_ID", "BATON_ATTEMPT", "BATON_QUEUE", "BATON_SLOT"}
-
-// envRun names a job's run number, unique among one holder's jobs: it tells
-// which job an adopted orphan came from.
-const envRun = "BATON_RUN"
-
-// jobEnv is os.Environ without baton's own variables.
-func jobEnv() []string {
-	var out []string
-next:
-	for _, kv := range os.Environ() {
-		for _, name := range ownEnv {
-			if strings.HasPrefix(kv, name+"=") {
-				continue next
-			}
-		}
-		out = append(out, kv)
-	}
-	return out
-}
 
 // Handle runs the command for j and waits for it. When Timeout passes the
 // group gets SIGTERM, then SIGKILL after Grace; when ctx ends (the holder's
@@ -103,23 +69,11 @@ func (x *Exec) Handle(ctx context.Context, j *Job) error {
 	stdout := &lineLog{log: log, stream: "stdout", left: limit}
 	stderr := &lineLog{log: log, stream: "stderr", left: limit, tail: make([]byte, 0, tailSize)}
 
-	x.once.Do(func() { x.env = jobEnv() })
 	cmd := exec.Command(x.Argv[0], x.Argv[1:]...)
-	env := make([]string, len(x.env), len(x.env)+6)
-	copy(env, x.env)
-	env = append(env,
+	run := x.prepare(cmd, x.Holder, j.Queue, j.Slot,
 		"BATON_JOB_ID="+j.ID,
 		"BATON_ATTEMPT="+strconv.Itoa(j.Attempt),
-		"BATON_QUEUE="+j.Queue,
-		"BATON_SLOT="+j.Slot,
 	)
-	var run string
-	if x.Holder != "" {
-		run = envRun + "=" + strconv.FormatInt(x.runs.Add(1), 10)
-		env = append(env, proc.EnvHolder+"="+x.Holder, run)
-	}
-	cmd.Env = env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	// Our own pipes, so Wait returns when the child exits even if something it
 	// left behind still holds them; what it left is killed right after.
 	pipes, err := startPipes(cmd, j.Payload, stdout, stderr)
@@ -155,16 +109,22 @@ func (x *Exec) Handle(ctx context.Context, j *Job) error {
 	// left outside its group, adopted by this subreaper, too.
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	x.track(pgid, run, false)
-	x.killOrphans()
+	x.killOrphans(x.Holder, x.Logger)
 	if pipes.wait() {
 		log.Debug().Msg("job output cut off: a process it left behind held the pipe open")
 	}
 	stdout.flush()
 	stderr.flush()
+	return exitError(err, timedOut.Load(), stderr.Tail(), x.RejectExitCodes)
+}
+
+// exitError turns cmd.Wait's error into an *ExecError (nil stays nil); an
+// exit status listed in reject marks it Rejected.
+func exitError(err error, timedOut bool, stderr string, reject []int) error {
 	if err == nil {
 		return nil
 	}
-	ee := &ExecError{ExitCode: -1, TimedOut: timedOut.Load(), Stderr: stderr.Tail()}
+	ee := &ExecError{ExitCode: -1, TimedOut: timedOut, Stderr: stderr}
 	var exitErr *exec.ExitError
 	if !errors.As(err, &exitErr) {
 		return err
@@ -173,7 +133,7 @@ func (x *Exec) Handle(ctx context.Context, j *Job) error {
 		ee.Signal = unix.SignalName(ws.Signal())
 	} else {
 		ee.ExitCode = exitErr.ExitCode()
-		ee.Rejected = slices.Contains(x.RejectExitCodes, ee.ExitCode)
+		ee.Rejected = slices.Contains(reject, ee.ExitCode)
 	}
 	return ee
 }
@@ -204,62 +164,6 @@ func (x *Exec) supervise(ctx context.Context, pgid int, limit, grace time.Durati
 	case <-ctx.Done():
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	case <-t.C:
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-	}
-}
-
-// track records a job's process group (pgid > 0) and run mark (run != "")
-// as live or gone.
-func (x *Exec) track(pgid int, run string, live bool) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.groups == nil {
-		x.groups, x.live = map[int]struct{}{}, map[string]struct{}{}
-	}
-	switch {
-	case live && pgid > 0:
-		x.groups[pgid] = struct{}{}
-	case live && run != "":
-		x.live[run] = struct{}{}
-	default:
-		delete(x.groups, pgid)
-		delete(x.live, run)
-	}
-}
-
-// killOrphans kills the processes adopted from this holder's jobs that are
-// no longer running: a job's orphans die with it, a running job's stay. Only
-// the holder's own children are looked at (proc.KillOrphans), and, among
-// them, only processes carrying this holder's token.
-func (x *Exec) killOrphans() {
-	if x.Holder == "" || !proc.Subreaper() {
-		return
-	}
-	holder := []byte(proc.EnvHolder + "=" + x.Holder)
-	n := proc.KillOrphans(func(env []byte) bool {
-		if !proc.EnvHas(env, holder) {
-			return false
-		}
-		x.mu.Lock()
-		defer x.mu.Unlock()
-		for run := range x.live {
-			if proc.EnvHas(env, []byte(run)) {
-				return false
-			}
-		}
-		return true
-	})
-	if n > 0 {
-		x.Logger.Debug().Int("processes", n).Msg("killed what finished jobs left running")
-	}
-}
-
-// KillAll sends SIGKILL to every running job's process group: for leaving at
-// once (hard deadline, second signal) with nothing left behind.
-func (x *Exec) KillAll() {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	for pgid := range x.groups {
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	}
 }

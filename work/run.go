@@ -75,6 +75,15 @@ var (
 	// ErrSkipRetry, wrapped in a handler's error, says the failure is final:
 	// the job is dead-lettered at once with reason "rejected".
 	ErrSkipRetry = errors.New("do not retry")
+	// ErrCrashed, wrapped in a handler's error, says the process running the
+	// job died under it: the job is retried, and dead-lettered as "crashed"
+	// after the last attempt.
+	ErrCrashed = errors.New("worker died mid-job")
+	// ErrHandlerDown, wrapped in a handler's error, says the handler cannot
+	// run any job (a persistent child that will not start): the job goes
+	// back to the stream unrun, reading stops, the other running jobs
+	// finish, and Run returns the error.
+	ErrHandlerDown = errors.New("handler cannot run jobs")
 )
 
 func (c *Config) defaults() {
@@ -301,11 +310,16 @@ func (r *runner) work(ctx context.Context) {
 		r.st.Recent.CompareAndSwap(j, nil)
 		took := time.Since(j.Started)
 		r.observe(took)
-		if err != nil && ctx.Err() != nil {
+		switch {
+		case errors.Is(err, ErrHandlerDown):
+			// Not the job's fault: it goes back unrun, and the holder leaves.
+			r.stop("handler", err)
+			r.results <- result{job: j, back: true}
+		case err != nil && ctx.Err() != nil:
 			// Cut short by the end of the grace period: leave it pending for
 			// the slot's next holder, which replays it at once.
 			r.forget(j.Entry)
-		} else {
+		default:
 			r.results <- result{job: j, err: err, dur: took}
 		}
 		r.finished()

@@ -124,8 +124,11 @@ func (r *runner) fail(j *Job, err error) {
 	}
 	if j.Attempt >= r.maxAttempts(j) {
 		reason := ReasonFailed
-		if timedOut(err) {
+		switch {
+		case timedOut(err):
 			reason = ReasonTimeout
+		case errors.Is(err, ErrCrashed):
+			reason = ReasonCrashed
 		}
 		r.deadLetter(j, reason, err.Error())
 		return

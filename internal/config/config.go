@@ -74,6 +74,20 @@ type Config struct {
 	RedisDownExit Duration `toml:"redis_down_exit" group:"Jobs" help:"give up after Redis is unreachable this long"`
 	// MaxJobs recycles a holder after about this many jobs (±10%). 0 = unlimited. Default 0.
 	MaxJobs int `toml:"max_jobs" group:"Jobs" help:"recycle a holder after about this many jobs (0: unlimited)"`
+	// Persistent starts one long-lived child per concurrency lane and feeds
+	// it jobs over the worker protocol (docs/workers.md) instead of one child
+	// per job. Default false.
+	Persistent bool `toml:"persistent" group:"Workers" help:"one long-lived child per lane, fed jobs over the worker protocol (docs/workers.md)"`
+	// HeartbeatTimeout kills a persistent child that sends neither a result
+	// nor a heartbeat for this long during a job: the job counts as timed
+	// out. 0 = off. Default 0.
+	HeartbeatTimeout Duration `toml:"heartbeat_timeout" group:"Workers" help:"kill a persistent child silent this long during a job (0: off)"`
+	// MaxJobsPerChild replaces a persistent child after about this many jobs
+	// (±10%, so children do not restart together). 0 = unlimited. Default 0.
+	MaxJobsPerChild int `toml:"max_jobs_per_child" group:"Workers" help:"replace a persistent child after about this many jobs (0: unlimited)"`
+	// MaxChildRSS replaces a persistent child whose resident memory exceeds
+	// this many bytes after a job. 0 = off. Default 0.
+	MaxChildRSS int `toml:"max_child_rss" group:"Workers" help:"replace a persistent child whose resident memory exceeds this many bytes (0: off)"`
 	// Schedule is the crontab schedule of the baton run line, for check. Default "* * * * *".
 	Schedule string `toml:"schedule" group:"Slots" help:"crontab schedule that starts baton run (used by check)"`
 	// LogLevel is debug, info, warn or error. Default info.
@@ -93,6 +107,7 @@ const (
 	Slots      = "Slots"      // lock_dir, slots, standby_slots, spawn, lifetime, jitter, standby_wait, poll_interval, schedule
 	Jobs       = "Jobs"       // concurrency, job_timeout, shutdown_grace, visibility_timeout, max_payload, rate_limit, redis_down_exit, max_jobs
 	Retries    = "Retries"    // max_attempts, reject_exit_codes, retry_backoff, retry_backoff_max, dead_max
+	Workers    = "Workers"    // persistent, heartbeat_timeout, max_jobs_per_child, max_child_rss
 	Logging    = "Logging"    // log_level, log_format, metrics_file
 	All        = "all"        // every key
 )

@@ -75,6 +75,8 @@ func Bind(fs *pflag.FlagSet, sel ...string) *Flags {
 			fs.StringVar(p, k.flag, *p, k.help)
 		case *int:
 			fs.IntVar(p, k.flag, *p, k.help)
+		case *bool:
+			fs.BoolVar(p, k.flag, *p, k.help)
 		case *Duration:
 			fs.Var(p, k.flag, k.help)
 		case *[]int:
@@ -85,7 +87,7 @@ func Bind(fs *pflag.FlagSet, sel ...string) *Flags {
 		_ = fs.SetAnnotation(k.flag, GroupAnnotation, []string{k.group})
 	})
 	for s := range want {
-		if s != All && s != Connection && s != Slots && s != Jobs && s != Retries && s != Logging {
+		if s != All && s != Connection && s != Slots && s != Jobs && s != Retries && s != Workers && s != Logging {
 			panic("config: Bind: no key or group " + s)
 		}
 	}
@@ -208,6 +210,10 @@ func typeError(src []byte) *Error {
 		case *string:
 			if _, ok := v.(string); !ok {
 				msg = "want a string, got " + describe(v)
+			}
+		case *bool:
+			if _, ok := v.(bool); !ok {
+				msg = "want true or false, got " + describe(v)
 			}
 		case *Duration:
 			var d Duration

@@ -67,6 +67,14 @@ func (c *Config) Validate() error {
 		return bad("redis_down_exit", "%s: must be positive", c.RedisDownExit)
 	case c.MaxJobs < 0:
 		return bad("max_jobs", "%d: must not be negative (0 means unlimited)", c.MaxJobs)
+	case c.HeartbeatTimeout.Duration < 0:
+		return bad("heartbeat_timeout", "%s: must not be negative (0 turns it off)", c.HeartbeatTimeout)
+	case c.HeartbeatTimeout.Duration > 0 && c.HeartbeatTimeout.Duration < 100*time.Millisecond:
+		return bad("heartbeat_timeout", "%s: must be at least 100ms (0 turns it off)", c.HeartbeatTimeout)
+	case c.MaxJobsPerChild < 0:
+		return bad("max_jobs_per_child", "%d: must not be negative (0 means unlimited)", c.MaxJobsPerChild)
+	case c.MaxChildRSS < 0:
+		return bad("max_child_rss", "%d: must not be negative (0 turns it off)", c.MaxChildRSS)
 	case c.LogLevel != "debug" && c.LogLevel != "info" && c.LogLevel != "warn" && c.LogLevel != "error":
 		return bad("log_level", "%q: want debug, info, warn or error", c.LogLevel)
 	case c.LogFormat != "auto" && c.LogFormat != "json" && c.LogFormat != "console":

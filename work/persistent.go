@@ -1,0 +1,567 @@
+package work
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/baton-run/baton/internal/proc"
+	"github.com/rs/zerolog"
+)
+
+// Persistent is a Handler that keeps long-lived children, one per running
+// job at most (so one per lane of Config.Concurrency), and feeds each one
+// job at a time over the worker protocol (docs/workers.md): frames on fds
+// 3 (baton to child) and 4 (child to baton); stdout and stderr are logged
+// like an exec job's. Children are started like exec jobs (own process
+// group, Pdeathsig=SIGKILL, BATON_QUEUE, BATON_SLOT, BATON_HOLDER and
+// BATON_RUN, baton's secrets removed), plus BATON_PROTOCOL.
+//
+// Self-defence: a job that runs past its timeout (Job.Timeout, else
+// Timeout) or is silent for HeartbeatTimeout gets its child's group killed
+// and fails with ErrJobTimeout; a child that dies or breaks the framing
+// mid-job fails the job with ErrCrashed; either way the next job gets a
+// fresh child. A child is replaced after about MaxJobsPerChild jobs (±10%)
+// or when its resident memory passes MaxRSS. A child that cannot start
+// (exits or is silent before its ready message) is retried with backoff;
+// after StartFailures failures in a row Handle returns ErrHandlerDown with
+// the tail of its stderr. Close stops the children: each gets the stop
+// message and is killed if it is still there after its grace.
+type Persistent struct {
+	Argv             []string
+	Timeout          time.Duration // per job; Job.Timeout overrides it; 0: none
+	HeartbeatTimeout time.Duration // longest silence during a job; 0: off
+	MaxJobsPerChild  int           // replace a child after about this many jobs (±10%); 0: unlimited
+	MaxRSS           int64         // replace a child whose RSS passes this many bytes; 0: off
+	Grace            time.Duration // how long a stopped child may take to exit; default 10s
+	StartTimeout     time.Duration // how long a child may take to say ready; default 60s
+	StartFailures    int           // failed starts in a row before giving up; default 3
+	OutputLimit      int           // bytes of stdout and of stderr logged per job; default 16 KiB
+	Logger           zerolog.Logger
+	// Holder is the holder's token (proc.NewToken), given to every child as
+	// BATON_HOLDER: it proves which processes are this holder's. "": none.
+	Holder string
+
+	kin                // the children's environment, process groups and run marks
+	fails atomic.Int32 // failed starts in a row, across lanes
+
+	mu   sync.Mutex
+	idle []*child            // children waiting for a job; guarded by mu
+	all  map[*child]struct{} // every child not yet exited; guarded by mu
+	wg   sync.WaitGroup      // retiring children
+}
+
+var _ Handler = (*Persistent)(nil)
+
+// ownsTimeouts: Persistent kills a child at the job's timeout itself.
+func (p *Persistent) ownsTimeouts() {}
+
+var _ ownsTimeouts = (*Persistent)(nil)
+
+// child is one long-lived worker process. The lane running a job owns it;
+// its waiter goroutine sets err and closes exited; its reader goroutine
+// sends frames on msgs and sets readErr before closing msgs; its writer
+// goroutine writes what is sent on out.
+type child struct {
+	pid     int
+	run     string        // its BATON_RUN mark
+	to      *os.File      // fd 3's write end: small frames go straight, large ones via out
+	out     chan [][]byte // frames to write to fd 3
+	msgs    chan frame    // frames read from fd 4; closed at EOF or a bad frame
+	readErr error         // a protocol error; set before msgs closes
+	exited  chan struct{} // closed once it exited and its output is logged
+	err     error         // its exit as an *ExecError, nil for status 0; set before exited closes
+	stdout  *childOutput
+	stderr  *childOutput
+	jobs    int // jobs run; the lane's
+	limit   int // jobs before it is replaced; 0: none
+}
+
+// Handle runs j on an idle child, or on a fresh one.
+func (p *Persistent) Handle(ctx context.Context, j *Job) error {
+	c, err := p.take(ctx, j)
+	if err != nil {
+		return err
+	}
+	alive, err := p.run(ctx, c, j)
+	if !alive {
+		return err
+	}
+	c.jobs++
+	switch {
+	case c.limit > 0 && c.jobs >= c.limit:
+		p.retire(c, "max_jobs_per_child")
+	case p.MaxRSS > 0 && rss(c.pid) > p.MaxRSS:
+		p.retire(c, "max_child_rss")
+	default:
+		p.mu.Lock()
+		p.idle = append(p.idle, c)
+		p.mu.Unlock()
+	}
+	return err
+}
+
+// run sends j to c and waits for its result. alive is false when c was
+// killed or died.
+func (p *Persistent) run(ctx context.Context, c *child, j *Job) (alive bool, err error) {
+	log := p.Logger.With().Str("job", j.ID).Int("child", c.pid).Logger()
+	c.stdout.next(log)
+	c.stderr.next(log)
+	f := frame{Type: frameJob, ID: j.ID, Attempt: j.Attempt, Queue: j.Queue, body: j.Payload}
+	c.send(f.encode())
+	timeout := p.Timeout
+	if j.Timeout > 0 {
+		timeout = j.Timeout
+	}
+	var deadline, silence <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		deadline = t.C
+	}
+	var hb *time.Timer
+	if p.HeartbeatTimeout > 0 {
+		hb = time.NewTimer(p.HeartbeatTimeout)
+		defer hb.Stop()
+		silence = hb.C
+	}
+	for {
+		select {
+		case m, ok := <-c.msgs:
+			if !ok {
+				return false, p.lost(c, "died mid-job")
+			}
+			switch {
+			case m.Type == frameHeartbeat && hb != nil:
+				hb.Reset(p.HeartbeatTimeout)
+			case m.Type == frameHeartbeat:
+			case m.Type != frameResult:
+				log.Debug().Str("type", m.Type).Msg("ignored a frame of an unknown type")
+			case m.ID != j.ID:
+				p.kill(c)
+				return false, fmt.Errorf("child %d: %w: result for job %q while running %q: %w", c.pid, errProtocol, m.ID, j.ID, ErrCrashed)
+			case m.Status == statusOK:
+				return true, nil
+			case m.Status == statusError:
+				return true, errors.New(orDefault(m.Error, "the worker reported a failure"))
+			case m.Status == statusSkip:
+				return true, fmt.Errorf("%s: %w", orDefault(m.Error, "rejected by the worker"), ErrSkipRetry)
+			default:
+				p.kill(c)
+				return false, fmt.Errorf("child %d: %w: result status %q: %w", c.pid, errProtocol, m.Status, ErrCrashed)
+			}
+		case <-deadline:
+			p.kill(c)
+			return false, fmt.Errorf("%w after %s: child %d killed", ErrJobTimeout, timeout, c.pid)
+		case <-silence:
+			p.kill(c)
+			return false, fmt.Errorf("%w: no heartbeat for %s: child %d killed", ErrJobTimeout, p.HeartbeatTimeout, c.pid)
+		case <-ctx.Done():
+			p.kill(c)
+			return false, fmt.Errorf("child %d killed: %w", c.pid, context.Cause(ctx))
+		}
+	}
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// lost waits for a child whose fd 4 closed or broke and says why it is gone.
+func (p *Persistent) lost(c *child, what string) error {
+	if c.readErr != nil {
+		p.kill(c)
+		return fmt.Errorf("child %d: %w: %w", c.pid, c.readErr, ErrCrashed)
+	}
+	c.await()
+	return fmt.Errorf("child %d %s: %w: %w", c.pid, what, ErrCrashed, c.exit())
+}
+
+// await waits for a child whose fd 4 closed to exit: a second at most, then
+// it is killed (it closed fd 4 but lives on).
+func (c *child) await() {
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case <-c.exited:
+	case <-t.C:
+		_ = syscall.Kill(-c.pid, syscall.SIGKILL)
+		<-c.exited
+	}
+}
+
+// exit is how c ended; only once exited is closed.
+func (c *child) exit() error {
+	if c.err != nil {
+		return c.err
+	}
+	return &ExecError{Stderr: c.stderr.tail()}
+}
+
+// take returns an idle child, or starts one; a start that fails is retried
+// with backoff, and after StartFailures failures in a row it gives up with
+// ErrHandlerDown.
+func (p *Persistent) take(ctx context.Context, j *Job) (*child, error) {
+	p.mu.Lock()
+	for len(p.idle) > 0 {
+		c := p.idle[len(p.idle)-1]
+		p.idle = p.idle[:len(p.idle)-1]
+		select {
+		case <-c.exited: // died between jobs: not this job's fault
+			continue
+		default:
+		}
+		p.mu.Unlock()
+		return c, nil
+	}
+	p.mu.Unlock()
+	most := p.StartFailures
+	if most < 1 {
+		most = 3
+	}
+	for {
+		c, err := p.start(j.Queue, j.Slot)
+		if err == nil {
+			if err = p.ready(c); err == nil {
+				p.fails.Store(0)
+				return c, nil
+			}
+		}
+		n := int(p.fails.Add(1))
+		if n >= most {
+			return nil, fmt.Errorf("%w: %s failed to start %d times in a row: %w", ErrHandlerDown, p.Argv[0], n, err)
+		}
+		wait := min(100*time.Millisecond<<(n-1), 5*time.Second)
+		p.Logger.Warn().Err(err).Int("failures", n).Dur("retry_in", wait).Msg("persistent child failed to start")
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// ready waits for c's ready message.
+func (p *Persistent) ready(c *child) error {
+	wait := p.StartTimeout
+	if wait <= 0 {
+		wait = time.Minute
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case m, ok := <-c.msgs:
+		switch {
+		case !ok && c.readErr != nil:
+			p.kill(c)
+			return fmt.Errorf("child %d: %w", c.pid, c.readErr)
+		case !ok:
+			c.await()
+			return fmt.Errorf("child %d exited before ready: %w", c.pid, c.exit())
+		case m.Type != frameReady:
+			p.kill(c)
+			return fmt.Errorf("child %d: %w: sent %q before ready", c.pid, errProtocol, m.Type)
+		}
+		p.Logger.Debug().Int("child", c.pid).Msg("persistent child ready")
+		return nil
+	case <-t.C:
+		p.kill(c)
+		return fmt.Errorf("child %d: no ready message within %s: %w", c.pid, wait, c.exit())
+	}
+}
+
+// start starts a child with its pipes and its reader, writer and waiter
+// goroutines.
+func (p *Persistent) start(queue, slot string) (*child, error) {
+	limit := p.OutputLimit
+	if limit <= 0 {
+		limit = 16 << 10
+	}
+	log := p.Logger.With().Str("stage", "start").Logger()
+	c := &child{
+		out:    make(chan [][]byte, 2),
+		msgs:   make(chan frame, 8),
+		exited: make(chan struct{}),
+		stdout: &childOutput{limit: limit, l: lineLog{log: log, stream: "stdout", left: limit}},
+		stderr: &childOutput{limit: limit, l: lineLog{log: log, stream: "stderr", left: limit, tail: make([]byte, 0, tailSize)}},
+	}
+	if n := p.MaxJobsPerChild; n > 0 {
+		c.limit = max(1, n+rand.IntN(n/5+1)-n/10)
+	}
+	cmd := exec.Command(p.Argv[0], p.Argv[1:]...)
+	c.run = p.prepare(cmd, p.Holder, queue, slot, envProtocol+"="+strconv.Itoa(ProtocolVersion))
+	pipes, err := startPipes(cmd, nil, c.stdout, c.stderr)
+	if err != nil {
+		return nil, err
+	}
+	toChild, toW, err := os.Pipe()
+	if err != nil {
+		pipes.started()
+		pipes.wait()
+		return nil, err
+	}
+	fromR, fromChild, err := os.Pipe()
+	if err != nil {
+		pipes.started()
+		pipes.wait()
+		_, _ = toChild.Close(), toW.Close()
+		return nil, err
+	}
+	cmd.ExtraFiles = []*os.File{toChild, fromChild} // fds 3 and 4
+	started := make(chan error, 1)
+	go p.wait(c, cmd, pipes, started, toW, fromR)
+	err = <-started
+	_, _ = toChild.Close(), fromChild.Close()
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", p.Argv[0], err)
+	}
+	c.pid = cmd.Process.Pid
+	p.mu.Lock()
+	if p.all == nil {
+		p.all = map[*child]struct{}{}
+	}
+	p.all[c] = struct{}{}
+	p.mu.Unlock()
+	c.to = toW
+	go c.read(fromR)
+	go c.write(toW)
+	return c, nil
+}
+
+// wait starts cmd and waits for it on one locked OS thread: Pdeathsig fires
+// when the thread that forked exits, and a persistent child lives long.
+// Once the child exited, its group and orphans are killed, its pipes
+// closed and its output logged, then c.exited closes.
+func (p *Persistent) wait(c *child, cmd *exec.Cmd, pipes *pipes, started chan<- error, toW, fromR *os.File) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	p.track(0, c.run, true)
+	err := proc.Start(cmd)
+	pipes.started()
+	if err != nil {
+		p.track(0, c.run, false)
+		pipes.wait()
+		_, _ = toW.Close(), fromR.Close()
+		close(c.exited)
+		started <- err
+		return
+	}
+	pgid := cmd.Process.Pid
+	p.track(pgid, "", true)
+	started <- nil
+	werr := cmd.Wait()
+	proc.Done(pgid)
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	p.track(pgid, c.run, false)
+	p.killOrphans(p.Holder, p.Logger)
+	_ = fromR.Close() // ends the reader even if an escaped process holds fd 4
+	pipes.wait()
+	c.stdout.flush()
+	c.stderr.flush()
+	c.err = exitError(werr, false, c.stderr.tail(), nil)
+	p.mu.Lock()
+	delete(p.all, c)
+	p.mu.Unlock()
+	close(c.exited)
+}
+
+// read sends c's frames on msgs until EOF or a bad frame.
+func (c *child) read(r *os.File) {
+	defer close(c.msgs)
+	br := bufio.NewReaderSize(r, maxHeader)
+	for {
+		f, err := readFrame(br)
+		if err != nil {
+			if errors.Is(err, errProtocol) {
+				c.readErr = err
+			}
+			return
+		}
+		select {
+		case c.msgs <- f:
+		case <-c.exited:
+			return
+		}
+	}
+}
+
+// send writes a frame to fd 3: a small one at once (the child has read
+// every earlier frame, so it fits in the empty pipe; a deadline guards
+// against a child that did not), a large one through the writer goroutine,
+// so the lane can watch timeouts while the child reads it.
+func (c *child) send(bufs [][]byte) {
+	n := 0
+	for _, b := range bufs {
+		n += len(b)
+	}
+	if n <= smallPayload {
+		buf := bufs[0]
+		if len(bufs) > 1 {
+			buf = append(append(make([]byte, 0, n), bufs[0]...), bufs[1]...)
+		}
+		_ = c.to.SetWriteDeadline(time.Now().Add(time.Second))
+		_, err := c.to.Write(buf)
+		// The writer's large frames and stop must not inherit the deadline.
+		_ = c.to.SetWriteDeadline(time.Time{})
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			_ = syscall.Kill(-c.pid, syscall.SIGKILL) // not reading: the lane sees it die
+		}
+		return // any other failed write is a dead child: the lane sees it exit
+	}
+	select {
+	case c.out <- bufs:
+	case <-c.exited:
+	}
+}
+
+// write writes the frames sent on out to fd 3 until c exits. A write to a
+// child that died fails (EPIPE); the lane learns it from msgs and exited.
+func (c *child) write(w *os.File) {
+	defer w.Close()
+	for {
+		select {
+		case bufs := <-c.out:
+			b := net.Buffers(bufs)
+			_, _ = b.WriteTo(w)
+		case <-c.exited:
+			return
+		}
+	}
+}
+
+// kill kills c's process group and waits until it is gone.
+func (p *Persistent) kill(c *child) {
+	_ = syscall.Kill(-c.pid, syscall.SIGKILL)
+	<-c.exited
+}
+
+// retire sends c the stop message and, in the background, kills it if it
+// is still there after Grace.
+func (p *Persistent) retire(c *child, why string) {
+	p.Logger.Info().Int("child", c.pid).Int("jobs", c.jobs).Str("reason", why).Msg("replacing persistent child")
+	p.stop(c)
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		p.reap(c, time.Now().Add(p.grace()))
+	}()
+}
+
+func (p *Persistent) grace() time.Duration {
+	if p.Grace <= 0 {
+		return 10 * time.Second
+	}
+	return p.Grace
+}
+
+// stop sends the stop message.
+func (p *Persistent) stop(c *child) {
+	f := frame{Type: frameStop}
+	select {
+	case c.out <- f.encode():
+	default: // the writer is stuck on a child that does not read: reap kills it
+	}
+}
+
+// reap waits for c to exit until deadline, then kills it.
+func (p *Persistent) reap(c *child, deadline time.Time) {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-c.exited:
+	case <-t.C:
+		p.Logger.Warn().Int("child", c.pid).Msg("persistent child still running after the stop message and its grace: killing it")
+		p.kill(c)
+	}
+}
+
+// Close stops every child: each gets the stop message, and those still
+// running after Grace (or by ctx's deadline, if sooner) are killed. Call
+// it once Run has returned.
+func (p *Persistent) Close(ctx context.Context) error {
+	deadline := time.Now().Add(p.grace())
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	p.mu.Lock()
+	p.idle = nil
+	var live []*child
+	for c := range p.all {
+		live = append(live, c)
+	}
+	p.mu.Unlock()
+	for _, c := range live {
+		p.stop(c)
+	}
+	for _, c := range live {
+		p.reap(c, deadline)
+	}
+	p.wg.Wait()
+	return nil
+}
+
+// rss is a process's resident memory in bytes, from /proc/PID/statm; 0 when
+// it cannot be read.
+func rss(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/statm")
+	if err != nil {
+		return 0
+	}
+	f := bytes.Fields(b)
+	if len(f) < 2 {
+		return 0
+	}
+	pages, _ := strconv.ParseInt(string(f[1]), 10, 64)
+	return pages * int64(os.Getpagesize())
+}
+
+// childOutput logs one output stream of a persistent child, tagged with
+// the job it runs; the OutputLimit budget renews with every job.
+type childOutput struct {
+	mu    sync.Mutex
+	l     lineLog
+	limit int
+}
+
+func (o *childOutput) Write(b []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.l.Write(b)
+}
+
+// next flushes what the last job wrote and tags what follows with log.
+func (o *childOutput) next(log zerolog.Logger) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.l.flush()
+	o.l.log, o.l.left, o.l.dropped = log, o.limit, 0
+}
+
+func (o *childOutput) flush() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.l.flush()
+}
+
+func (o *childOutput) tail() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.l.Tail()
+}

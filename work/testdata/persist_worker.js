@@ -1,0 +1,32 @@
+'use strict';
+// A persistent worker for work's tests, like persist_worker.py: every job
+// appends "id pid attempt sha256" to $PERSIST_LOG; the payload says what to do.
+const crypto = require('crypto');
+const fs = require('fs');
+const path = require('path');
+const { serve, SkipRetry } = require(path.join(__dirname, '..', '..', 'examples', 'node', 'baton-worker.js'));
+
+serve(async (payload, job) => {
+  const sum = crypto.createHash('sha256').update(payload).digest('hex');
+  fs.appendFileSync(process.env.PERSIST_LOG, `${job.id} ${process.pid} ${job.attempt} ${sum}\n`);
+  const [cmd, arg] = payload.toString('latin1').split(':');
+  switch (cmd) {
+    case 'print':
+      console.log(`{"type":"result","id":"${job.id}","status":"error"}`);
+      process.stdout.write('no newline at the end');
+      console.error('to stderr\n\x00\x01');
+      break;
+    case 'beat':
+      for (let end = Date.now() + Number(arg) * 1000; Date.now() < end;) {
+        job.heartbeat();
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      break;
+    case 'fail':
+      throw new Error('asked to fail');
+    case 'skip':
+      throw new SkipRetry('asked to skip');
+    case 'die':
+      process.exit(3);
+  }
+});

@@ -1,0 +1,53 @@
+"""A persistent worker for work's tests: what it does depends on the payload.
+
+Every job appends "id pid attempt sha256" to $PERSIST_LOG. Flags: --exit
+(exits 2 before ready), --import-error, --ignore-stop (lingers after stop).
+"""
+import hashlib
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "python"))
+
+if "--import-error" in sys.argv:
+    import no_such_module_for_baton  # noqa: F401
+if "--exit" in sys.argv:
+    print("giving up before ready", file=sys.stderr)
+    sys.exit(2)
+
+import baton_worker  # noqa: E402
+
+hoard = []
+
+
+def handle(payload, job):
+    with open(os.environ["PERSIST_LOG"], "a") as f:
+        f.write("%s %d %d %s\n" % (job.id, os.getpid(), job.attempt, hashlib.sha256(payload).hexdigest()))
+    cmd, _, arg = payload.partition(b":")
+    if cmd == b"print":
+        print('{"type":"result","id":"%s","status":"error"}' % job.id)
+        sys.stdout.write("no newline at the end")
+        print("to stderr\n\x00\x01", file=sys.stderr)
+    elif cmd == b"sleep":
+        time.sleep(float(arg))
+    elif cmd == b"hang":
+        time.sleep(3600)
+    elif cmd == b"beat":
+        end = time.time() + float(arg)
+        while time.time() < end:
+            job.heartbeat()
+            time.sleep(0.05)
+    elif cmd == b"die":
+        os._exit(3)
+    elif cmd == b"fail":
+        raise RuntimeError("asked to fail")
+    elif cmd == b"skip":
+        raise baton_worker.SkipRetry("asked to skip")
+    elif cmd == b"grow":
+        hoard.append(b"x" * (int(arg) << 20))
+
+
+baton_worker.serve(handle)
+if "--ignore-stop" in sys.argv:
+    time.sleep(3600)
