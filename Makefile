@@ -48,6 +48,7 @@ vet:
 
 # The whole suite against a real redis-server, with the race detector.
 test: vet
+	@bash scripts/install-test-deps.sh
 	$(GO) test -race -count=1 -timeout 12m ./...
 
 # Build, start a throwaway redis-server, enqueue jobs, fire baton run as cron
