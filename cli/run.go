@@ -252,8 +252,12 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 	go func() {
 		select {
 		case <-slot.Lost():
-			h.log.Error().Msg("slot lost (lock file replaced by one another process holds): draining")
-			cancel()
+			// Another process holds the slot now and, being its consumer,
+			// replays its pending entries: running them here too would run
+			// them twice at once. Stop everything now; they stay pending.
+			h.log.Error().Msg("slot lost (lock file replaced by one another process holds): killing jobs and leaving at once; they stay pending for the slot's holder")
+			h.killAll()
+			os.Exit(ExitRuntime)
 		case <-ctx.Done():
 		}
 	}()

@@ -35,7 +35,17 @@ func (s *FileSet) Evict(r Record, now time.Time, margin time.Duration) (int, err
 		!oldEnough(r, margin) || !holdsSlot(r.PID, s.Path(r.Slot)) {
 		return 0, nil
 	}
-	n := proc.KillTree(r.PID, r.Start)
+	// Spare its descendants that hold a flock: candidates it spawned are its
+	// children for life and may be healthy holders or standbys.
+	fl, _ := flocks()
+	n := proc.KillTreeExcept(r.PID, r.Start, func(pid int) bool {
+		for _, e := range fl {
+			if e.pid == pid {
+				return true
+			}
+		}
+		return false
+	})
 	// Its lock goes when its last thread has closed the descriptor table,
 	// which can be after its main thread shows as a zombie.
 	for end := time.Now().Add(time.Second); locksHeldBy(r.PID) && time.Now().Before(end); {

@@ -60,11 +60,10 @@ func (s *FileSet) recordPath(i int) string { return s.Path(i) + ".json" }
 // one: when fewer holders than slots run, every slot is still taken now and
 // then, so work left pending on any slot is replayed soon.
 //
-// A slot whose lock file is new (this call created it, or it was created in
-// the last freshFor) or whose record names another live process is taken
-// only when no live process still holds a lock on an unlinked file of the
-// same path: the kernel keeps that lock, so taking the new file would make
-// two holders of one slot. Such a slot counts as held.
+// A slot is taken only when no live process still holds a lock on an
+// unlinked file of the same path (checked on every win, never on a loss):
+// the kernel keeps that lock, so taking the new file would make two holders
+// of one slot. Such a slot counts as held.
 func (s *FileSet) TryAcquire() (Slot, bool, error) {
 	if err := os.MkdirAll(s.dir, 0o750); err != nil {
 		return nil, false, fmt.Errorf("create lock dir: %w", err)
@@ -73,7 +72,7 @@ func (s *FileSet) TryAcquire() (Slot, bool, error) {
 	for k := 0; k < s.n; k++ {
 		i := (first + k) % s.n
 		path := s.Path(i)
-		f, created, ok, err := tryLock(path)
+		f, _, ok, err := tryLock(path)
 		if err != nil {
 			return nil, false, err
 		}
@@ -84,7 +83,10 @@ func (s *FileSet) TryAcquire() (Slot, bool, error) {
 		if prev, ok := s.parseRecord(i); ok {
 			sl.prev = &prev
 		}
-		if (created || fresh(f) || sl.prev != nil && proc.Alive(sl.prev.PID, sl.prev.Start)) && stillHeld(path) {
+		// Every win checks (a loss never does): a holder frozen for long, or
+		// whose record went with the dir, may hold an unlinked file of this
+		// path however old the new file is.
+		if stillHeld(path) {
 			_ = f.Close()
 			continue
 		}
@@ -101,20 +103,6 @@ func (s *FileSet) TryAcquire() (Slot, bool, error) {
 		return sl, true, nil
 	}
 	return nil, false, nil
-}
-
-// freshFor is how long after its creation a lock file is checked for a
-// holder of an unlinked predecessor: far longer than a holder takes to notice
-// the unlink and restore its slot.
-const freshFor = time.Minute
-
-// fresh reports whether f's inode changed (was created) in the last freshFor.
-func fresh(f *os.File) bool {
-	var st syscall.Stat_t
-	if syscall.Fstat(int(f.Fd()), &st) != nil {
-		return true
-	}
-	return time.Since(time.Unix(st.Ctim.Unix())) < freshFor
 }
 
 // stillHeld reports whether another live process holds a lock on a file that

@@ -86,6 +86,17 @@ local function fields(stream, id, drop)
 end
 local function put(t, k, v) t[#t + 1] = k; t[#t + 1] = v end
 local baton = {attempts = true, orig = true}
+-- writable refuses, before anything is written, a destination key that holds
+-- another type (pairs of key, type): a move then writes nothing at all.
+local function writable(...)
+  local a = {...}
+  for i = 1, #a, 2 do
+    local t = redis.call('TYPE', a[i])['ok']
+    if t ~= 'none' and t ~= a[i + 1] then
+      return redis.error_reply('WRONGTYPE ' .. a[i] .. ' holds a ' .. t .. ', not a ' .. a[i + 1])
+    end
+  end
+end
 -- release frees a unique key if it still names this job.
 local function release(key, job)
   if redis.call('GET', key) == job then redis.call('DEL', key) end
@@ -138,6 +149,8 @@ return acked
 // consumer, -1 when it was deleted while pending (cleared).
 var retryScript = redis.NewScript(entryLua + `
 if not pending(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return 0 end
+local bad = writable(KEYS[2], 'zset', KEYS[3], 'hash')
+if bad then return bad end
 local f = fields(KEYS[1], ARGV[2], baton)
 if not f then
   redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
@@ -243,6 +256,8 @@ return {id, 0}
 // letters were dropped to make room, else 0.
 var deadScript = redis.NewScript(entryLua + `
 if not pending(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return -1 end
+local bad = writable(KEYS[2], 'stream', KEYS[3], 'hash')
+if bad then return bad end
 local f = fields(KEYS[1], ARGV[2], letter) or {}
 put(f, 'orig', ARGV[5])
 for i = 6, #ARGV, 2 do put(f, ARGV[i], ARGV[i + 1]) end

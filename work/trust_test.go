@@ -45,6 +45,12 @@ func TestMoveToWrongTypeKeyLeavesJobPending(t *testing.T) {
 			if n := rdb.XLen(ctx, KeysFor("q").Stream).Val(); n != 1 {
 				t.Fatalf("stream holds %d entries, want the job's", n)
 			}
+			// Nothing was written anywhere: no stray record, no index entry.
+			for _, k := range []string{KeysFor("q").RetryJobs, KeysFor("q").DeadIndex} {
+				if k != tc.key && rdb.Exists(ctx, k).Val() != 0 {
+					t.Fatalf("a refused move left %s behind", k)
+				}
+			}
 			// Fixed: the next holder of the slot replays it and, this time, it works.
 			rdb.Del(ctx, tc.key)
 			var got []*Job

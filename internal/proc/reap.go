@@ -200,7 +200,7 @@ func KillOrphans(doomed func(environ []byte) bool) int {
 			continue
 		}
 		if start, err := StartTime(pid); err == nil {
-			killed = append(killed, killTree(pid, start)...)
+			killed = append(killed, killTree(pid, start, nil)...)
 		}
 	}
 	if len(killed) == 0 {

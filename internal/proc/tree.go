@@ -83,14 +83,20 @@ func All() ([]Stat, error) {
 // reparented away from pid's tree (to init, or to another subreaper) is no
 // longer its descendant; make the ancestor a child subreaper to keep them.
 func Descendants(pid int) ([]Stat, error) {
+	return descendantsExcept(pid, nil)
+}
+
+// descendantsExcept is Descendants without the processes spare says to
+// leave, and without their own descendants.
+func descendantsExcept(pid int, spare func(int) bool) ([]Stat, error) {
 	all, err := All()
 	if err != nil {
 		return nil, err
 	}
-	return descendantsOf(pid, all), nil
+	return descendantsOf(pid, all, spare), nil
 }
 
-func descendantsOf(pid int, all []Stat) []Stat {
+func descendantsOf(pid int, all []Stat, spare func(int) bool) []Stat {
 	children := map[int][]Stat{}
 	for _, s := range all {
 		children[s.PPID] = append(children[s.PPID], s)
@@ -101,6 +107,9 @@ func descendantsOf(pid int, all []Stat) []Stat {
 		p := queue[0]
 		queue = queue[1:]
 		for _, c := range children[p] {
+			if spare != nil && spare(c.PID) {
+				continue
+			}
 			out = append(out, c)
 			queue = append(queue, c.PID)
 		}
@@ -112,17 +121,25 @@ func descendantsOf(pid int, all []Stat) []Stat {
 // at start, and to all its descendants, and returns how many it signalled.
 // The descendants are stopped first (SIGSTOP) so none can fork while it
 // looks; it looks again until a pass finds nothing new.
-func KillTree(pid int, start uint64) int { return len(killTree(pid, start)) }
+func KillTree(pid int, start uint64) int { return len(killTree(pid, start, nil)) }
 
-// killTree is KillTree, returning the pids it signalled.
-func killTree(pid int, start uint64) []int {
+// KillTreeExcept is KillTree sparing the descendants for which spare is
+// true, with their own descendants: a frozen holder's detached siblings
+// (candidates it spawned, which may hold slots of their own) are its
+// children but not its work.
+func KillTreeExcept(pid int, start uint64, spare func(int) bool) int {
+	return len(killTree(pid, start, spare))
+}
+
+// killTree is KillTreeExcept, returning the pids it signalled.
+func killTree(pid int, start uint64, spare func(int) bool) []int {
 	if !Alive(pid, start) {
 		return nil
 	}
 	_ = syscall.Kill(pid, syscall.SIGSTOP)
 	seen := map[int]bool{}
 	for pass := 0; pass < 5; pass++ {
-		ds, err := Descendants(pid)
+		ds, err := descendantsExcept(pid, spare)
 		if err != nil {
 			break
 		}
