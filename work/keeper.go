@@ -3,8 +3,6 @@ package work
 import (
 	"context"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // keepEvery is how often the keeper looks for due retries.
@@ -62,20 +60,19 @@ func (r *runner) dueFailed(err error) {
 }
 
 // heartbeat resets the idle time of every entry this holder has read and not
-// settled. XCLAIM … JUSTID does not count a delivery.
+// settled and that is still pending for this consumer (heartbeatScript): an
+// entry another holder claimed meanwhile stays with it.
 func (r *runner) heartbeat(ctx context.Context) error {
 	r.mu.Lock()
-	ids := make([]string, 0, len(r.active))
+	ids := make([]any, 0, len(r.active))
 	for id := range r.active {
 		ids = append(ids, id)
 	}
 	r.mu.Unlock()
 	for len(ids) > 0 {
 		n := min(len(ids), 100)
-		err := r.c.Client.XClaimJustID(ctx, &redis.XClaimArgs{
-			Stream: r.keys.Stream, Group: Group, Consumer: r.c.Consumer, Messages: ids[:n],
-		}).Err()
-		if err != nil && !isRedisNil(err) {
+		args := append([]any{Group, r.c.Consumer}, ids[:n]...)
+		if err := runScript(ctx, r.c.Client, heartbeatScript, []string{r.keys.Stream}, args...).Err(); err != nil && !isRedisNil(err) {
 			return err
 		}
 		ids = ids[n:]

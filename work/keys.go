@@ -313,6 +313,24 @@ redis.call('XDEL', KEYS[1], ARGV[1])
 return job
 `)
 
+// heartbeatScript keeps this consumer's running entries fresh: XCLAIM …
+// JUSTID (no delivery counted) of those still pending for it, so that no
+// other holder claims them as abandoned, and so that an entry another
+// holder claimed after a stall is never taken back from it.
+//
+// KEYS[1] stream; ARGV[1] group, ARGV[2] consumer, ARGV[3..] entry ids.
+// Returns how many were refreshed.
+var heartbeatScript = redis.NewScript(entryLua + `
+local mine = {}
+for i = 3, #ARGV do
+  if pending(KEYS[1], ARGV[1], ARGV[i], ARGV[2]) then mine[#mine + 1] = ARGV[i] end
+end
+if #mine > 0 then
+  redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, unpack(mine), 'JUSTID')
+end
+return #mine
+`)
+
 // backScript gives entries that were read but never started back to the
 // stream, as new entries with the same fields, runs made and job id: any
 // holder may take them at once, and no delivery is counted against them.

@@ -23,7 +23,7 @@ var (
 const OOMHint = "give Redis headroom (raise maxmemory or free memory) and keep maxmemory-policy noeviction, so jobs are refused rather than evicted"
 
 // scripts are every script a holder runs; Prepare loads them all.
-var scripts = []*redis.Script{ackScript, retryScript, dueScript, deadScript, requeueScript, backScript, enqueueScript, rateScript, recordFieldScript, probeScript}
+var scripts = []*redis.Script{ackScript, retryScript, dueScript, deadScript, requeueScript, backScript, enqueueScript, rateScript, recordFieldScript, heartbeatScript, probeScript}
 
 // probeScript proves that EVALSHA runs.
 var probeScript = redis.NewScript(`return 1`)

@@ -228,3 +228,42 @@ func TestJobTimeoutForGoHandlers(t *testing.T) {
 		t.Fatalf("took %v", el)
 	}
 }
+
+// A holder's heartbeat keeps its own running entries fresh, and never takes
+// back an entry another holder claimed meanwhile (after a stall longer than
+// visibility_timeout): one job must not run in two places at once.
+func TestHeartbeatNeverTakesAnEntryBack(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	ids := enqueue(t, rdb, "q", 2)
+	if err := Prepare(ctx, rdb, KeysFor("q")); err != nil {
+		t.Fatal(err)
+	}
+	stream := KeysFor("q").Stream
+	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: Group, Consumer: "a", Streams: []string{stream, ">"}, Count: 2}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	// Holder b claims the first entry, as after a stall of holder a.
+	if err := rdb.XClaim(ctx, &redis.XClaimArgs{Stream: stream, Group: Group, Consumer: "b", Messages: ids[:1]}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := &runner{c: Config{Client: rdb, Consumer: "a"}, keys: KeysFor("q"), active: map[string]struct{}{ids[0]: {}, ids[1]: {}}}
+	if err := r.heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pend, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: Group, Start: "-", End: "+", Count: 10}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := map[string]string{}
+	for _, p := range pend {
+		owner[p.ID] = p.Consumer
+		if p.ID == ids[1] && p.Idle > 40*time.Millisecond {
+			t.Errorf("a's own entry not refreshed: idle %v", p.Idle)
+		}
+	}
+	if owner[ids[0]] != "b" || owner[ids[1]] != "a" {
+		t.Fatalf("owners %v, want %s with b and %s with a", owner, ids[0], ids[1])
+	}
+}

@@ -78,19 +78,25 @@ func TestStatusWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = cmd.Process.Kill() }()
-	holder := r.start("run", "--lifetime", "1m", "--", "/bin/true")
-	defer func() { _ = holder.cmd.Process.Kill() }()
-	dec := json.NewDecoder(out)
-	var last struct {
+	type refresh struct {
 		Run    []slotJSON
 		Jobs   struct{ Done int64 }
 		Rates  map[string]float64 `json:"rates_per_second"`
 		Events []string
 	}
+	dec := json.NewDecoder(out)
+	var first refresh
+	if err := dec.Decode(&first); err != nil { // the first look: no holder yet
+		t.Fatal(err)
+	}
+	holder := r.start("run", "--lifetime", "1m", "--", "/bin/true")
+	defer func() { _ = holder.cmd.Process.Kill() }()
+	var last refresh
 	for end := time.Now().Add(40 * time.Second); last.Jobs.Done < 2 || len(last.Events) == 0; {
 		if time.Now().After(end) {
 			t.Fatalf("no refresh with both jobs done and an event: %+v", last)
 		}
+		last = refresh{}
 		if err := dec.Decode(&last); err != nil {
 			t.Fatal(err)
 		}
