@@ -1,10 +1,8 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -52,33 +50,8 @@ func asynqRate(ctx context.Context, srv *redisServer, conc, n int) (float64, err
 	return float64(n) / c.at.Sub(start).Seconds(), nil
 }
 
-// asynqFill enqueues n tasks with asynq's client, from 8 goroutines.
-func asynqFill(rdb redis.UniversalClient, n int) error {
-	cl := asynq.NewClientFromRedisClient(rdb)
-	const workers = 8
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-	)
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < n; i += workers {
-				_, err := cl.Enqueue(asynq.NewTask("noop", payload), asynq.Queue("bench"))
-				if err != nil {
-					mu.Lock()
-					first = cmp.Or(first, fmt.Errorf("asynq enqueue: %w", err))
-					mu.Unlock()
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return first
-}
+// asynqFill enqueues n plain tasks with asynq's client, from 8 goroutines.
+func asynqFill(rdb redis.UniversalClient, n int) error { return asynqEnqueue(rdb, n, plainJobs) }
 
 // quiet is an asynq.Logger that drops everything.
 type quiet struct{}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/baton-run/baton/work"
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 )
 
 // The enqueue group: jobs per second a producer adds, baton's client against
@@ -46,7 +47,13 @@ func (b *bench) enqueue(ctx context.Context) []contender {
 		return func() (float64, error) { return rate(func() error { return batonEnqueue(ctx, b.srv, n, k) }) }
 	}
 	asq := func(k enqueueKind) func() (float64, error) {
-		return func() (float64, error) { return rate(func() error { return asynqEnqueue(b.srv, n, k) }) }
+		return func() (float64, error) {
+			return rate(func() error {
+				rdb := b.srv.Client(0)
+				defer rdb.Close()
+				return asynqEnqueue(rdb, n, k)
+			})
+		}
 	}
 	return []contender{
 		{"xadd_batch", "jobs/s", func() (float64, error) {
@@ -92,9 +99,7 @@ func batonEnqueue(ctx context.Context, srv *redisServer, n int, k enqueueKind) e
 
 // asynqEnqueue adds n tasks with asynq's client from 8 goroutines. Unique
 // tasks differ by payload (asynq's uniqueness key is type, queue and payload).
-func asynqEnqueue(srv *redisServer, n int, k enqueueKind) error {
-	rdb := srv.Client(0)
-	defer rdb.Close()
+func asynqEnqueue(rdb redis.UniversalClient, n int, k enqueueKind) error {
 	cl := asynq.NewClientFromRedisClient(rdb)
 	const workers = 8
 	var (

@@ -14,7 +14,6 @@ import (
 	"github.com/baton-run/baton/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/prometheus/common/expfmt"
 	"github.com/spf13/pflag"
 )
 
@@ -74,21 +73,15 @@ func runMetrics(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer rdb.Close()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(metrics.NewCollector(rdb, q))
+	c := metrics.NewCollector(rdb, q)
 	if *listen == "" {
-		mfs, err := reg.Gather()
-		if err != nil {
+		if err := metrics.Write(e.Stdout, c); err != nil {
 			return fmt.Errorf("metrics: %w", err)
-		}
-		enc := expfmt.NewEncoder(e.Stdout, expfmt.NewFormat(expfmt.TypeTextPlain))
-		for _, mf := range mfs {
-			if err := enc.Encode(mf); err != nil {
-				return err
-			}
 		}
 		return nil
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
 	return serveMetrics(ctx, e, *listen, reg)
 }
 

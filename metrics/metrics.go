@@ -17,6 +17,7 @@ package metrics
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -193,10 +194,8 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-// WriteFile writes the collector's metrics to path in the text exposition,
-// atomically: to a temporary file in the same directory, then renamed over
-// path, so a reader (node_exporter's textfile collector) never sees half.
-func WriteFile(path string, c *Collector) error {
+// Write writes the collector's metrics to w in the text exposition.
+func Write(w io.Writer, c *Collector) error {
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(c); err != nil {
 		return err
@@ -205,12 +204,22 @@ func WriteFile(path string, c *Collector) error {
 	if err != nil {
 		return err
 	}
-	var buf bytes.Buffer
-	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
+	enc := expfmt.NewEncoder(w, expfmt.NewFormat(expfmt.TypeTextPlain))
 	for _, mf := range mfs {
 		if err := enc.Encode(mf); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// WriteFile writes the collector's metrics to path in the text exposition,
+// atomically: to a temporary file in the same directory, then renamed over
+// path, so a reader (node_exporter's textfile collector) never sees half.
+func WriteFile(path string, c *Collector) error {
+	var buf bytes.Buffer
+	if err := Write(&buf, c); err != nil {
+		return err
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
