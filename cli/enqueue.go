@@ -33,12 +33,15 @@ Job options (each applies to every job of the call):
   --unique-for D    hold the unique key at most D (default: until done or dead)
   --timeout D       this job's own job_timeout
   --max-attempts N  this job's own max_attempts
+  --priority P      high, normal (default) or low: a holder takes waiting
+                    high jobs before normal ones, normal before low
 
 {{flags}}
 Example:
   baton enqueue --queue thumbs /srv/img/1.jpg /srv/img/2.jpg
   find /srv/img -name '*.jpg' | baton enqueue --queue thumbs --quiet
   baton enqueue --queue mail --in 10m --unique-key welcome-42 '{"user":42}'
+  baton enqueue --queue mail --priority high '{"reset":42}'
 `
 
 // enqueueChunk is how many jobs go in one pipeline round trip.
@@ -50,7 +53,7 @@ type enqueueFlags struct {
 	jsonOpts
 	quiet, skipBad         bool
 	in, uniqueFor, timeout time.Duration
-	at, uniqueKey          string
+	at, uniqueKey, prio    string
 	maxAttempts            int
 }
 
@@ -68,6 +71,7 @@ func newEnqueueFlags() (*pflag.FlagSet, *enqueueFlags) {
 	fs.DurationVar(&f.uniqueFor, "unique-for", 0, "hold the unique key at most this long")
 	fs.DurationVar(&f.timeout, "timeout", 0, "this job's own job_timeout")
 	fs.IntVar(&f.maxAttempts, "max-attempts", 0, "this job's own max_attempts (default: the queue's)")
+	fs.StringVar(&f.prio, "priority", "normal", "high, normal or low")
 	return fs, f
 }
 
@@ -153,6 +157,13 @@ func (f *enqueueFlags) options(uniqueSet, attemptsSet bool) ([]work.Option, erro
 		return nil, usagef("", "enqueue: --max-attempts %d: must be between 1 and 1000", f.maxAttempts)
 	case attemptsSet:
 		opts = append(opts, work.MaxAttempts(f.maxAttempts))
+	}
+	p, err := work.ParsePriority(f.prio)
+	if err != nil || f.prio == "" {
+		return nil, usagef("", "enqueue: --priority %q: want high, normal or low", f.prio)
+	}
+	if p != work.PriorityNormal {
+		opts = append(opts, work.WithPriority(p))
 	}
 	return opts, nil
 }

@@ -106,6 +106,9 @@ func describeJob(l *work.Location, pid int, since time.Time) string {
 	}
 	switch l.State {
 	case work.StateWaiting:
+		if l.Priority != "" {
+			return fmt.Sprintf("job %s: waiting at %s priority, %d waiting jobs of that priority ahead of it (entry %s)", l.ID, l.Priority, l.Ahead, l.Entry)
+		}
 		return fmt.Sprintf("job %s: waiting, %d waiting jobs ahead of it (entry %s)", l.ID, l.Ahead, l.Entry)
 	case work.StateRunning:
 		s := fmt.Sprintf("job %s: running on %s, delivery %d of entry %s", l.ID, l.Consumer, l.Deliveries, l.Entry)

@@ -208,6 +208,9 @@ func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 	fmt.Fprintf(w, "queue %s on %s\n", rep.Queue, config.RedactURL(cfg.RedisURL))
 	if j := rep.Jobs; j != nil {
 		fmt.Fprintf(w, "jobs  %d waiting, %d pending, %d scheduled, %d retrying, %d dead, %d done\n", j.Waiting, j.Pending, j.Scheduled, j.Retrying, j.Dead, j.Done)
+		if b := j.ByPriority; b != nil {
+			fmt.Fprintf(w, "      waiting by priority: %d high, %d normal, %d low\n", b["high"], b["normal"], b["low"])
+		}
 		if j.OldestWaiting >= 100*time.Millisecond {
 			fmt.Fprintf(w, "      the oldest waiting job has waited %s\n", j.OldestWaiting.Round(100*time.Millisecond))
 		}

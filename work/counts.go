@@ -21,52 +21,79 @@ type Counts struct {
 	// entered the stream: a retry or a given-back job re-enters); 0 when
 	// none waits.
 	OldestWaiting time.Duration `json:"oldest_waiting_ns"`
+	// ByPriority splits Waiting by priority ("high", "normal", "low") once
+	// the queue has used priorities; nil before.
+	ByPriority map[string]int64 `json:"waiting_by_priority,omitempty"`
 	// Stats are the queue's totals (the Stat* fields), all time.
 	Stats map[string]int64 `json:"-"`
 }
 
-// ReadCounts reads a queue's counts in two round trips, without writing.
-// Acknowledged entries are deleted, so the stream holds exactly the waiting
-// and pending ones.
+// ReadCounts reads a queue's counts in two round trips, without writing
+// (one more for each priority with jobs waiting). Acknowledged entries are
+// deleted, so the streams hold exactly the waiting and pending ones.
 func ReadCounts(ctx context.Context, rdb redis.Cmdable, q string) (*Counts, error) {
 	k := KeysFor(q)
-	var xlen, scheduled, retrying, dead *redis.IntCmd
-	var groups *redis.XInfoGroupsCmd
+	var xlen [3]*redis.IntCmd
+	var groups [3]*redis.XInfoGroupsCmd
+	var scheduled, retrying, dead *redis.IntCmd
 	var stats *redis.MapStringStringCmd
 	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		xlen = p.XLen(ctx, k.Stream)
-		groups = p.XInfoGroups(ctx, k.Stream)
+		for _, level := range readOrder {
+			xlen[level] = p.XLen(ctx, k.StreamOf(level))
+			groups[level] = p.XInfoGroups(ctx, k.StreamOf(level))
+		}
 		scheduled = p.ZCard(ctx, k.Scheduled)
 		retrying = p.ZCard(ctx, k.Retry)
 		dead = p.XLen(ctx, k.Dead)
 		stats = p.HGetAll(ctx, k.Stats)
 		return nil
 	})
-	if err := xlen.Err(); err != nil {
-		return nil, fmt.Errorf("read queue: %w", err)
-	}
 	c := &Counts{Scheduled: scheduled.Val(), Retrying: retrying.Val(), Dead: dead.Val(), Stats: map[string]int64{}}
-	last := "0-0"
-	for _, g := range groups.Val() { // an error here means no stream yet
-		if g.Name == Group {
-			c.Pending, last = g.Pending, g.LastDeliveredID
+	var waiting [3]int64
+	for _, level := range readOrder {
+		if err := xlen[level].Err(); err != nil {
+			return nil, fmt.Errorf("read queue: %w", err)
+		}
+		last, pending := "0-0", int64(0)
+		for _, g := range groups[level].Val() { // an error here means no stream yet
+			if g.Name == Group {
+				pending, last = g.Pending, g.LastDeliveredID
+			}
+		}
+		waiting[level] = xlen[level].Val() - pending
+		c.Pending += pending
+		c.Waiting += waiting[level]
+		if waiting[level] > 0 {
+			age, err := oldestWaiting(ctx, rdb, k.StreamOf(level), last)
+			if err != nil {
+				return nil, err
+			}
+			c.OldestWaiting = max(c.OldestWaiting, age)
 		}
 	}
-	c.Waiting = xlen.Val() - c.Pending
+	if xlen[PriorityHigh].Val() > 0 || xlen[PriorityLow].Val() > 0 {
+		c.ByPriority = map[string]int64{}
+		for _, level := range readOrder {
+			c.ByPriority[level.String()] = waiting[level]
+		}
+	}
 	for f, v := range stats.Val() {
 		c.Stats[f], _ = strconv.ParseInt(v, 10, 64)
 	}
 	c.Done = c.Stats[StatDone]
-	if c.Waiting > 0 {
-		next, err := rdb.XRangeN(ctx, k.Stream, "("+last, "+", 1).Result()
-		if err != nil {
-			return nil, fmt.Errorf("read queue: %w", err)
-		}
-		if len(next) == 1 {
-			if ms, _, ok := cutDash(next[0].ID); ok {
-				c.OldestWaiting = max(0, time.Since(time.UnixMilli(ms)))
-			}
+	return c, nil
+}
+
+// oldestWaiting is the age of the first entry after last in stream.
+func oldestWaiting(ctx context.Context, rdb redis.Cmdable, stream, last string) (time.Duration, error) {
+	next, err := rdb.XRangeN(ctx, stream, "("+last, "+", 1).Result()
+	if err != nil {
+		return 0, fmt.Errorf("read queue: %w", err)
+	}
+	if len(next) == 1 {
+		if ms, _, ok := cutDash(next[0].ID); ok {
+			return max(0, time.Since(time.UnixMilli(ms))), nil
 		}
 	}
-	return c, nil
+	return 0, nil
 }

@@ -160,7 +160,7 @@ func RequeueDead(ctx context.Context, rdb redis.Cmdable, q, id string) (string, 
 	if err != nil {
 		return "", err
 	}
-	v, err := runScript(ctx, rdb, requeueScript, []string{k.Dead, k.DeadIndex, k.Stream}, did).Result()
+	v, err := runScript(ctx, rdb, requeueScript, []string{k.Dead, k.DeadIndex, k.Stream, k.High, k.Low}, did).Result()
 	if err != nil {
 		return "", deadIDErr(id, err)
 	}

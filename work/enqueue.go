@@ -10,7 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Per-job fields a producer's options write; reserved, like attempts and orig.
+// Per-job fields a producer's options write; reserved, like attempts, orig
+// and priority.
 const (
 	uniqueField      = "unique"       // the job's unique key (without the queue's prefix)
 	maxAttemptsField = "max_attempts" // overrides the queue's max_attempts
@@ -51,6 +52,7 @@ type jobOptions struct {
 	uniqueFor   time.Duration // 0: until done or dead
 	maxAttempts int
 	timeout     time.Duration
+	priority    Priority
 }
 
 // In delays the job: it is queued (status counts it as scheduled) and
@@ -158,7 +160,7 @@ func EnqueueMany(ctx context.Context, rdb redis.Cmdable, q string, jobs []Messag
 		if o.uniqueFor > 0 && o.unique == "" {
 			return nil, fmt.Errorf("job %d: %w: unique-for needs a unique key", i+1, ErrBadOption)
 		}
-		ps[i].plan = o.unique != "" || o.maxAttempts > 0 || o.timeout > 0 || !o.due.IsZero()
+		ps[i].plan = o.unique != "" || o.maxAttempts > 0 || o.timeout > 0 || !o.due.IsZero() || o.priority != PriorityNormal
 	}
 	k := KeysFor(q)
 	now := time.Now()
@@ -187,7 +189,10 @@ func EnqueueMany(ctx context.Context, rdb redis.Cmdable, q string, jobs []Messag
 			if o.timeout > 0 {
 				args = append(args, timeoutField, o.timeout.Milliseconds())
 			}
-			enqueueScript.EvalSha(ctx, p, []string{k.Stream, k.Scheduled, k.ScheduledJobs, uniqueKey}, args...)
+			if o.priority != PriorityNormal {
+				args = append(args, priorityField, o.priority.String())
+			}
+			enqueueScript.EvalSha(ctx, p, []string{k.Stream, k.Scheduled, k.ScheduledJobs, uniqueKey, k.StreamOf(o.priority)}, args...)
 		}
 		return nil
 	})

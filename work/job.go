@@ -38,6 +38,9 @@ type Job struct {
 	// Timeout is the job's own timeout, set by its producer (work.Timeout,
 	// enqueue --timeout); 0 means the queue's job_timeout applies.
 	Timeout time.Duration
+	// Priority is the job's level, set by its producer (WithPriority,
+	// enqueue --priority).
+	Priority Priority
 
 	maxAttempts int    // the job's own max_attempts; 0: the queue's
 	unique      string // the job's unique key, freed when it is done or dead

@@ -2,6 +2,7 @@ package work
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -23,12 +24,7 @@ func (r *runner) keep(stop <-chan struct{}) {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if n, err := runScript(ctx, r.c.Client, dueScript,
-			[]string{r.keys.Stream, r.keys.Retry, r.keys.RetryJobs, r.keys.Scheduled, r.keys.ScheduledJobs}, time.Now().UnixMilli(), 100).Int(); err != nil {
-			r.dueFailed(err)
-		} else if n > 0 {
-			r.c.Logger.Debug().Int("jobs", n).Msg("moved due retries back into the queue")
-		}
+		r.moveDue(ctx)
 		if r.c.VisibilityTimeout > 0 && time.Since(lastBeat) >= r.c.VisibilityTimeout/4 {
 			if err := r.heartbeat(ctx); err != nil {
 				r.c.Logger.Warn().Err(err).Msg("refresh running jobs")
@@ -38,6 +34,33 @@ func (r *runner) keep(stop <-chan struct{}) {
 		}
 		cancel()
 	}
+}
+
+// moveDue moves due retries and scheduled jobs into the streams, and
+// learns from the same call whether the queue has high or low jobs.
+func (r *runner) moveDue(ctx context.Context) {
+	v, err := runScript(ctx, r.c.Client, dueScript, r.keys.due(), time.Now().UnixMilli(), 100).Int64Slice()
+	if err == nil && len(v) != 3 {
+		err = fmt.Errorf("due script replied %v", v)
+	}
+	if err != nil {
+		r.dueFailed(err)
+		return
+	}
+	if v[0] > 0 {
+		r.c.Logger.Debug().Int64("jobs", v[0]).Msg("moved due retries back into the queue")
+	}
+	if v[1] > 0 {
+		r.c.Logger.Warn().Int64("jobs", v[1]).Msg("could not move due jobs into the queue (a record too large, or a key of the wrong type); trying them again in a minute")
+	}
+	if v[2] == 1 && !r.levels.Swap(true) {
+		r.c.Logger.Info().Msg("queue has jobs of high or low priority: reading every level")
+	}
+}
+
+// due is dueScript's keys.
+func (k Keys) due() []string {
+	return []string{k.Stream, k.High, k.Low, k.Retry, k.RetryJobs, k.Scheduled, k.ScheduledJobs}
 }
 
 // dueFailed logs a failure to move due retries: at debug while it is a
@@ -63,19 +86,21 @@ func (r *runner) dueFailed(err error) {
 // settled and that is still pending for this consumer (heartbeatScript): an
 // entry another holder claimed meanwhile stays with it.
 func (r *runner) heartbeat(ctx context.Context) error {
+	var ids [3][]any // by level
 	r.mu.Lock()
-	ids := make([]any, 0, len(r.active))
-	for id := range r.active {
-		ids = append(ids, id)
+	for k := range r.active {
+		ids[k.level] = append(ids[k.level], k.id)
 	}
 	r.mu.Unlock()
-	for len(ids) > 0 {
-		n := min(len(ids), 100)
-		args := append([]any{Group, r.c.Consumer}, ids[:n]...)
-		if err := runScript(ctx, r.c.Client, heartbeatScript, []string{r.keys.Stream}, args...).Err(); err != nil && !isRedisNil(err) {
-			return err
+	for level, ids := range ids {
+		for len(ids) > 0 {
+			n := min(len(ids), 100)
+			args := append([]any{Group, r.c.Consumer}, ids[:n]...)
+			if err := runScript(ctx, r.c.Client, heartbeatScript, []string{r.keys.StreamOf(Priority(level))}, args...).Err(); err != nil && !isRedisNil(err) {
+				return err
+			}
+			ids = ids[n:]
 		}
-		ids = ids[n:]
 	}
 	return nil
 }

@@ -32,7 +32,8 @@ const (
 // Keys are the Redis keys of one queue, all under the hash tag {queue} so a
 // cluster keeps them on one shard and scripts may touch them together.
 type Keys struct {
-	Stream        string // baton:{q}: the jobs; group "baton"
+	Stream        string // baton:{q}: the jobs (of normal priority); group "baton"
+	High, Low     string // baton:{q}:high, baton:{q}:low: jobs of those priorities; group "baton"
 	Retry         string // baton:{q}:retry: sorted set of job ids, scored by due time (ms)
 	RetryJobs     string // baton:{q}:retry:jobs: hash job id → the job's fields (MessagePack)
 	Scheduled     string // baton:{q}:scheduled: delayed jobs, as Retry
@@ -46,7 +47,7 @@ type Keys struct {
 // KeysFor returns the keys of queue q.
 func KeysFor(q string) Keys {
 	base := "baton:{" + q + "}"
-	return Keys{Stream: base, Retry: base + ":retry", RetryJobs: base + ":retry:jobs",
+	return Keys{Stream: base, High: base + ":high", Low: base + ":low", Retry: base + ":retry", RetryJobs: base + ":retry:jobs",
 		Scheduled: base + ":scheduled", ScheduledJobs: base + ":scheduled:jobs",
 		Dead: base + ":dead", DeadIndex: base + ":dead:ids", Stats: base + ":stats", Rate: base + ":rate"}
 }
@@ -168,52 +169,76 @@ return 1
 `)
 
 // dueScript moves due jobs of the retry and scheduled sets back into the
-// stream as new entries with their fields, attempt count and job id: XADD
-// first, then the removal from the set. A retry member of the old
-// "<entry id>|<attempts>|<orig>|<payload>" form (written by baton before
-// 0.2) is read as such.
+// stream of their priority as new entries with their fields, attempt count
+// and job id: XADD first, then the removal from the set. A retry member of
+// the old "<entry id>|<attempts>|<orig>|<payload>" form (written by baton
+// before 0.2) is read as such. A member that cannot be moved (a record too
+// large to unpack, a stream of the wrong type) is put back a minute later,
+// so it never blocks the members behind it; OOM stops the script.
 //
-// KEYS[1] stream, then pairs: a sorted set and its hash of records;
-// ARGV[1] now (unix ms), ARGV[2] most to move per set. Returns how many were
-// moved.
+// KEYS[1] stream, KEYS[2] high stream, KEYS[3] low stream, then pairs: a
+// sorted set and its hash of records; ARGV[1] now (unix ms), ARGV[2] most
+// to move per set. Returns {moved, could not move, 1 when the high or low
+// stream exists}.
 var dueScript = redis.NewScript(`
-local moved = 0
-for k = 2, #KEYS, 2 do
+local level = {high = KEYS[2], low = KEYS[3]}
+local function move(set, records, m)
+  local packed = redis.call('HGET', records, m)
+  if packed then
+    local f = cmsgpack.unpack(packed)
+    local to = KEYS[1]
+    for i = 1, #f, 2 do
+      if f[i] == 'priority' and level[f[i + 1]] then to = level[f[i + 1]] end
+    end
+    if to ~= KEYS[1] and redis.call('EXISTS', to) == 0 then
+      redis.call('XGROUP', 'CREATE', to, '` + Group + `', '0', 'MKSTREAM')
+    end
+    redis.call('XADD', to, '*', unpack(f))
+  else
+    local a = string.find(m, '|', 1, true)
+    local b = a and string.find(m, '|', a + 1, true)
+    local c = b and string.find(m, '|', b + 1, true)
+    if c then
+      redis.call('XADD', KEYS[1], '*', 'payload', string.sub(m, c + 1),
+        'attempts', string.sub(m, a + 1, b - 1), 'orig', string.sub(m, b + 1, c - 1))
+    else
+      -- no record: an entry without a payload, dead-lettered as malformed
+      redis.call('XADD', KEYS[1], '*', 'orig', m)
+    end
+  end
+  redis.call('ZREM', set, m)
+  redis.call('HDEL', records, m)
+end
+local moved, stuck = 0, 0
+for k = 4, #KEYS, 2 do
   local due = redis.call('ZRANGEBYSCORE', KEYS[k], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
   for _, m in ipairs(due) do
-    local packed = redis.call('HGET', KEYS[k + 1], m)
-    if packed then
-      redis.call('XADD', KEYS[1], '*', unpack(cmsgpack.unpack(packed)))
+    local ok, err = pcall(move, KEYS[k], KEYS[k + 1], m)
+    if ok then
+      moved = moved + 1
     else
-      local a = string.find(m, '|', 1, true)
-      local b = a and string.find(m, '|', a + 1, true)
-      local c = b and string.find(m, '|', b + 1, true)
-      if c then
-        redis.call('XADD', KEYS[1], '*', 'payload', string.sub(m, c + 1),
-          'attempts', string.sub(m, a + 1, b - 1), 'orig', string.sub(m, b + 1, c - 1))
-      else
-        -- no record: an entry without a payload, dead-lettered as malformed
-        redis.call('XADD', KEYS[1], '*', 'orig', m)
-      end
+      local msg = type(err) == 'table' and err.err or tostring(err)
+      if string.find(msg, 'OOM', 1, true) then return redis.error_reply(msg) end
+      redis.pcall('ZADD', KEYS[k], 'XX', tonumber(ARGV[1]) + 60000, m)
+      stuck = stuck + 1
     end
-    redis.call('ZREM', KEYS[k], m)
-    redis.call('HDEL', KEYS[k + 1], m)
-    moved = moved + 1
   end
 end
-return moved
+return {moved, stuck, redis.call('EXISTS', KEYS[2], KEYS[3]) > 0 and 1 or 0}
 `)
 
 // enqueueScript adds one job with options: refused as a duplicate while its
-// unique key names a job; else added to the stream, or, when due later,
-// given an id from the stream's own id space (an entry added and deleted at
-// once, so ids never collide) and put in the scheduled set; then the unique
-// key is taken.
+// unique key names a job; else added to the stream of its priority, or,
+// when due later, given an id and put in the scheduled set; then the unique
+// key is taken. Job ids come from the normal stream's id space (an entry
+// added and deleted at once), so they never collide, whatever the level.
+// The first job of a level creates that level's stream and group.
 //
 // KEYS[1] stream, KEYS[2] scheduled, KEYS[3] scheduled jobs, KEYS[4] unique
-// key (the stream when none); ARGV[1] due (unix ms, 0: now), ARGV[2] "1" when
-// unique, ARGV[3] unique key TTL (ms, 0: until done or dead), ARGV[4..] the
-// job's field/value pairs. Returns {job id, 1 when a duplicate else 0}.
+// key (the stream when none), KEYS[5] the stream of the job's priority;
+// ARGV[1] due (unix ms, 0: now), ARGV[2] "1" when unique, ARGV[3] unique
+// key TTL (ms, 0: until done or dead), ARGV[4..] the job's field/value
+// pairs. Returns {job id, 1 when a duplicate else 0}.
 var enqueueScript = redis.NewScript(`
 local unique = ARGV[2] == '1'
 if unique then
@@ -223,13 +248,20 @@ end
 local f = {}
 for i = 4, #ARGV do f[#f + 1] = ARGV[i] end
 local id
-if tonumber(ARGV[1]) > 0 then
+if tonumber(ARGV[1]) > 0 or KEYS[5] ~= KEYS[1] then
   id = redis.call('XADD', KEYS[1], '*', 'orig', '')
   redis.call('XDEL', KEYS[1], id)
   f[#f + 1] = 'orig'
   f[#f + 1] = id
+end
+if tonumber(ARGV[1]) > 0 then
   redis.call('HSET', KEYS[3], id, cmsgpack.pack(f))
   redis.call('ZADD', KEYS[2], ARGV[1], id)
+elseif KEYS[5] ~= KEYS[1] then
+  if redis.call('EXISTS', KEYS[5]) == 0 then
+    redis.call('XGROUP', 'CREATE', KEYS[5], '` + Group + `', '0', 'MKSTREAM')
+  end
+  redis.call('XADD', KEYS[5], '*', unpack(f))
 else
   id = redis.call('XADD', KEYS[1], '*', unpack(f))
 end
@@ -287,27 +319,33 @@ return 0
 `)
 
 // requeueScript puts a dead letter back as the same job (same id, attempts
-// starting over): the new entry first, then the letter and its index entry
-// are removed.
+// starting over) in the stream of its priority: the new entry first, then
+// the letter and its index entry are removed.
 //
-// KEYS[1] dead, KEYS[2] dead index, KEYS[3] stream; ARGV[1] dead letter id.
+// KEYS[1] dead, KEYS[2] dead index, KEYS[3] stream, KEYS[4] high stream,
+// KEYS[5] low stream; ARGV[1] dead letter id.
 // Returns the job id, 0 when there is no such dead letter, 1 when it has no
 // payload (a malformed entry).
 var requeueScript = redis.NewScript(entryLua + `
 local e = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])
 if #e == 0 then return 0 end
-local g, f, job, has = e[1][2], {}, ARGV[1], false
+local g, f, job, has, to = e[1][2], {}, ARGV[1], false, KEYS[3]
 for i = 1, #g, 2 do
   if g[i] == 'orig' then
     job = g[i + 1]
   elseif not letter[g[i]] then
     put(f, g[i], g[i + 1])
     has = has or g[i] == 'payload'
+    if g[i] == 'priority' and g[i + 1] == 'high' then to = KEYS[4] end
+    if g[i] == 'priority' and g[i + 1] == 'low' then to = KEYS[5] end
   end
 end
 if not has then return 1 end
 put(f, 'orig', job)
-redis.call('XADD', KEYS[3], '*', unpack(f))
+if to ~= KEYS[3] and redis.call('EXISTS', to) == 0 then
+  redis.call('XGROUP', 'CREATE', to, '` + Group + `', '0', 'MKSTREAM')
+end
+redis.call('XADD', to, '*', unpack(f))
 if redis.call('HGET', KEYS[2], job) == ARGV[1] then redis.call('HDEL', KEYS[2], job) end
 redis.call('XDEL', KEYS[1], ARGV[1])
 return job

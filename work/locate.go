@@ -29,7 +29,10 @@ type Location struct {
 	State string `json:"state"`
 	// Entry is the job's stream entry (waiting, running).
 	Entry string `json:"entry,omitempty"`
-	// Ahead counts waiting entries before it (waiting), at most the scan bound.
+	// Priority is the job's level when not normal (waiting, running).
+	Priority string `json:"priority,omitempty"`
+	// Ahead counts waiting entries before it in its stream (waiting), at
+	// most the scan bound; jobs of a higher priority run first too.
 	Ahead int64 `json:"ahead,omitempty"`
 	// Consumer is the slot it runs on, e.g. "web1/run-2" (running).
 	Consumer string `json:"consumer,omitempty"`
@@ -104,13 +107,24 @@ func Locate(ctx context.Context, rdb redis.Cmdable, q, id string) (*Location, er
 			entry = id
 		}
 	}
-	if entry == "" {
-		if entry, err = findEntry(ctx, rdb, k.Stream, id); err != nil || entry == "" {
+	if entry != "" {
+		loc.Entry = entry
+		return loc, inStream(ctx, rdb, k.Stream, loc)
+	}
+	for _, level := range readOrder {
+		stream := k.StreamOf(level)
+		if entry, err = findEntry(ctx, rdb, stream, id); err != nil {
 			return loc, err
 		}
+		if entry != "" {
+			loc.Entry = entry
+			if level != PriorityNormal {
+				loc.Priority = level.String()
+			}
+			return loc, inStream(ctx, rdb, stream, loc)
+		}
 	}
-	loc.Entry = entry
-	return loc, inStream(ctx, rdb, k.Stream, loc)
+	return loc, nil
 }
 
 // findEntry scans the stream, newest entries first being the likeliest, for

@@ -23,7 +23,7 @@ var (
 const OOMHint = "give Redis headroom (raise maxmemory or free memory) and keep maxmemory-policy noeviction, so jobs are refused rather than evicted"
 
 // scripts are every script a holder runs; Prepare loads them all.
-var scripts = []*redis.Script{ackScript, retryScript, dueScript, deadScript, requeueScript, backScript, enqueueScript, rateScript, recordFieldScript, heartbeatScript, probeScript}
+var scripts = []*redis.Script{takeScript, ackScript, retryScript, dueScript, deadScript, requeueScript, backScript, enqueueScript, rateScript, recordFieldScript, heartbeatScript, probeScript}
 
 // probeScript proves that EVALSHA runs.
 var probeScript = redis.NewScript(`return 1`)
@@ -43,7 +43,7 @@ func Prepare(ctx context.Context, rdb redis.Cmdable, k Keys) error {
 	if err := probeScript.EvalSha(ctx, rdb, nil).Err(); err != nil {
 		return scriptingErr("EVALSHA", err)
 	}
-	return ensureGroup(ctx, rdb, k)
+	return ensureGroup(ctx, rdb, k.Stream)
 }
 
 // scriptingErr tells a Redis that refuses scripts from one that failed.
@@ -57,8 +57,8 @@ func scriptingErr(cmd string, err error) error {
 
 // ensureGroup creates the stream and group when missing. XINFO GROUPS reads
 // only, so it works under OOM; XGROUP CREATE … MKSTREAM does not.
-func ensureGroup(ctx context.Context, rdb redis.Cmdable, k Keys) error {
-	groups, err := rdb.XInfoGroups(ctx, k.Stream).Result()
+func ensureGroup(ctx context.Context, rdb redis.Cmdable, stream string) error {
+	groups, err := rdb.XInfoGroups(ctx, stream).Result()
 	if err == nil {
 		for _, g := range groups {
 			if g.Name == Group {
@@ -68,7 +68,7 @@ func ensureGroup(ctx context.Context, rdb redis.Cmdable, k Keys) error {
 	} else if !strings.HasPrefix(err.Error(), "ERR no such key") {
 		return err
 	}
-	err = rdb.XGroupCreateMkStream(ctx, k.Stream, Group, "0").Err()
+	err = rdb.XGroupCreateMkStream(ctx, stream, Group, "0").Err()
 	switch {
 	case err == nil || strings.HasPrefix(err.Error(), "BUSYGROUP"):
 		return nil
@@ -82,7 +82,7 @@ func ensureGroup(ctx context.Context, rdb redis.Cmdable, k Keys) error {
 //
 // Deprecated: use Prepare, which also checks that Redis runs baton's scripts.
 func EnsureGroup(ctx context.Context, rdb redis.Cmdable, k Keys) error {
-	return ensureGroup(ctx, rdb, k)
+	return ensureGroup(ctx, rdb, k.Stream)
 }
 
 // IsOOM reports whether err is Redis refusing a write at maxmemory.

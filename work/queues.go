@@ -46,7 +46,7 @@ func queueOf(key string) (string, bool) {
 	}
 	q, part := rest[:i], rest[i+1:]
 	switch part {
-	case "", ":retry", ":scheduled", ":dead", ":stats":
+	case "", ":high", ":low", ":retry", ":scheduled", ":dead", ":stats":
 		return q, q != ""
 	}
 	return "", false

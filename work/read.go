@@ -85,7 +85,7 @@ func (r *runner) read(ctx context.Context) {
 		}
 		if err != nil {
 			if isNoGroup(err) {
-				err = EnsureGroup(ctx, r.c.Client, r.keys)
+				err = r.ensureGroups(ctx)
 			}
 			// A reply lost with the connection may have left entries pending
 			// for us: look at our own pending entries again once back.
@@ -115,11 +115,28 @@ func (r *runner) read(ctx context.Context) {
 	}
 }
 
+// ensureGroups creates the consumer group of the normal stream, and of the
+// high and low streams that exist, when missing.
+func (r *runner) ensureGroups(ctx context.Context) error {
+	if err := ensureGroup(ctx, r.c.Client, r.keys.Stream); err != nil {
+		return err
+	}
+	for _, s := range []string{r.keys.High, r.keys.Low} {
+		if n, err := r.c.Client.Exists(ctx, s).Result(); err != nil || n == 0 {
+			continue
+		}
+		if err := ensureGroup(ctx, r.c.Client, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // dispatch hands a job to the workers, or straight to the settler when it
 // must not run.
 func (r *runner) dispatch(j *Job) {
 	r.mu.Lock()
-	r.active[j.Entry] = struct{}{}
+	r.active[j.key()] = struct{}{}
 	r.mu.Unlock()
 	r.inflight.Add(1)
 	if j.verdict != "" {
@@ -130,11 +147,20 @@ func (r *runner) dispatch(j *Job) {
 	r.jobs <- j
 }
 
-// forget drops a settled (or abandoned) id from the active set.
-func (r *runner) forget(ids ...string) {
+// entryKey names a stream entry of the queue: an entry id is unique in its
+// stream, not across the streams of a queue's priorities.
+type entryKey struct {
+	level Priority
+	id    string
+}
+
+func (j *Job) key() entryKey { return entryKey{j.Priority, j.Entry} }
+
+// forget drops a settled (or abandoned) entry from the active set.
+func (r *runner) forget(keys ...entryKey) {
 	r.mu.Lock()
-	for _, id := range ids {
-		delete(r.active, id)
+	for _, k := range keys {
+		delete(r.active, k)
 	}
 	r.mu.Unlock()
 	r.poke()
@@ -147,10 +173,10 @@ func (r *runner) unsettled() int64 {
 	return int64(len(r.active))
 }
 
-func (r *runner) isActive(id string) bool {
+func (r *runner) isActive(k entryKey) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	_, ok := r.active[id]
+	_, ok := r.active[k]
 	return ok
 }
 
@@ -181,6 +207,9 @@ func (r *runner) readNew(ctx context.Context, n int64) ([]*Job, error) {
 	if !r.c.Deadline.IsZero() {
 		block = min(block, max(time.Until(r.c.Deadline), time.Millisecond))
 	}
+	if r.levels.Load() {
+		return r.readLevels(ctx, n, block)
+	}
 	res, err := r.c.Client.XReadGroup(ctx, &redis.XReadGroupArgs{
 		Group: Group, Consumer: r.c.Consumer, Streams: []string{r.keys.Stream, ">"},
 		Count: n, Block: block,
@@ -193,7 +222,7 @@ func (r *runner) readNew(ctx context.Context, n int64) ([]*Job, error) {
 	}
 	jobs := make([]*Job, 0, len(res[0].Messages))
 	for _, m := range res[0].Messages {
-		jobs = append(jobs, r.toJob(m, 1))
+		jobs = append(jobs, r.toJob(m, 1, PriorityNormal))
 	}
 	return jobs, nil
 }
@@ -201,40 +230,63 @@ func (r *runner) readNew(ctx context.Context, n int64) ([]*Job, error) {
 // pendingPage is how many of its own pending entries replayOne lists at once.
 const pendingPage = 32
 
+// levels are the priorities whose streams the reader reads, in read order.
+func (r *runner) levelsRead() []Priority {
+	if r.levels.Load() {
+		return readOrder[:]
+	}
+	return readOrder[1:2]
+}
+
 // replayOne takes the oldest of this consumer's pending entries that is not
-// already running here. XCLAIM to itself counts a delivery, and the delivery
-// count is how a job that kills its holder every time is caught.
+// already running here, high ones first. XCLAIM to itself counts a
+// delivery, and the delivery count is how a job that kills its holder every
+// time is caught.
 func (r *runner) replayOne(ctx context.Context) ([]*Job, error) {
+	for _, p := range r.levelsRead() {
+		jobs, err := r.replayLevel(ctx, p)
+		if err != nil || len(jobs) > 0 {
+			return jobs, err
+		}
+	}
+	return nil, nil
+}
+
+func (r *runner) replayLevel(ctx context.Context, level Priority) ([]*Job, error) {
+	stream := r.keys.StreamOf(level)
 	start := "-"
 	for {
 		pend, err := r.c.Client.XPendingExt(ctx, &redis.XPendingExtArgs{
-			Stream: r.keys.Stream, Group: Group, Consumer: r.c.Consumer, Start: start, End: "+", Count: pendingPage,
+			Stream: stream, Group: Group, Consumer: r.c.Consumer, Start: start, End: "+", Count: pendingPage,
 		}).Result()
 		if err != nil || len(pend) == 0 {
+			if isNoGroup(err) && level != PriorityNormal {
+				err = nil // that level's stream is gone: nothing pending there
+			}
 			return nil, err
 		}
 		for _, p := range pend {
-			if r.isActive(p.ID) {
+			if r.isActive(entryKey{level, p.ID}) {
 				continue
 			}
 			msgs, err := r.c.Client.XClaim(ctx, &redis.XClaimArgs{
-				Stream: r.keys.Stream, Group: Group, Consumer: r.c.Consumer, Messages: []string{p.ID},
+				Stream: stream, Group: Group, Consumer: r.c.Consumer, Messages: []string{p.ID},
 			}).Result()
 			if err != nil {
 				return nil, err
 			}
 			if len(msgs) == 0 || msgs[0].Values == nil {
 				// Deleted while pending: nothing to run, clear it.
-				if err := r.c.Client.XAck(ctx, r.keys.Stream, Group, p.ID).Err(); err != nil {
+				if err := r.c.Client.XAck(ctx, stream, Group, p.ID).Err(); err != nil {
 					return nil, err
 				}
 				continue
 			}
 			if r.announce {
-				r.announceReplay(ctx, start, len(pend))
+				r.announceReplay(ctx, stream, start, len(pend))
 			}
 			r.c.Logger.Debug().Str("entry", p.ID).Int64("deliveries", p.RetryCount+1).Msg("replaying own pending entry")
-			return []*Job{r.toJob(msgs[0], int(p.RetryCount)+1)}, nil
+			return []*Job{r.toJob(msgs[0], int(p.RetryCount)+1, level)}, nil
 		}
 		start = "(" + pend[len(pend)-1].ID
 	}
@@ -245,11 +297,11 @@ func (r *runner) replayOne(ctx context.Context) ([]*Job, error) {
 // they run again now. The count comes from the page already read when it
 // holds them all; only on this path, never the normal one, does it cost one
 // more round trip (XPENDING's summary).
-func (r *runner) announceReplay(ctx context.Context, start string, page int) {
+func (r *runner) announceReplay(ctx context.Context, stream, start string, page int) {
 	r.announce = false
 	n := int64(page)
 	if start != "-" || page == pendingPage {
-		sum, err := r.c.Client.XPending(ctx, r.keys.Stream, Group).Result()
+		sum, err := r.c.Client.XPending(ctx, stream, Group).Result()
 		if err == nil {
 			n = sum.Consumers[r.c.Consumer]
 		}
@@ -262,18 +314,31 @@ func (r *runner) announceReplay(ctx context.Context, start string, page int) {
 // slot count that shrank). One entry per call, so each counts one delivery.
 func (r *runner) claim(ctx context.Context, n int64) ([]*Job, error) {
 	var jobs []*Job
+	for _, level := range r.levelsRead() {
+		more, err := r.claimLevel(ctx, level, n-int64(len(jobs)))
+		jobs = append(jobs, more...)
+		if err != nil && !(isNoGroup(err) && level != PriorityNormal) {
+			return jobs, err
+		}
+	}
+	return jobs, nil
+}
+
+func (r *runner) claimLevel(ctx context.Context, level Priority, n int64) ([]*Job, error) {
+	stream := r.keys.StreamOf(level)
+	var jobs []*Job
 	for calls := 0; int64(len(jobs)) < n && calls < 100; calls++ {
 		msgs, next, err := r.c.Client.XAutoClaim(ctx, &redis.XAutoClaimArgs{
-			Stream: r.keys.Stream, Group: Group, Consumer: r.c.Consumer,
-			MinIdle: r.c.VisibilityTimeout, Start: r.claimFrom, Count: 1,
+			Stream: stream, Group: Group, Consumer: r.c.Consumer,
+			MinIdle: r.c.VisibilityTimeout, Start: r.claimFrom[level], Count: 1,
 		}).Result()
 		if err != nil {
 			return jobs, err
 		}
-		r.claimFrom = next
+		r.claimFrom[level] = next
 		for _, m := range msgs {
 			pend, err := r.c.Client.XPendingExt(ctx, &redis.XPendingExtArgs{
-				Stream: r.keys.Stream, Group: Group, Start: m.ID, End: m.ID, Count: 1,
+				Stream: stream, Group: Group, Start: m.ID, End: m.ID, Count: 1,
 			}).Result()
 			if err != nil {
 				return jobs, err
@@ -282,7 +347,7 @@ func (r *runner) claim(ctx context.Context, n int64) ([]*Job, error) {
 			if len(pend) == 1 {
 				deliveries = int(pend[0].RetryCount)
 			}
-			j := r.toJob(m, deliveries)
+			j := r.toJob(m, deliveries, level)
 			r.c.Logger.Warn().Str("job", j.ID).Str("entry", j.Entry).Msg("claimed a job abandoned by a consumer that is gone")
 			jobs = append(jobs, j)
 		}
@@ -303,8 +368,8 @@ func (r *runner) maxAttempts(j *Job) int {
 
 // toJob turns a stream entry into a job and decides whether it may run:
 // Attempt counts every delivery, including runs made before a retry.
-func (r *runner) toJob(m redis.XMessage, deliveries int) *Job {
-	j := &Job{ID: m.ID, Entry: m.ID, Queue: r.c.Queue, Slot: r.c.Consumer, Attempt: deliveries}
+func (r *runner) toJob(m redis.XMessage, deliveries int, level Priority) *Job {
+	j := &Job{ID: m.ID, Entry: m.ID, Queue: r.c.Queue, Slot: r.c.Consumer, Attempt: deliveries, Priority: level}
 	p, ok := m.Values[PayloadField].(string)
 	if !ok {
 		j.verdict, j.problem = ReasonMalformed, fmt.Sprintf("entry has no %q field", PayloadField)

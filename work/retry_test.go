@@ -215,3 +215,28 @@ func TestBackoff(t *testing.T) {
 		}
 	}
 }
+
+// A due member that cannot be moved (here a record that is not MessagePack)
+// is put back a minute later and never blocks the members behind it.
+func TestBadDueMemberDoesNotBlockTheRest(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	k := KeysFor("q")
+	rdb.HSet(ctx, k.RetryJobs, "1-1", "\xc1 not msgpack")
+	rdb.ZAdd(ctx, k.Retry, redis.Z{Score: 1, Member: "1-1"})
+	id, err := Enqueue(ctx, rdb, "q", []byte("later"), In(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	v, err := runScript(ctx, rdb, dueScript, k.due(), time.Now().UnixMilli(), 100).Int64Slice()
+	if err != nil || v[0] != 1 || v[1] != 1 {
+		t.Fatalf("due script: %v, %v; want 1 moved, 1 stuck", v, err)
+	}
+	if s := rdb.ZScore(ctx, k.Retry, "1-1").Val(); time.Until(time.UnixMilli(int64(s))) < 50*time.Second {
+		t.Fatalf("stuck member due at %v, want about a minute from now", time.UnixMilli(int64(s)))
+	}
+	if l, err := Locate(ctx, rdb, "q", id); err != nil || l.State != StateWaiting {
+		t.Fatalf("scheduled job behind the stuck one: %+v, %v", l, err)
+	}
+}

@@ -147,9 +147,9 @@ func Run(ctx context.Context, c Config, st *Stats) error {
 		results: make(chan result, max(c.Batch, c.Concurrency)),
 		space:   make(chan struct{}, 1),
 		stopped: make(chan struct{}),
-		active:  map[string]struct{}{},
+		active:  map[entryKey]struct{}{},
 
-		claimFrom: "0-0",
+		claimFrom: [3]string{"0-0", "0-0", "0-0"},
 	}
 	// Assume slow jobs until measured otherwise: read one per worker at first.
 	r.meanNS.Store(int64(time.Second))
@@ -179,13 +179,14 @@ type runner struct {
 	inflight atomic.Int64 // read and not yet finished
 	meanNS   atomic.Int64 // moving mean of handler time, for the read window
 
-	claimFrom string // XAUTOCLAIM cursor; the reader's own
-	dueWarned bool   // the keeper warned that due retries cannot move; the keeper's own
-	announce  bool   // the first replay is not yet logged at info; the reader's own
+	claimFrom [3]string   // XAUTOCLAIM cursors, by level; the reader's own
+	levels    atomic.Bool // the queue has high or low jobs' streams: read all three
+	dueWarned bool        // the keeper warned that due retries cannot move; the keeper's own
+	announce  bool        // the first replay is not yet logged at info; the reader's own
 
 	mu     sync.Mutex
-	active map[string]struct{} // ids read and not yet settled; guarded by mu
-	down   atomic.Int64        // unix ns when Redis started failing, 0 when fine
+	active map[entryKey]struct{} // entries read and not yet settled; guarded by mu
+	down   atomic.Int64          // unix ns when Redis started failing, 0 when fine
 
 	stopOnce sync.Once
 	stopped  chan struct{} // closed when reading must stop
@@ -213,6 +214,9 @@ func (r *runner) run(ctx context.Context) error {
 	log := r.c.Logger
 	if err := Prepare(ctx, r.c.Client, r.keys); err != nil {
 		return err
+	}
+	if used, err := levelsInUse(ctx, r.c.Client, r.keys); err == nil {
+		r.levels.Store(used)
 	}
 	// Handlers get their own context: a drain must not cancel running jobs,
 	// only the end of the grace period does.
@@ -318,7 +322,7 @@ func (r *runner) work(ctx context.Context) {
 		case err != nil && ctx.Err() != nil:
 			// Cut short by the end of the grace period: leave it pending for
 			// the slot's next holder, which replays it at once.
-			r.forget(j.Entry)
+			r.forget(j.key())
 		default:
 			r.results <- result{job: j, err: err, dur: took}
 		}

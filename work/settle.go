@@ -20,73 +20,45 @@ const maxErrorLen = 2048
 // visibility_timeout.
 func (r *runner) settle() {
 	const most = 256
-	ids := make([]any, 0, most)
-	var uniqueKeys []string // keys of acked jobs that hold one; their job ids in uniqueIDs
-	var uniqueIDs []any
-	var hist histogram // durations of the jobs in ids
+	var acks [3]ackBatch // by level
+	n := 0               // entries in acks
 	flush := func() {
-		if len(ids) == 0 {
-			return
+		for level := range acks {
+			r.ack(Priority(level), &acks[level])
 		}
-		keys := append([]string{r.keys.Stream, r.keys.Stats}, uniqueKeys...)
-		args := append([]any{Group, len(ids), 0}, ids...)
-		args, pairs := hist.pairs(args)
-		args[2] = pairs
-		args = append(args, uniqueIDs...)
-		var n int64
-		err := r.redisRetry(func(ctx context.Context) error {
-			var err error
-			n, err = runScript(ctx, r.c.Client, ackScript, keys, args...).Int64()
-			return err
-		})
-		if err != nil {
-			r.moveFailed(err, len(ids), "could not acknowledge finished jobs; they stay pending and will run again")
-		} else {
-			r.st.Done.Add(n)
-		}
-		for _, id := range ids {
-			r.forget(id.(string))
-		}
-		ids, uniqueKeys, uniqueIDs = ids[:0], uniqueKeys[:0], uniqueIDs[:0]
+		n = 0
 	}
-	var back []any
+	var back [3][]any // by level
 	giveBack := func() {
-		if len(back) == 0 {
-			return
+		for level := range back {
+			r.giveBack(Priority(level), back[level])
+			back[level] = back[level][:0]
 		}
-		args := append([]any{Group, r.c.Consumer}, back...)
-		err := r.redisRetry(func(ctx context.Context) error {
-			return runScript(ctx, r.c.Client, backScript, []string{r.keys.Stream}, args...).Err()
-		})
-		if err != nil {
-			r.moveFailed(err, len(back)/3, "could not give unstarted jobs back; they stay pending for this slot's next holder")
-		}
-		for i := 0; i < len(back); i += 3 {
-			r.forget(back[i].(string))
-		}
-		back = back[:0]
 	}
 	one := func(res result) {
+		j := res.job
 		switch {
 		case res.back:
-			back = append(back, res.job.Entry, res.job.Attempt-1, res.job.ID)
+			back[j.Priority] = append(back[j.Priority], j.Entry, j.Attempt-1, j.ID)
 		case res.dead != "":
-			r.deadLetter(res.job, res.dead, res.job.problem)
+			r.deadLetter(j, res.dead, j.problem)
 		case res.err == nil:
-			ids = append(ids, res.job.Entry)
-			hist.add(res.dur)
-			if res.job.unique != "" {
-				uniqueKeys = append(uniqueKeys, r.keys.Unique(res.job.unique))
-				uniqueIDs = append(uniqueIDs, res.job.ID)
+			b := &acks[j.Priority]
+			b.ids = append(b.ids, j.Entry)
+			b.hist.add(res.dur)
+			if j.unique != "" {
+				b.uniqueKeys = append(b.uniqueKeys, r.keys.Unique(j.unique))
+				b.uniqueIDs = append(b.uniqueIDs, j.ID)
 			}
+			n++
 		default:
-			r.fail(res.job, res.err)
+			r.fail(j, res.err)
 		}
 	}
 	for res := range r.results {
 		one(res)
 	more:
-		for len(ids) < most {
+		for n < most {
 			select {
 			case res, ok := <-r.results:
 				if !ok {
@@ -104,6 +76,59 @@ func (r *runner) settle() {
 	giveBack()
 }
 
+// ackBatch is the finished jobs of one level waiting to be acknowledged.
+type ackBatch struct {
+	ids        []any
+	uniqueKeys []string // keys of acked jobs that hold one; their job ids in uniqueIDs
+	uniqueIDs  []any
+	hist       histogram // durations of the jobs in ids
+}
+
+// ack acknowledges a batch in one script call and empties it.
+func (r *runner) ack(level Priority, b *ackBatch) {
+	if len(b.ids) == 0 {
+		return
+	}
+	keys := append([]string{r.keys.StreamOf(level), r.keys.Stats}, b.uniqueKeys...)
+	args := append([]any{Group, len(b.ids), 0}, b.ids...)
+	args, pairs := b.hist.pairs(args)
+	args[2] = pairs
+	args = append(args, b.uniqueIDs...)
+	var n int64
+	err := r.redisRetry(func(ctx context.Context) error {
+		var err error
+		n, err = runScript(ctx, r.c.Client, ackScript, keys, args...).Int64()
+		return err
+	})
+	if err != nil {
+		r.moveFailed(err, len(b.ids), "could not acknowledge finished jobs; they stay pending and will run again")
+	} else {
+		r.st.Done.Add(n)
+	}
+	for _, id := range b.ids {
+		r.forget(entryKey{level, id.(string)})
+	}
+	b.ids, b.uniqueKeys, b.uniqueIDs = b.ids[:0], b.uniqueKeys[:0], b.uniqueIDs[:0]
+}
+
+// giveBack returns entries read but never started to their stream
+// (triples of entry id, runs made, job id).
+func (r *runner) giveBack(level Priority, back []any) {
+	if len(back) == 0 {
+		return
+	}
+	args := append([]any{Group, r.c.Consumer}, back...)
+	err := r.redisRetry(func(ctx context.Context) error {
+		return runScript(ctx, r.c.Client, backScript, []string{r.keys.StreamOf(level)}, args...).Err()
+	})
+	if err != nil {
+		r.moveFailed(err, len(back)/3, "could not give unstarted jobs back; they stay pending for this slot's next holder")
+	}
+	for i := 0; i < len(back); i += 3 {
+		r.forget(entryKey{level, back[i].(string)})
+	}
+}
+
 // moveFailed logs a move that could not be written; the entries stay pending.
 func (r *runner) moveFailed(err error, jobs int, msg string) {
 	ev := r.c.Logger.Error().Err(err).Int("jobs", jobs)
@@ -117,7 +142,7 @@ func (r *runner) moveFailed(err error, jobs int, msg string) {
 // had max_attempts runs.
 func (r *runner) fail(j *Job, err error) {
 	r.st.Failed.Add(1)
-	defer r.forget(j.Entry)
+	defer r.forget(j.key())
 	if errors.Is(err, ErrSkipRetry) {
 		r.deadLetter(j, ReasonRejected, err.Error())
 		return
@@ -142,7 +167,7 @@ func (r *runner) fail(j *Job, err error) {
 	var n int64
 	rerr := r.redisRetry(func(ctx context.Context) error {
 		var err error
-		n, err = runScript(ctx, r.c.Client, retryScript, []string{r.keys.Stream, r.keys.Retry, r.keys.RetryJobs, r.keys.Stats},
+		n, err = runScript(ctx, r.c.Client, retryScript, []string{r.keys.StreamOf(j.Priority), r.keys.Retry, r.keys.RetryJobs, r.keys.Stats},
 			Group, j.Entry, r.c.Consumer, due, j.ID, j.Attempt, kind).Int64()
 		return err
 	})
@@ -180,18 +205,19 @@ func (r *runner) backoff(attempt int) time.Duration {
 
 // deadLetter moves j to the dead letters with why it died.
 func (r *runner) deadLetter(j *Job, reason, why string) {
-	defer r.forget(j.Entry)
+	defer r.forget(j.key())
 	if len(why) > maxErrorLen {
 		why = "…" + why[len(why)-maxErrorLen:]
 	}
-	unique := r.keys.Stream // none
+	stream := r.keys.StreamOf(j.Priority)
+	unique := stream // none
 	if j.unique != "" {
 		unique = r.keys.Unique(j.unique)
 	}
 	var n int64
 	err := r.redisRetry(func(ctx context.Context) error {
 		var err error
-		n, err = runScript(ctx, r.c.Client, deadScript, []string{r.keys.Stream, r.keys.Dead, r.keys.DeadIndex, r.keys.Stats, unique},
+		n, err = runScript(ctx, r.c.Client, deadScript, []string{stream, r.keys.Dead, r.keys.DeadIndex, r.keys.Stats, unique},
 			Group, j.Entry, r.c.Consumer, r.c.DeadMax, j.ID,
 			deadReason, reason, attemptsField, j.Attempt, deadError, why, deadEntry, j.Entry,
 			deadFailedAt, time.Now().UnixMilli()).Int64()

@@ -248,7 +248,7 @@ func TestHeartbeatNeverTakesAnEntryBack(t *testing.T) {
 	if err := rdb.XClaim(ctx, &redis.XClaimArgs{Stream: stream, Group: Group, Consumer: "b", Messages: ids[:1]}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	r := &runner{c: Config{Client: rdb, Consumer: "a"}, keys: KeysFor("q"), active: map[string]struct{}{ids[0]: {}, ids[1]: {}}}
+	r := &runner{c: Config{Client: rdb, Consumer: "a"}, keys: KeysFor("q"), active: map[entryKey]struct{}{{PriorityNormal, ids[0]}: {}, {PriorityNormal, ids[1]}: {}}}
 	if err := r.heartbeat(ctx); err != nil {
 		t.Fatal(err)
 	}
