@@ -14,8 +14,9 @@ import (
 )
 
 // The enqueue group: jobs per second a producer adds, baton's client against
-// asynq's, with no options, with a unique key per job, and delayed by an
-// hour. baton sends 1,000 jobs per round trip (EnqueueMany, what `baton
+// asynq's, with no options, with a unique key per job, delayed by an hour,
+// and at high priority (for asynq, a queue of its own that its server
+// weighs). baton sends 1,000 jobs per round trip (EnqueueMany, what `baton
 // enqueue` does); asynq's client has no batch call, so it enqueues from 8
 // goroutines, as asynqFill does. xadd_batch is the bare pipelined XADD that
 // baton's enqueue was before it had options: the bar for the plain case.
@@ -27,6 +28,7 @@ const (
 	plainJobs enqueueKind = iota
 	uniqueJobs
 	delayedJobs
+	highJobs // priority high; asynq's nearest is a queue of its own ("critical")
 )
 
 func (b *bench) enqueue(ctx context.Context) []contender {
@@ -69,6 +71,8 @@ func (b *bench) enqueue(ctx context.Context) []contender {
 		{"asynq_enqueue_unique", "jobs/s", asq(uniqueJobs)},
 		{"enqueue_in", "jobs/s", baton(delayedJobs)},
 		{"asynq_enqueue_in", "jobs/s", asq(delayedJobs)},
+		{"enqueue_priority", "jobs/s", baton(highJobs)},
+		{"asynq_enqueue_priority", "jobs/s", asq(highJobs)},
 	}
 }
 
@@ -86,6 +90,8 @@ func batonEnqueue(ctx context.Context, srv *redisServer, n int, k enqueueKind) e
 				m.Options = []work.Option{work.UniqueKey("job-" + strconv.Itoa(i))}
 			case delayedJobs:
 				m.Options = []work.Option{work.In(time.Hour)}
+			case highJobs:
+				m.Options = []work.Option{work.WithPriority(work.PriorityHigh)}
 			}
 			msgs = append(msgs, m)
 		}
@@ -120,6 +126,8 @@ func asynqEnqueue(rdb redis.UniversalClient, n int, k enqueueKind) error {
 					opts = append(opts, asynq.Unique(time.Hour))
 				case delayedJobs:
 					opts = append(opts, asynq.ProcessIn(time.Hour))
+				case highJobs:
+					opts = []asynq.Option{asynq.Queue("bench-critical")}
 				}
 				if _, err := cl.Enqueue(asynq.NewTask("noop", p), opts...); err != nil {
 					mu.Lock()

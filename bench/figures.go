@@ -50,7 +50,7 @@ type results struct {
 var figureOrder = []string{
 	"noop_c1", "noop_c10", "asynq_c1", "asynq_c10", "raw_batch_c1",
 	"xadd_batch", "enqueue_plain", "asynq_enqueue_plain", "enqueue_unique", "asynq_enqueue_unique",
-	"enqueue_in", "asynq_enqueue_in", "delayed_late_p50_ms", "delayed_late_p99_ms", "rate_200_per_s", "rate_200_worst_1s",
+	"enqueue_in", "asynq_enqueue_in", "enqueue_priority", "asynq_enqueue_priority", "delayed_late_p50_ms", "delayed_late_p99_ms", "rate_200_per_s", "rate_200_worst_1s",
 	"exec_c1", "exec_c2", "fork_c1", "fork_c2",
 	"pickup_p50_ms", "pickup_p99_ms", "promotion_p50_ms", "promotion_p99_ms",
 	"recovery_ms", "loser_wall_ms", "loser_rss_kb", "holder_rss_kb",
@@ -113,6 +113,7 @@ func (r *results) targets() []target {
 	ratio("enqueue_plain >= 0.9 x xadd_batch", "enqueue_plain", "xadd_batch", 0.9)
 	ratio("enqueue_unique >= 5 x asynq_enqueue_unique", "enqueue_unique", "asynq_enqueue_unique", 5)
 	ratio("enqueue_in >= 5 x asynq_enqueue_in", "enqueue_in", "asynq_enqueue_in", 5)
+	ratio("enqueue_priority >= 5 x asynq_enqueue_priority", "enqueue_priority", "asynq_enqueue_priority", 5)
 	below("delayed_late_p99_ms < 550 (poll_interval + 50ms)", "delayed_late_p99_ms", 550)
 	within("rate_200_per_s within 200 ± 5%", "rate_200_per_s", 190, 210)
 	below("rate_200_worst_1s <= 210", "rate_200_worst_1s", 210.5)

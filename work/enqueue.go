@@ -1,9 +1,11 @@
 package work
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -143,132 +145,190 @@ func Enqueue(ctx context.Context, rdb redis.Cmdable, q string, payload []byte, o
 // in order. Options are checked before anything is sent: one bad option adds
 // nothing. A job refused as a duplicate gets the existing job's id, and the
 // returned error is a *DuplicateError (the other jobs are added); a Redis error
-// is returned with the ids of the jobs added before it ("" for the rest).
+// is returned with the ids of the jobs added ("" for the others).
 func EnqueueMany(ctx context.Context, rdb redis.Cmdable, q string, jobs []Message) ([]string, error) {
-	type prepared struct {
-		opts jobOptions
-		plan bool // needs the script
-	}
-	ps := make([]prepared, len(jobs))
+	opts := make([]jobOptions, len(jobs))
 	for i, m := range jobs {
 		for _, opt := range m.Options {
-			if err := opt(&ps[i].opts); err != nil {
+			if err := opt(&opts[i]); err != nil {
 				return nil, fmt.Errorf("job %d: %w", i+1, err)
 			}
 		}
-		o := &ps[i].opts
-		if o.uniqueFor > 0 && o.unique == "" {
+		if opts[i].uniqueFor > 0 && opts[i].unique == "" {
 			return nil, fmt.Errorf("job %d: %w: unique-for needs a unique key", i+1, ErrBadOption)
 		}
-		ps[i].plan = o.unique != "" || o.maxAttempts > 0 || o.timeout > 0 || !o.due.IsZero() || o.priority != PriorityNormal
 	}
-	k := KeysFor(q)
-	now := time.Now()
-	cmds, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, m := range jobs {
-			if !ps[i].plan {
-				p.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: []any{PayloadField, m.Payload}})
-				continue
-			}
-			o := ps[i].opts
-			due := int64(0)
-			if o.due.After(now) {
-				due = o.due.UnixMilli()
-			}
-			uniqueKey := k.Stream // a declared key in the same slot; unused without a unique key
-			if o.unique != "" {
-				uniqueKey = k.Unique(o.unique)
-			}
-			args := []any{due, o.unique != "", o.uniqueFor.Milliseconds(), PayloadField, m.Payload}
-			if o.unique != "" {
-				args = append(args, uniqueField, o.unique)
-			}
-			if o.maxAttempts > 0 {
-				args = append(args, maxAttemptsField, o.maxAttempts)
-			}
-			if o.timeout > 0 {
-				args = append(args, timeoutField, o.timeout.Milliseconds())
-			}
-			if o.priority != PriorityNormal {
-				args = append(args, priorityField, o.priority.String())
-			}
-			enqueueScript.EvalSha(ctx, p, []string{k.Stream, k.Scheduled, k.ScheduledJobs, uniqueKey, k.StreamOf(o.priority)}, args...)
-		}
-		return nil
-	})
-	if err != nil && isNoScript(err) {
-		// A Redis that lost (or never had) the script: load it, and send again
-		// only what has not been added.
+	ids := make([]string, len(jobs))
+	sent := make([]bool, len(jobs))
+	calls, plan, err := sendJobs(ctx, rdb, KeysFor(q), jobs, opts, sent)
+	if isNoScript(err) {
+		// A Redis that lost (or never had) the script: load it, and send
+		// again only what the script did not add.
 		if lerr := enqueueScript.Load(ctx, rdb).Err(); lerr != nil {
 			return nil, scriptingErr("SCRIPT LOAD", lerr)
 		}
-		return enqueueAgain(ctx, rdb, q, jobs, cmds)
+		dup, first := collect(calls, plan, ids, sent, true)
+		again, plan, _ := sendJobs(ctx, rdb, KeysFor(q), jobs, opts, sent)
+		dup2, first2 := collect(again, plan, ids, sent, false)
+		return ids, cmp.Or(first, first2, dupErr(append(dup, dup2...)))
 	}
-	return enqueued(cmds)
+	dup, first := collect(calls, plan, ids, sent, false)
+	return ids, cmp.Or(first, dupErr(dup))
 }
 
-// enqueueAgain resends the jobs whose script was not found, keeping the ids
-// of those already added.
-func enqueueAgain(ctx context.Context, rdb redis.Cmdable, q string, jobs []Message, cmds []redis.Cmder) ([]string, error) {
-	ids, _ := enqueued(cmds)
-	var again []Message
-	var where []int
-	for i, c := range cmds {
-		if c.Err() != nil && isNoScript(c.Err()) {
-			again, where = append(again, jobs[i]), append(where, i)
+// scriptBatch is the most jobs with options one script call adds.
+const scriptBatch = 200
+
+// sendJobs sends, in one pipeline, the jobs not yet sent: a job without
+// options is one XADD; runs of jobs with options go in script calls of up
+// to scriptBatch jobs. It marks what it sent; the replies are in the
+// returned commands, and plan says which jobs each command carries.
+func sendJobs(ctx context.Context, rdb redis.Cmdable, k Keys, jobs []Message, opts []jobOptions, sent []bool) (cmds []redis.Cmder, plan []carried, err error) {
+	now := time.Now()
+	cmds, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		var batch scriptCall
+		flush := func() {
+			if len(batch.jobs) > 0 {
+				batch.send(ctx, p, k)
+				plan = append(plan, carried{batch: batch.jobs})
+				batch = scriptCall{}
+			}
 		}
-	}
-	more, err := EnqueueMany(ctx, rdb, q, again)
-	for j, i := range where {
-		if j < len(more) {
-			ids[i] = more[j]
+		for i, m := range jobs {
+			if sent[i] {
+				continue
+			}
+			sent[i] = true
+			o := &opts[i]
+			if o.plain() {
+				flush()
+				p.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: []any{PayloadField, m.Payload}})
+				plan = append(plan, carried{one: i})
+				continue
+			}
+			batch.add(i, m.Payload, o, now, k)
+			if len(batch.jobs) == scriptBatch {
+				flush()
+			}
 		}
-	}
-	if err != nil {
-		return ids, err
-	}
-	for _, c := range cmds {
-		if c.Err() != nil && !isNoScript(c.Err()) {
-			return ids, c.Err()
-		}
-	}
-	return ids, nil
+		flush()
+		return nil
+	})
+	return cmds, plan, err
 }
 
-// enqueued reads the ids from a pipeline's replies.
-func enqueued(cmds []redis.Cmder) ([]string, error) {
-	ids := make([]string, len(cmds))
-	var dup *DuplicateError
+// carried is the jobs of one command of sendJobs: a script call's batch, or
+// the one job of an XADD.
+type carried struct {
+	one   int
+	batch []int
+}
+
+// plain reports whether a job has no options: one XADD.
+func (o *jobOptions) plain() bool {
+	return o.unique == "" && o.maxAttempts == 0 && o.timeout == 0 && o.due.IsZero() && o.priority == PriorityNormal
+}
+
+// scriptCall gathers the arguments of one enqueueScript call.
+type scriptCall struct {
+	jobs   []int // indexes of its jobs
+	unique []string
+	args   []any
+}
+
+func (c *scriptCall) add(i int, payload []byte, o *jobOptions, now time.Time, k Keys) {
+	due := int64(0)
+	if o.due.After(now) {
+		due = o.due.UnixMilli()
+	}
+	ui := 0
+	if o.unique != "" {
+		c.unique = append(c.unique, k.Unique(o.unique))
+		ui = 5 + len(c.unique)
+	}
+	fields := []any{PayloadField, payload}
+	if o.unique != "" {
+		fields = append(fields, uniqueField, o.unique)
+	}
+	if o.maxAttempts > 0 {
+		fields = append(fields, maxAttemptsField, o.maxAttempts)
+	}
+	if o.timeout > 0 {
+		fields = append(fields, timeoutField, o.timeout.Milliseconds())
+	}
+	if o.priority != PriorityNormal {
+		fields = append(fields, priorityField, o.priority.String())
+	}
+	c.args = append(c.args, due, ui, o.uniqueFor.Milliseconds(), int(o.priority), len(fields))
+	c.args = append(c.args, fields...)
+	c.jobs = append(c.jobs, i)
+}
+
+// send queues the call on p.
+func (c *scriptCall) send(ctx context.Context, p redis.Pipeliner, k Keys) {
+	keys := append([]string{k.Stream, k.Scheduled, k.ScheduledJobs, k.High, k.Low}, c.unique...)
+	enqueueScript.EvalSha(ctx, p, keys, c.args...)
+}
+
+// collect reads the replies of sendJobs into ids, in job order: the
+// duplicates' indexes and the first error. With noScript, a script call
+// refused for NOSCRIPT marks its jobs unsent again, for a second try.
+func collect(cmds []redis.Cmder, plan []carried, ids []string, sent []bool, noScript bool) ([]int, error) {
+	var dup []int
 	var first error
-	for i, c := range cmds {
+	for n, c := range cmds {
+		jobs := plan[n].batch
 		switch c := c.(type) {
 		case *redis.StringCmd:
-			ids[i] = c.Val()
+			if c.Err() == nil {
+				ids[plan[n].one] = c.Val()
+			}
+			first = cmp.Or(first, c.Err())
 		case *redis.Cmd:
-			v, _ := c.Slice()
-			if len(v) == 2 {
-				ids[i], _ = v[0].(string)
-				if n, _ := v[1].(int64); n == 1 {
-					if dup == nil {
-						dup = &DuplicateError{}
+			if err := c.Err(); err != nil {
+				if noScript && isNoScript(err) {
+					for _, i := range jobs {
+						sent[i] = false
 					}
-					dup.Jobs = append(dup.Jobs, i)
+					continue
+				}
+				first = cmp.Or(first, err)
+				continue
+			}
+			res, _ := c.Slice()
+			for n, i := range jobs {
+				var r []any
+				if n < len(res) {
+					r, _ = res[n].([]any)
+				}
+				if len(r) != 2 {
+					first = cmp.Or(first, fmt.Errorf("enqueue script replied %v", res))
+					continue
+				}
+				text, _ := r[0].(string)
+				switch code, _ := r[1].(int64); code {
+				case 0:
+					ids[i] = text
+				case 1:
+					ids[i] = text
+					dup = append(dup, i)
+				default:
+					first = cmp.Or(first, fmt.Errorf("job %d: %s", i+1, text))
 				}
 			}
 		}
-		if err := c.Err(); err != nil && first == nil {
-			first = err
-		}
 	}
-	if first != nil {
-		return ids, first
-	}
-	if dup != nil {
-		return ids, dup
-	}
-	return ids, nil
+	return dup, first
 }
 
+// dupErr is the DuplicateError of the jobs at dup, or nil.
+func dupErr(dup []int) error {
+	if len(dup) == 0 {
+		return nil
+	}
+	slices.Sort(dup)
+	return &DuplicateError{Jobs: dup}
+}
 func isNoScript(err error) bool {
 	return err != nil && len(err.Error()) >= 8 && err.Error()[:8] == "NOSCRIPT"
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -258,5 +259,89 @@ func TestLocate(t *testing.T) {
 	runScript(ctx, rdb, dueScript, KeysFor("q").due(), time.Now().UnixMilli(), 10)
 	if l := state(ids[0]); l.State != StateWaiting || l.Entry == ids[0] || l.Entry == "" {
 		t.Fatalf("retried, back in the stream: %+v", l)
+	}
+}
+
+// EnqueueMany sends runs of jobs with options in script calls of up to
+// scriptBatch jobs, between plain XADDs, and keeps every answer in job
+// order: a duplicate inside one call gets the id of the job added before it.
+func TestEnqueueManyMixedBatches(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	const n = 3*scriptBatch + 50
+	msgs := make([]Message, n)
+	for i := range msgs {
+		msgs[i].Payload = []byte(fmt.Sprint(i))
+		switch {
+		case i%7 == 0: // plain, breaking the runs
+		case i%3 == 0:
+			msgs[i].Options = []Option{WithPriority(PriorityHigh), In(time.Hour)}
+		default:
+			msgs[i].Options = []Option{UniqueKey(fmt.Sprint(i % 100))}
+		}
+	}
+	ids, err := EnqueueMany(ctx, rdb, "q", msgs)
+	var dup *DuplicateError
+	if !errors.As(err, &dup) {
+		t.Fatalf("err %v, want a DuplicateError", err)
+	}
+	first := map[string]string{} // unique key → id of the job that took it
+	wantDup := 0
+	for i, id := range ids {
+		if id == "" {
+			t.Fatalf("job %d has no id", i)
+		}
+		if i%7 != 0 && i%3 != 0 {
+			k := fmt.Sprint(i % 100)
+			if f, ok := first[k]; ok {
+				wantDup++
+				if id != f {
+					t.Fatalf("duplicate job %d got %s, want %s", i, id, f)
+				}
+			} else {
+				first[k] = id
+			}
+		}
+	}
+	if len(dup.Jobs) != wantDup {
+		t.Fatalf("%d duplicates reported, want %d", len(dup.Jobs), wantDup)
+	}
+	c, err := ReadCounts(ctx, rdb, "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, delayed := 0, 0
+	for i := range n {
+		switch {
+		case i%7 == 0:
+			plain++
+		case i%3 == 0:
+			delayed++
+		}
+	}
+	if c.Waiting != int64(plain+len(first)) || c.Scheduled != int64(delayed) {
+		t.Fatalf("counts %+v; want %d waiting, %d scheduled", c, plain+len(first), delayed)
+	}
+}
+
+// A job of a script call whose writes fail (a key of the wrong type) is
+// reported by its number; the other jobs of the call are added.
+func TestEnqueueManyReportsAFailedJob(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	rdb.Set(ctx, KeysFor("q").ScheduledJobs, "not a hash", 0)
+	ids, err := EnqueueMany(ctx, rdb, "q", []Message{
+		{Payload: []byte("a"), Options: []Option{MaxAttempts(3)}},
+		{Payload: []byte("b"), Options: []Option{In(time.Hour)}},
+		{Payload: []byte("c"), Options: []Option{Timeout(time.Second)}},
+	})
+	if err == nil || !strings.Contains(err.Error(), "job 2: WRONGTYPE") {
+		t.Fatalf("err %v, want job 2's WRONGTYPE", err)
+	}
+	if ids[0] == "" || ids[1] != "" || ids[2] == "" {
+		t.Fatalf("ids %q; want jobs 1 and 3 added", ids)
+	}
+	if n := rdb.XLen(ctx, KeysFor("q").Stream).Val(); n != 2 {
+		t.Fatalf("stream holds %d, want 2", n)
 	}
 }

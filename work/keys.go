@@ -227,52 +227,75 @@ end
 return {moved, stuck, redis.call('EXISTS', KEYS[2], KEYS[3]) > 0 and 1 or 0}
 `)
 
-// enqueueScript adds one job with options: refused as a duplicate while its
-// unique key names a job; else added to the stream of its priority, or,
-// when due later, given an id and put in the scheduled set; then the unique
-// key is taken. Job ids come from the normal stream's id space (an entry
-// added and deleted at once), so they never collide, whatever the level.
-// The first job of a level creates that level's stream and group.
+// enqueueScript adds a batch of jobs with options, each in turn: refused
+// as a duplicate while its unique key names a job; else added to the
+// stream of its priority, or, when due later, given an id and put in the
+// scheduled set; then its unique key is taken. Job ids come from the normal
+// stream's id space (an entry added and deleted at once), so they never
+// collide, whatever the level. The first job of a level creates that
+// level's stream and group. A job whose writes fail (a key of the wrong
+// type) is reported and the others go on.
 //
-// KEYS[1] stream, KEYS[2] scheduled, KEYS[3] scheduled jobs, KEYS[4] unique
-// key (the stream when none), KEYS[5] the stream of the job's priority;
-// ARGV[1] due (unix ms, 0: now), ARGV[2] "1" when unique, ARGV[3] unique
-// key TTL (ms, 0: until done or dead), ARGV[4..] the job's field/value
-// pairs. Returns {job id, 1 when a duplicate else 0}.
+// KEYS[1] stream, KEYS[2] scheduled, KEYS[3] scheduled jobs, KEYS[4] high
+// stream, KEYS[5] low stream, KEYS[6..] unique keys; ARGV per job: due
+// (unix ms, 0: now), the index of its unique key in KEYS (0: none), the
+// unique key's TTL (ms, 0: until done or dead), its priority (0 normal,
+// 1 high, 2 low), n, then its n field/value strings. Returns per job
+// {job id, 0} when added, {the queued job's id, 1} for a duplicate,
+// {error text, 2} when its writes failed.
 var enqueueScript = redis.NewScript(`
-local unique = ARGV[2] == '1'
-if unique then
-  local old = redis.call('GET', KEYS[4])
-  if old then return {old, 1} end
-end
-local f = {}
-for i = 4, #ARGV do f[#f + 1] = ARGV[i] end
-local id
-if tonumber(ARGV[1]) > 0 or KEYS[5] ~= KEYS[1] then
-  id = redis.call('XADD', KEYS[1], '*', 'orig', '')
-  redis.call('XDEL', KEYS[1], id)
-  f[#f + 1] = 'orig'
-  f[#f + 1] = id
-end
-if tonumber(ARGV[1]) > 0 then
-  redis.call('HSET', KEYS[3], id, cmsgpack.pack(f))
-  redis.call('ZADD', KEYS[2], ARGV[1], id)
-elseif KEYS[5] ~= KEYS[1] then
-  if redis.call('EXISTS', KEYS[5]) == 0 then
-    redis.call('XGROUP', 'CREATE', KEYS[5], '` + Group + `', '0', 'MKSTREAM')
+local level = {[0] = KEYS[1], [1] = KEYS[4], [2] = KEYS[5]}
+local function add(due, ukey, ttl, to, f)
+  local id
+  if due > 0 or to ~= KEYS[1] then
+    id = redis.call('XADD', KEYS[1], '*', 'orig', '')
+    redis.call('XDEL', KEYS[1], id)
+    f[#f + 1] = 'orig'
+    f[#f + 1] = id
   end
-  redis.call('XADD', KEYS[5], '*', unpack(f))
-else
-  id = redis.call('XADD', KEYS[1], '*', unpack(f))
-end
-if unique then
-  if tonumber(ARGV[3]) > 0 then
-    redis.call('SET', KEYS[4], id, 'PX', ARGV[3])
+  if due > 0 then
+    redis.call('HSET', KEYS[3], id, cmsgpack.pack(f))
+    redis.call('ZADD', KEYS[2], due, id)
+  elseif to ~= KEYS[1] then
+    if redis.call('EXISTS', to) == 0 then
+      redis.call('XGROUP', 'CREATE', to, '` + Group + `', '0', 'MKSTREAM')
+    end
+    redis.call('XADD', to, '*', unpack(f))
   else
-    redis.call('SET', KEYS[4], id)
+    id = redis.call('XADD', KEYS[1], '*', unpack(f))
+  end
+  if ukey then
+    if ttl > 0 then
+      redis.call('SET', ukey, id, 'PX', ttl)
+    else
+      redis.call('SET', ukey, id)
+    end
+  end
+  return id
+end
+local out, i = {}, 1
+while i <= #ARGV do
+  local due, ui, ttl = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+  local to, n = level[tonumber(ARGV[i + 3])], tonumber(ARGV[i + 4])
+  local f = {}
+  for j = i + 5, i + 4 + n do f[#f + 1] = ARGV[j] end
+  i = i + 5 + n
+  local ukey = ui > 0 and KEYS[ui] or nil
+  local old = ukey and redis.call('GET', ukey)
+  if old then
+    out[#out + 1] = {old, 1}
+  else
+    local ok, res = pcall(add, due, ukey, ttl, to, f)
+    if ok then
+      out[#out + 1] = {res, 0}
+    else
+      local msg = type(res) == 'table' and res.err or tostring(res)
+      if string.find(msg, 'OOM', 1, true) == 1 and #out == 0 then return redis.error_reply(msg) end
+      out[#out + 1] = {msg, 2}
+    end
   end
 end
-return {id, 0}
+return out
 `)
 
 // deadScript moves an entry to the dead letters, bounded by dead_max: the
