@@ -57,6 +57,9 @@ type statusReport struct {
 	Jobs    *work.Counts `json:"jobs"`
 	Memory  *work.Memory `json:"redis_memory,omitempty"`
 	Rate    string       `json:"rate_limit,omitempty"`
+	// RecentRate is the jobs started per second over the last three seconds,
+	// as the rate limiter counted them; set when a limit is.
+	RecentRate *float64 `json:"recent_rate_per_second,omitempty"`
 	// Warnings are what looks wrong: a queue with no keys (a typo?), jobs
 	// waiting with no holder visible here.
 	Warnings []string `json:"warnings,omitempty"`
@@ -126,7 +129,7 @@ func readStatus(ctx context.Context, cfg *config.Config) (rep *statusReport, jer
 			return nil, nil, err
 		}
 	}
-	jobs, mem, others, jerr := queueCounts(ctx, cfg)
+	jobs, mem, others, jerr := queueCounts(ctx, cfg, rep)
 	rep.Jobs, rep.Memory = jobs, mem
 	if jerr != nil {
 		rep.Error = jerr.Error()
@@ -155,9 +158,10 @@ func timePtr(t time.Time) *time.Time {
 	return &t
 }
 
-// queueCounts reads the queue's counts and Redis's memory; when the queue
-// has no keys at all, also the queues that do exist (else nil).
-func queueCounts(ctx context.Context, cfg *config.Config) (*work.Counts, *work.Memory, []string, error) {
+// queueCounts reads the queue's counts and Redis's memory, and into rep the
+// recent rate when a rate limit is set; when the queue has no keys at all,
+// also the queues that do exist (else nil).
+func queueCounts(ctx context.Context, cfg *config.Config, rep *statusReport) (*work.Counts, *work.Memory, []string, error) {
 	rdb, err := connect(ctx, cfg, 1)
 	if err != nil {
 		return nil, nil, nil, err
@@ -170,6 +174,13 @@ func queueCounts(ctx context.Context, cfg *config.Config) (*work.Counts, *work.M
 	mem, err := work.ReadMemory(ctx, rdb)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("read redis memory: %w", err)
+	}
+	if cfg.RateLimit != "" {
+		r, err := work.RecentRate(ctx, rdb, cfg.Queue)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("read the rate: %w", err)
+		}
+		rep.RecentRate = &r
 	}
 	var others []string
 	if c.Waiting+c.Pending+c.Scheduled+c.Retrying+c.Dead == 0 && len(c.Stats) == 0 {
@@ -219,7 +230,11 @@ func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 		fmt.Fprintf(w, "jobs  unknown (redis unreachable)\n\n")
 	}
 	if rep.Rate != "" {
-		fmt.Fprintf(w, "rate  at most %s jobs started, across all holders\n\n", rep.Rate)
+		fmt.Fprintf(w, "rate  at most %s jobs started, across all holders", rep.Rate)
+		if rep.RecentRate != nil {
+			fmt.Fprintf(w, "; %.1f/s over the last 3s", *rep.RecentRate)
+		}
+		fmt.Fprint(w, "\n\n")
 	}
 	for _, warn := range rep.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", warn)

@@ -42,6 +42,7 @@ type Keys struct {
 	DeadIndex     string // baton:{q}:dead:ids: hash job id → its dead letter's id
 	Stats         string // baton:{q}:stats: totals that outlive short-lived holders
 	Rate          string // baton:{q}:rate: the rate limiter's state
+	RateLog       string // baton:{q}:rate:log: jobs granted per second, the last few seconds
 }
 
 // KeysFor returns the keys of queue q.
@@ -49,7 +50,7 @@ func KeysFor(q string) Keys {
 	base := "baton:{" + q + "}"
 	return Keys{Stream: base, High: base + ":high", Low: base + ":low", Retry: base + ":retry", RetryJobs: base + ":retry:jobs",
 		Scheduled: base + ":scheduled", ScheduledJobs: base + ":scheduled:jobs",
-		Dead: base + ":dead", DeadIndex: base + ":dead:ids", Stats: base + ":stats", Rate: base + ":rate"}
+		Dead: base + ":dead", DeadIndex: base + ":dead:ids", Stats: base + ":stats", Rate: base + ":rate", RateLog: base + ":rate:log"}
 }
 
 // Unique is the key that holds the id of the job queued under a unique key.

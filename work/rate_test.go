@@ -46,8 +46,15 @@ func TestRateLimitAcrossHolders(t *testing.T) {
 		go func() { defer wg.Done(); _ = Run(ctx, c, nil) }()
 	}
 	time.Sleep(3 * time.Second)
+	for time.Now().Unix() < begin.Unix()+4 { // three complete seconds of work
+		time.Sleep(10 * time.Millisecond)
+	}
+	recent, err := RecentRate(ctx, rdb, "q")
 	cancel()
 	wg.Wait()
+	if err != nil || recent < 30 || recent > 42 {
+		t.Errorf("recent rate %.1f/s (%v), want about 40/s", recent, err)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	// Judge the last two seconds: the first one includes the holders' start.
@@ -70,5 +77,12 @@ func TestRateLimitAcrossHolders(t *testing.T) {
 	}
 	if p := pending(t, rdb, "q"); p != 0 {
 		t.Fatalf("%d pending after the holders stopped: waiting jobs must not be taken", p)
+	}
+}
+
+func TestRecentRate(t *testing.T) {
+	log := map[string]string{"0": "96 10", "1": "97 20", "2": "98 30", "3": "99 40", "4": "100 999", "5": "93 50", "6": "garbage"}
+	if r := recentRate(100, log); r != (20+30+40)/3.0 {
+		t.Fatalf("rate %v: want the three complete seconds before now, not now's", r)
 	}
 }
