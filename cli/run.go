@@ -303,7 +303,7 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 	st := new(work.Stats)
 	rec := h.record(lock.RoleRun, since, until)
 	rec.Token = token
-	rec.Deadline = deadline
+	rec.Deadline, rec.BootDeadline = deadline, lock.BootClock()+time.Until(deadline)
 	stopPublish := publish(slot, rec, st, heal, h.log)
 	stopMetrics := h.writeMetrics()
 	defer stopMetrics()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/internal/proc"
+	"golang.org/x/sys/unix"
 )
 
 var _ Evicter = (*FileSet)(nil)
@@ -32,7 +33,7 @@ func (s *FileSet) Evict(r Record, now time.Time, margin time.Duration) (int, err
 	}
 	cur, ok := s.readRecord(r.Slot)
 	if !ok || cur.PID != r.PID || cur.Start != r.Start || !cur.Deadline.Equal(r.Deadline) ||
-		!oldEnough(r, margin) || !holdsSlot(r.PID, s.Path(r.Slot)) {
+		!bootOverdue(cur, margin) || !oldEnough(r, margin) || !holdsSlot(r.PID, s.Path(r.Slot)) {
 		return 0, nil
 	}
 	// Spare its descendants that hold a flock: candidates it spawned are its
@@ -66,6 +67,23 @@ func locksHeldBy(pid int) bool {
 		}
 	}
 	return false
+}
+
+// BootClock is the time since boot on CLOCK_BOOTTIME, the clock of
+// Record.BootDeadline; 0 when it cannot be read.
+func BootClock() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
+}
+
+// bootOverdue reports whether the boot clock is past r's BootDeadline plus
+// margin; true for records without one (the wall clock and oldEnough judge).
+func bootOverdue(r Record, margin time.Duration) bool {
+	now := BootClock()
+	return r.BootDeadline == 0 || now == 0 || now > r.BootDeadline+margin
 }
 
 // oldEnough guards against a wall clock stepped forward, which would make a

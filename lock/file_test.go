@@ -2,6 +2,7 @@ package lock
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -314,7 +315,7 @@ func helper(spec string) int {
 		d, _ := time.ParseDuration(f[2])
 		st, _ := proc.StartTime(os.Getpid())
 		now := time.Now()
-		_ = sl.Publish(Record{PID: os.Getpid(), Start: st, Since: now, Deadline: now.Add(d)})
+		_ = sl.Publish(Record{PID: os.Getpid(), Start: st, Since: now, Deadline: now.Add(d), BootDeadline: BootClock() + d})
 	}
 	fmt.Println("held", sl.Index())
 	select {}
@@ -414,6 +415,15 @@ func TestEvictOnlyProvable(t *testing.T) {
 		}
 	}
 	time.Sleep(time.Until(r.Since.Add(r.Deadline.Sub(r.Since) + 1200*time.Millisecond)))
+	// Old enough now, and past its deadline by the wall clock; but had the
+	// wall clock stepped forward, its boot deadline would still be ahead.
+	stepped := r
+	stepped.BootDeadline = BootClock() + time.Hour
+	rewriteRecord(t, s, stepped)
+	if n, err := s.Evict(stepped, late, time.Second); n != 0 || err != nil || !proc.Alive(pid, r.Start) {
+		t.Fatalf("boot clock not past the deadline: killed %d (err %v)", n, err)
+	}
+	rewriteRecord(t, s, r)
 	if n, err := s.Evict(r, late, time.Second); n != 1 || err != nil {
 		t.Fatalf("overdue holder: killed %d (err %v)", n, err)
 	}
@@ -421,6 +431,18 @@ func TestEvictOnlyProvable(t *testing.T) {
 		t.Fatal("evicted holder still alive")
 	}
 	take(t, s)
+}
+
+// rewriteRecord replaces slot r.Slot's record file, as its holder would.
+func rewriteRecord(tb testing.TB, s *FileSet, r Record) {
+	tb.Helper()
+	b, err := json.Marshal(r)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(s.recordPath(r.Slot), b, 0o644); err != nil {
+		tb.Fatal(err)
+	}
 }
 
 // TestAtMostNProcesses starts waves of 60 real processes at once against 4

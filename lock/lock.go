@@ -102,6 +102,11 @@ type Record struct {
 	// (frozen, stopped, stuck in the kernel) and may be killed by whoever
 	// sees it. Zero for standbys and for holders that set none.
 	Deadline time.Time `json:"deadline,omitzero"`
+	// BootDeadline is the same deadline on the host's boot clock
+	// (CLOCK_BOOTTIME, which counts suspend and never steps): eviction
+	// needs both clocks past it, so a wall clock stepped forward never gets
+	// a healthy holder killed. Zero in records of older versions.
+	BootDeadline time.Duration `json:"boot_deadline_ns,omitempty"`
 	// Token is random, unique to this holder's tenure of this slot of this
 	// lock dir; its jobs carry it in their environment (BATON_HOLDER), so
 	// what a dead holder left running can be told apart from the jobs of
