@@ -296,7 +296,8 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 	if prev := slot.Inherited(); prev != nil {
 		// The previous holder died holding the slot: what its jobs started may
 		// live on; they carry its token, and nothing else does.
-		if n := proc.KillHolderLeftovers(prev.Token); n > 0 {
+		holders := lock.FlockHolders() // a holder a job started is not a leftover
+		if n := proc.KillHolderLeftovers(prev.Token, func(pid int) bool { return holders[pid] }); n > 0 {
 			h.log.Warn().Int("processes", n).Int("previous_pid", prev.PID).Msg("killed processes left running by this slot's previous holder")
 		}
 	}

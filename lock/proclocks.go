@@ -57,6 +57,18 @@ func flocks() ([]flockEntry, error) {
 	return out, nil
 }
 
+// FlockHolders returns the pids holding a flock on any file now, per
+// /proc/locks: baton's holders, standbys and candidates among them. Empty
+// when /proc/locks cannot be read.
+func FlockHolders() map[int]bool {
+	fl, _ := flocks()
+	out := make(map[int]bool, len(fl))
+	for _, e := range fl {
+		out[e.pid] = true
+	}
+	return out
+}
+
 // flockOwner returns the pid holding a flock on the inode path names now, if
 // any. It never opens path.
 func flockOwner(path string, fl []flockEntry) (int, bool) {

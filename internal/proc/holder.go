@@ -29,8 +29,11 @@ func NewToken() string {
 // and what that child started was reparented away. The token is random and
 // was only ever given to that holder's jobs, so another deployment's jobs
 // (same queue name, same slot name, another lock dir) are never touched.
-// Processes whose environment it may not read are not ours and are skipped.
-func KillHolderLeftovers(token string) int {
+// Processes whose environment it may not read are not ours and are skipped,
+// and so are those spare says to keep, with their subtrees: a job may have
+// started a baton holder of its own (for another queue), which inherited
+// the token but is nobody's leftover.
+func KillHolderLeftovers(token string, spare func(pid int) bool) int {
 	if token == "" {
 		return 0
 	}
@@ -46,7 +49,7 @@ func KillHolderLeftovers(token string) int {
 		n := 0
 		for _, e := range ents {
 			pid, err := strconv.Atoi(e.Name())
-			if err != nil || pid == self {
+			if err != nil || pid == self || spared(pid, spare) {
 				continue
 			}
 			env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
@@ -54,7 +57,7 @@ func KillHolderLeftovers(token string) int {
 				continue
 			}
 			if start, err := StartTime(pid); err == nil {
-				n += KillTree(pid, start)
+				n += KillTreeExcept(pid, start, spare)
 			}
 		}
 		if n == 0 {
@@ -63,6 +66,24 @@ func KillHolderLeftovers(token string) int {
 		killed += n
 	}
 	return killed
+}
+
+// spared reports whether spare keeps pid or one of its ancestors.
+func spared(pid int, spare func(int) bool) bool {
+	if spare == nil {
+		return false
+	}
+	for i := 0; i < 64 && pid > 1; i++ {
+		if spare(pid) {
+			return true
+		}
+		s, err := ReadStat(pid)
+		if err != nil {
+			return false
+		}
+		pid = s.PPID
+	}
+	return false
 }
 
 // EnvHas reports whether environ (NUL-separated, as in /proc/<pid>/environ)

@@ -52,20 +52,22 @@ func TestKillHolderLeftovers(t *testing.T) {
 	left := start(EnvHolder+"="+token, "BATON_QUEUE=q", "BATON_SLOT=h/run-0")
 	other := start(EnvHolder+"="+NewToken(), "BATON_QUEUE=q", "BATON_SLOT=h/run-0")
 	prefix := start(EnvHolder + "=" + token[:16])
-	time.Sleep(50 * time.Millisecond) // sh starts its sleep
-	if n := KillHolderLeftovers(token); n != 2 {
+	holder := start(EnvHolder + "=" + token) // a holder a job started: spared
+	time.Sleep(50 * time.Millisecond)        // sh starts its sleep
+	spare := func(pid int) bool { return pid == holder.Process.Pid }
+	if n := KillHolderLeftovers(token, spare); n != 2 {
 		t.Fatalf("killed %d, want 2 (sh and its sleep)", n)
 	}
 	_ = left.Wait()
 	if ws := left.ProcessState.Sys().(syscall.WaitStatus); ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("leftover ended by %v", ws)
 	}
-	for _, c := range []*exec.Cmd{other, prefix} {
+	for _, c := range []*exec.Cmd{other, prefix, holder} {
 		if c.Process.Signal(syscall.Signal(0)) != nil {
-			t.Fatal("killed a process without the exact token")
+			t.Fatal("killed a process without the exact token, or one spared")
 		}
 	}
-	if n := KillHolderLeftovers(""); n != 0 {
+	if n := KillHolderLeftovers("", nil); n != 0 {
 		t.Fatalf("an empty token killed %d", n)
 	}
 }
