@@ -134,6 +134,11 @@ for i = 3, #KEYS do
 end
 if acked > 0 then
   redis.pcall('HINCRBY', KEYS[2], 'done', acked)
+end
+if acked == n then
+  -- The durations are of the whole batch: counted only when all of it was
+  -- still pending, never twice for a job another holder claimed and settled
+  -- first (rare: the histogram may then miss this batch's share).
   for i = 4 + n, 3 + n + 2 * h, 2 do redis.pcall('HINCRBY', KEYS[2], ARGV[i], ARGV[i + 1]) end
 end
 return acked

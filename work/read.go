@@ -269,14 +269,22 @@ func (r *runner) replayLevel(ctx context.Context, level Priority) ([]*Job, error
 			if r.isActive(entryKey{level, p.ID}) {
 				continue
 			}
+			// MinIdle: only if nobody touched it since XPENDING listed it. A
+			// holder that claimed it meanwhile (after visibility_timeout)
+			// keeps it, and it is not run twice at once.
 			msgs, err := r.c.Client.XClaim(ctx, &redis.XClaimArgs{
-				Stream: stream, Group: Group, Consumer: r.c.Consumer, Messages: []string{p.ID},
+				Stream: stream, Group: Group, Consumer: r.c.Consumer, Messages: []string{p.ID}, MinIdle: p.Idle,
 			}).Result()
 			if err != nil {
 				return nil, err
 			}
-			if len(msgs) == 0 || msgs[0].Values == nil {
-				// Deleted while pending: nothing to run, clear it.
+			if len(msgs) == 0 {
+				// Claimed by another holder meanwhile, or deleted while
+				// pending (Redis 7 drops it from the pending list then).
+				continue
+			}
+			if msgs[0].Values == nil {
+				// Deleted while pending, as Redis 6 reports it: clear it.
 				if err := r.c.Client.XAck(ctx, stream, Group, p.ID).Err(); err != nil {
 					return nil, err
 				}

@@ -267,3 +267,31 @@ func TestHeartbeatNeverTakesAnEntryBack(t *testing.T) {
 		t.Fatalf("owners %v, want %s with b and %s with a", owner, ids[0], ids[1])
 	}
 }
+
+// An ack batch part of which another holder claimed and settled first
+// counts the acked jobs as done, and adds its durations to the histogram
+// only when all of it was acked: the other holder counted its part.
+func TestPartialAckLeavesHistogramToTheOtherHolder(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	k := KeysFor("q")
+	if err := Prepare(ctx, rdb, k); err != nil {
+		t.Fatal(err)
+	}
+	ids := enqueue(t, rdb, "q", 2)
+	rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: Group, Consumer: "a", Streams: []string{k.Stream, ">"}, Count: 2})
+	rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: Group, Consumer: "b", Messages: ids[1:]})
+	rdb.XAck(ctx, k.Stream, Group, ids[1]) // b ran it too, and settled it first
+	r := &runner{c: Config{Client: rdb, Consumer: "a", Logger: testLogger(), RedisDownExit: time.Second}, keys: k,
+		st: new(Stats), active: map[entryKey]struct{}{}, space: make(chan struct{}, 1)}
+	var b ackBatch
+	for _, id := range ids {
+		b.ids = append(b.ids, id)
+		b.hist.add(time.Millisecond)
+	}
+	r.ack(PriorityNormal, &b)
+	stats := rdb.HGetAll(ctx, k.Stats).Val()
+	if stats[StatDone] != "1" || stats[StatDurSumUS] != "" {
+		t.Fatalf("stats %v: want done 1 and no durations", stats)
+	}
+}
