@@ -103,7 +103,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	p := &standby.Protocol{Run: runSet, Poll: cfg.PollInterval.D(), Wait: cfg.StandbyWait.D(), Healed: func(r lock.Record, n int) {
-		log.Warn().Int("pid", r.PID).Str("slot", lock.RoleRun+"-"+strconv.Itoa(r.Slot)).Time("deadline", r.Deadline).Int("processes", n).
+		log.Warn().Int("pid", r.PID).Str("slot", r.Role+"-"+strconv.Itoa(r.Slot)).Time("deadline", r.Deadline).Int("processes", n).
 			Msg("killed an overdue holder (past its hard deadline: frozen or stuck)")
 	}}
 	if sbSet != nil {
@@ -194,6 +194,14 @@ func (h *holder) standBy(ctx context.Context, p *standby.Protocol, sb lock.Slot)
 	if err := h.connect(ctx); err != nil {
 		_ = sb.Release()
 		return nil, err
+	}
+	// The wait starts now. Past it a standby leaves; frozen, it is healed
+	// like a holder past its hard deadline.
+	rec := h.record(lock.RoleStandby, now, time.Now().Add(p.Wait))
+	rec.Deadline = rec.Until.Add(standby.StandbyGrace)
+	rec.BootDeadline = lock.BootClock() + time.Until(rec.Deadline)
+	if err := sb.Publish(rec); err != nil {
+		log.Warn().Err(err).Msg("publish slot record")
 	}
 	log.Debug().Dur("standby_wait", p.Wait).Msg("standing by")
 	run, ok, err := p.Promote(ctx, sb)

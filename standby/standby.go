@@ -55,7 +55,11 @@ func (r Role) String() string {
 	return "none"
 }
 
-// HealMargin is how far past the Deadline in its record a run-slot holder
+// StandbyGrace is how long past its wait a standby's record says it may
+// take to leave: its Deadline is the end of its wait plus StandbyGrace.
+const StandbyGrace = 2 * time.Second
+
+// HealMargin is how far past the Deadline in its record a slot holder
 // must be before it is killed: slack for a holder that is leaving at its own
 // deadline, and for clocks read by two processes.
 const HealMargin = time.Second
@@ -71,13 +75,13 @@ type Protocol struct {
 	Healed func(r lock.Record, killed int)
 }
 
-// Enter tries a run slot, then a standby slot. When every run slot is taken
-// and one's holder is overdue, it kills that holder and tries again.
+// Enter tries a run slot, then a standby slot. When every slot of a set is
+// taken and one's holder is overdue, it kills that holder and tries again.
 func (p *Protocol) Enter() (Role, lock.Slot, error) {
 	if s, ok, err := p.Run.TryAcquire(); err != nil || ok {
 		return Run, s, err
 	}
-	if ev, ok := p.Run.(lock.Evicter); ok && p.heal(ev.Overdue(time.Now(), HealMargin)) {
+	if p.healSet(p.Run) {
 		if s, ok, err := p.Run.TryAcquire(); err != nil || ok {
 			return Run, s, err
 		}
@@ -87,6 +91,11 @@ func (p *Protocol) Enter() (Role, lock.Slot, error) {
 	}
 	if s, ok, err := p.Standby.TryAcquire(); err != nil || ok {
 		return Standby, s, err
+	}
+	if p.healSet(p.Standby) {
+		if s, ok, err := p.Standby.TryAcquire(); err != nil || ok {
+			return Standby, s, err
+		}
 	}
 	return None, nil, nil
 }
@@ -205,23 +214,32 @@ func (w *waiter) turn(polled bool) (try, free bool) {
 	return stuck || !w.olderStandby(), true
 }
 
-// heal kills every overdue holder among rs that the run set can prove
-// overdue, and reports whether it killed any.
-// Heal kills the run-slot holders that are overdue (past their Deadline +
-// HealMargin, provably theirs: see lock.Evicter) and reports whether it
-// killed any. Losing candidates and standbys call it as they look; a running
-// holder calls it now and then, so a frozen sibling is healed even when no
-// candidate finds every slot taken. Reading the records takes no lock.
+// Heal kills the slot holders that are overdue (past their Deadline +
+// HealMargin, provably theirs: see lock.Evicter): frozen or stuck run-slot
+// holders, and standbys frozen past their wait. It reports whether it
+// killed any. Losing candidates and standbys call it as they look; a
+// running holder calls it now and then, so a frozen sibling is healed even
+// when no candidate finds every slot taken. Reading the records takes no
+// lock.
 func (p *Protocol) Heal() bool {
-	ev, ok := p.Run.(lock.Evicter)
-	return ok && p.heal(ev.Overdue(time.Now(), HealMargin))
+	run := p.healSet(p.Run)
+	sb := p.healSet(p.Standby)
+	return run || sb
 }
 
+// healSet heals one set; false when it cannot evict.
+func (p *Protocol) healSet(s lock.Set) bool {
+	ev, ok := s.(lock.Evicter)
+	return ok && p.evict(ev, ev.Overdue(time.Now(), HealMargin))
+}
+
+// heal evicts the overdue holders among rs, records of the run set.
 func (p *Protocol) heal(rs []lock.Record) bool {
 	ev, ok := p.Run.(lock.Evicter)
-	if !ok {
-		return false
-	}
+	return ok && p.evict(ev, rs)
+}
+
+func (p *Protocol) evict(ev lock.Evicter, rs []lock.Record) bool {
 	now, healed := time.Now(), false
 	for _, r := range rs {
 		if !r.Overdue(now, HealMargin) {

@@ -164,3 +164,52 @@ echo "start $BATON_JOB_ID $BATON_ATTEMPT $BATON_SLOT $$" >> `+events+`
 if [ "$BATON_ATTEMPT" = 1 ]; then sleep 60; fi
 echo "end $BATON_JOB_ID" >> `+events+"\n")
 }
+
+// TestFrozenStandbyIsHealed: a standby frozen (SIGSTOP) keeps its standby
+// slot past its wait. Its record carries a deadline (the end of its wait
+// plus standby.StandbyGrace): once past it and the margin, the next
+// candidate that finds every slot taken kills it and stands by itself.
+func TestFrozenStandbyIsHealed(t *testing.T) {
+	r := newRig(t)
+	args := []string{"run", "--lifetime", "1m", "--standby-wait", "2s", "--poll-interval", "100ms", "--", "true"}
+	standbys, _ := lock.NewFileSet(r.locks, "default", lock.RoleStandby, 1)
+	r.start(args...)
+	eventually(t, 10*time.Second, "holder up", func() bool { return held(r.status().Run) == 1 })
+	frozen := r.start(args...)
+	var rec lock.Record
+	eventually(t, 10*time.Second, "standby record with a deadline", func() bool {
+		rs, _ := standbys.Records()
+		for _, x := range rs {
+			if x.Role == lock.RoleStandby && x.PID == frozen.cmd.Process.Pid && !x.Deadline.IsZero() {
+				rec = x
+				return true
+			}
+		}
+		return false
+	})
+	if err := frozen.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	early := r.start(args...) // before the deadline: nothing to heal, no slot
+	if code := early.wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("candidate exit %d\n%s", code, early.log())
+	}
+	if frozen.cmd.ProcessState != nil {
+		t.Fatal("a standby was killed before its deadline")
+	}
+	time.Sleep(time.Until(rec.Deadline.Add(standby.HealMargin)) + 100*time.Millisecond)
+	healer := r.start(args...)
+	frozen.wait(t, 10*time.Second)
+	if ws, ok := frozen.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("frozen standby ended with %v, want SIGKILL", frozen.cmd.ProcessState)
+	}
+	eventually(t, 10*time.Second, "the healer stands by", func() bool {
+		rs, _ := standbys.Records()
+		for _, x := range rs {
+			if x.Role == lock.RoleStandby && x.PID == healer.cmd.Process.Pid {
+				return true
+			}
+		}
+		return false
+	})
+}
