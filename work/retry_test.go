@@ -224,11 +224,14 @@ func TestBadDueMemberDoesNotBlockTheRest(t *testing.T) {
 	k := KeysFor("q")
 	rdb.HSet(ctx, k.RetryJobs, "1-1", "\xc1 not msgpack")
 	rdb.ZAdd(ctx, k.Retry, redis.Z{Score: 1, Member: "1-1"})
-	id, err := Enqueue(ctx, rdb, "q", []byte("later"), In(time.Millisecond))
+	id, err := Enqueue(ctx, rdb, "q", []byte("later"), In(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(5 * time.Millisecond)
+	if n := rdb.ZCard(ctx, k.Scheduled).Val(); n != 1 {
+		t.Fatalf("%d scheduled, want 1", n)
+	}
+	time.Sleep(110 * time.Millisecond)
 	v, err := runScript(ctx, rdb, dueScript, k.due(), time.Now().UnixMilli(), 100).Int64Slice()
 	if err != nil || v[0] != 1 || v[1] != 1 {
 		t.Fatalf("due script: %v, %v; want 1 moved, 1 stuck", v, err)
