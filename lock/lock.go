@@ -112,6 +112,13 @@ type Record struct {
 	// unreadable: a holder that has not published yet, or cannot (a full
 	// disk, a record removed under it).
 	NoRecord bool `json:"no_record,omitempty"`
+	// Fence is the fencing token of a lease (the Redis backend): it only
+	// grows, so a write checked against it tells a current holder from a
+	// stale one. Set by Records, from the lease.
+	Fence int64 `json:"fence,omitempty"`
+	// ExpiresIn is how long a lease has left on Redis' clock when Records
+	// read it. Set by Records, never published.
+	ExpiresIn time.Duration `json:"expires_in,omitempty"`
 	// JobsDone counts jobs finished by this holder.
 	JobsDone int64 `json:"jobs_done"`
 	// Job is the id of a job in progress, JobSince when it started.
