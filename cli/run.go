@@ -95,8 +95,19 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	log := newLogger(e.Stderr, cfg)
+	if cfg.LockBackend == "redis" {
+		log = log.With().Str("host", cfg.Host).Logger()
+	}
 	if cfg.Spawn > 1 && e.Getenv(envSpawned) == "" {
 		spawn(log, cfg.Spawn-1)
+	}
+	if permit, ok, err := hostCap(cfg); err != nil || !ok {
+		if err == nil {
+			log.Debug().Int("max_per_host", cfg.MaxPerHost).Msg("this host holds max_per_host slots: nothing to do")
+		}
+		return err
+	} else if permit != nil {
+		defer permit.Release()
 	}
 	runSet, sbSet, err := slotSets(cfg)
 	if err != nil {
@@ -117,19 +128,8 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		log.Debug().Msg("every run and standby slot is taken: nothing to do")
 		return nil
 	}
-	host, _ := os.Hostname()
-	h := &holder{e: e, cfg: cfg, log: log, argv: argv, host: host}
+	h := &holder{e: e, cfg: cfg, log: log, argv: argv, host: cfg.Host}
 	return h.serve(ctx, p, role, slot)
-}
-
-// slotSets builds the run set and, when standby_slots > 0, the standby set.
-func slotSets(cfg *config.Config) (run, sb *lock.FileSet, err error) {
-	run, err = lock.NewFileSet(cfg.LockDir, cfg.Queue, lock.RoleRun, cfg.Slots)
-	if err != nil || cfg.StandbySlots == 0 {
-		return run, nil, err
-	}
-	sb, err = lock.NewFileSet(cfg.LockDir, cfg.Queue, lock.RoleStandby, cfg.StandbySlots)
-	return run, sb, err
 }
 
 // spawn starts n more candidates with our arguments, detached, so one crontab
@@ -255,7 +255,11 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 			// Another process holds the slot now and, being its consumer,
 			// replays its pending entries: running them here too would run
 			// them twice at once. Stop everything now; they stay pending.
-			h.log.Error().Msg("slot lost (lock file replaced by one another process holds): killing jobs and leaving at once; they stay pending for the slot's holder")
+			msg := "slot lost (lock file replaced by one another process holds): killing jobs and leaving at once; they stay pending for the slot's holder"
+			if why, ok := slot.(interface{ LostReason() string }); ok {
+				msg = "slot lost (" + why.LostReason() + "): killing jobs and leaving at once, before the lease can go to another holder; they stay pending for the slot's next holder"
+			}
+			h.log.Error().Msg(msg)
 			h.killAll()
 			os.Exit(ExitRuntime)
 		case <-ctx.Done():
@@ -264,6 +268,12 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 
 	// The token proves which processes are this tenure's: its jobs carry it.
 	token := proc.NewToken()
+	// Jobs inherit these (the handlers take the holder's environment).
+	_ = os.Setenv(config.EnvHost, h.host)
+	fenceKey, fence := fenceOf(slot)
+	if fenceKey != "" {
+		_ = os.Setenv(envFence, strconv.FormatInt(fence, 10))
+	}
 	rate, _ := work.ParseRate(cfg.RateLimit) // validated by Load
 	handler := h.e.Handler
 	var persist *work.Persistent
@@ -292,7 +302,7 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 			_ = persist.Close(ctx)
 		}()
 	}
-	consumer := h.host + "/" + slot.Name()
+	consumer := consumerName(cfg, h.host, slot)
 	if prev := slot.Inherited(); prev != nil {
 		// The previous holder died holding the slot: what its jobs started may
 		// live on; they carry its token, and nothing else does.

@@ -27,6 +27,9 @@ import (
 const (
 	RoleRun     = "run"
 	RoleStandby = "standby"
+	// RoleHost is a file set that caps the slots of any role one machine
+	// takes from a shared backend (max_per_host): checked before Redis.
+	RoleHost = "host"
 )
 
 // ErrUnsafeDir marks a lock directory others could tamper with.
