@@ -257,7 +257,7 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 			// them twice at once. Stop everything now; they stay pending.
 			msg := "slot lost (lock file replaced by one another process holds): killing jobs and leaving at once; they stay pending for the slot's holder"
 			if why, ok := slot.(interface{ LostReason() string }); ok {
-				msg = "slot lost (" + why.LostReason() + "): killing jobs and leaving at once, before the lease can go to another holder; they stay pending for the slot's next holder"
+				msg = "slot lost (" + why.LostReason() + "): killing jobs and leaving at once; they stay pending for the slot's next holder"
 			}
 			h.log.Error().Msg(msg)
 			h.killAll()
@@ -310,6 +310,10 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 			h.log.Warn().Int("processes", n).Int("previous_pid", prev.PID).Msg("killed processes left running by this slot's previous holder")
 		}
 	}
+	var fenceCfg *work.Fence
+	if fenceKey != "" {
+		fenceCfg = &work.Fence{Key: fenceKey, Token: fence}
+	}
 	st := new(work.Stats)
 	rec := h.record(lock.RoleRun, since, until)
 	rec.Token = token
@@ -324,8 +328,8 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 		MaxJobs: cfg.MaxJobs, RedisDownExit: cfg.RedisDownExit.D(),
 		MaxAttempts: cfg.MaxAttempts, RetryBackoff: cfg.RetryBackoff.D(), RetryBackoffMax: cfg.RetryBackoffMax.D(),
 		DeadMax: cfg.DeadMax, MaxPayload: cfg.MaxPayload, VisibilityTimeout: cfg.VisibilityTimeout.D(),
-		RateLimit: rate,
-		Logger:    h.log,
+		RateLimit: rate, Fence: fenceCfg,
+		Logger: h.log,
 	}, st)
 	stopPublish()
 	h.log.Info().Int64("jobs_done", st.Done.Load()).Int64("jobs_failed", st.Failed.Load()).Int64("jobs_dead", st.Dead.Load()).Msg("leaving run slot")

@@ -232,3 +232,74 @@ echo "end $BATON_HOST" >> `+events+"\n")
 		}
 	}
 }
+
+// TestFleetPausedHolderIsFenced: a holder stopped (SIGSTOP) mid-job past its
+// lease TTL loses the slot to a holder on another host, which runs the job
+// again and acknowledges it; resumed, the stopped holder writes nothing (its
+// writes are fenced, or its renew deadline, judged on the boot clock, has
+// already passed) and exits 1.
+func TestFleetPausedHolderIsFenced(t *testing.T) {
+	r := newRig(t)
+	events := filepath.Join(r.dir, "events")
+	job := r.script("job.sh", `cat >/dev/null
+echo "start $BATON_HOST $BATON_FENCE" >> `+events+`
+if [ "$BATON_HOST" = paused ]; then sleep 0.5; fi
+echo "end $BATON_HOST $BATON_FENCE" >> `+events+"\n")
+	const ttl = 1500 * time.Millisecond
+	common := []string{"--slots", "1", "--standby-slots", "0", "--lease-ttl", ttl.String(), "--lease-renew", "200ms", "--lifetime", "1m", "--", job}
+	paused := r.start(r.fleetArgs("paused", common...)...)
+	eventually(t, 10*time.Second, "the holder on host paused takes the lease", func() bool { return r.leases("default", 1)[0].Host == "paused" })
+	if _, errOut, code := r.baton("enqueue", "x"); code != 0 {
+		t.Fatal(errOut)
+	}
+	eventually(t, 10*time.Second, "the job starts on host paused", func() bool { return len(readLines(t, events)) > 0 })
+	_ = paused.cmd.Process.Signal(syscall.SIGSTOP)
+	stop := r.cron(200*time.Millisecond, r.fleetArgs("other", common...)...)
+	defer stop()
+	eventually(t, 10*time.Second, "host other runs the job again and acknowledges it", func() bool {
+		s := r.status("--lock-backend", "redis", "--slots", "1", "--standby-slots", "0")
+		return s.Jobs.Done == 1 && s.Jobs.Pending == 0
+	})
+	stop()
+	_ = paused.cmd.Process.Signal(syscall.SIGCONT)
+	if code := paused.wait(t, 5*time.Second); code != 1 {
+		t.Fatalf("resumed holder exit %d, want 1:\n%s", code, paused.log())
+	}
+	t.Logf("resumed holder: %s", lastLine(paused.log()))
+	if !strings.Contains(paused.log(), "fenced") && !strings.Contains(paused.log(), "renew deadline") {
+		t.Errorf("resumed holder's log says neither fenced nor renew deadline:\n%s", paused.log())
+	}
+	if s := r.status("--lock-backend", "redis", "--slots", "1", "--standby-slots", "0"); s.Jobs.Done != 1 || s.Jobs.Pending != 0 || s.Jobs.Waiting != 0 {
+		t.Errorf("after the resumed holder left: %+v, want 1 done, nothing pending", *s.Jobs)
+	}
+	l := readLines(t, events)
+	var fences []string
+	for _, e := range l {
+		if f := strings.Fields(e); f[0] == "start" {
+			fences = append(fences, f[1]+":"+f[2])
+		}
+	}
+	if len(fences) != 2 || !strings.HasPrefix(fences[0], "paused:") || !strings.HasPrefix(fences[1], "other:") {
+		t.Fatalf("job starts %v, want one on paused then one on other", fences)
+	}
+	a, _ := strconv.Atoi(strings.SplitN(fences[0], ":", 2)[1])
+	b, _ := strconv.Atoi(strings.SplitN(fences[1], ":", 2)[1])
+	if b <= a {
+		t.Errorf("new holder's token %d not above the paused one's %d", b, a)
+	}
+	time.Sleep(500 * time.Millisecond) // the last candidates set up their signal handlers
+	r.mu.Lock()
+	ps := append([]*process(nil), r.procs...)
+	r.mu.Unlock()
+	for _, p := range ps[1:] {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		if code := p.wait(t, 20*time.Second); code != 0 {
+			t.Errorf("exit %d: %s", code, p.log())
+		}
+	}
+}
+
+func lastLine(s string) string {
+	l := strings.Split(strings.TrimSpace(s), "\n")
+	return l[len(l)-1]
+}
