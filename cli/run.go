@@ -28,7 +28,8 @@ every slot taken exits 0 at once, without connecting to Redis.
 
 Each job runs CMD once, with the payload on stdin (never in argv) and
 BATON_JOB_ID, BATON_ATTEMPT, BATON_QUEUE, BATON_SLOT, BATON_HOLDER (the
-holder's random token) and BATON_RUN in the environment, but not
+holder's random token), BATON_RUN and BATON_HOST in the environment, and,
+with lock_backend redis, BATON_FENCE (the lease's fencing token), but not
 BATON_REDIS_URL. Exit 0 marks the job done. Any other exit is retried with
 backoff (retry_backoff, doubling, up to retry_backoff_max) until
 max_attempts runs, then dead-lettered ('baton dead'); an exit status in
@@ -43,6 +44,10 @@ docs/workers.md, and examples/python, examples/node for helpers). A child
 is killed and replaced on job_timeout, on heartbeat_timeout of silence,
 after about max_jobs_per_child jobs, and past max_child_rss; one that
 cannot start makes the holder exit 1, leaving the jobs queued.
+
+With lock_backend redis the slots are leases shared by every host of the
+queue (docs/fleet.md): slots counts fleet-wide, and a holder that cannot
+renew its lease kills its jobs and exits 1 before the lease expires.
 
 Every flag is also a config key (--shutdown-grace is shutdown_grace); flags
 win over the file, BATON_REDIS_URL over the file's redis_url.

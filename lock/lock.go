@@ -16,6 +16,11 @@
 //
 // The flock backend is for one machine and a local disk: flock over NFS or
 // CIFS is emulated and unsafe.
+//
+// LeaseSet (NewLeaseSet) is the fleet backend: slots are Redis leases shared
+// by every host of a queue, with expiry judged on Redis' clock, a fencing
+// token per grant (Fencer) and a renew deadline after which a holder's slot
+// closes Lost before its lease can expire (docs/fleet.md).
 package lock
 
 import (
