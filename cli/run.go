@@ -28,7 +28,8 @@ every slot taken exits 0 at once, without connecting to Redis.
 
 Each job runs CMD once, with the payload on stdin (never in argv) and
 BATON_JOB_ID, BATON_ATTEMPT, BATON_QUEUE, BATON_SLOT, BATON_HOLDER (the
-holder's random token) and BATON_RUN in the environment, but not
+holder's random token), BATON_RUN and BATON_HOST in the environment, and,
+with lock_backend redis, BATON_FENCE (the lease's fencing token), but not
 BATON_REDIS_URL. Exit 0 marks the job done. Any other exit is retried with
 backoff (retry_backoff, doubling, up to retry_backoff_max) until
 max_attempts runs, then dead-lettered ('baton dead'); an exit status in
@@ -43,6 +44,10 @@ docs/workers.md, and examples/python, examples/node for helpers). A child
 is killed and replaced on job_timeout, on heartbeat_timeout of silence,
 after about max_jobs_per_child jobs, and past max_child_rss; one that
 cannot start makes the holder exit 1, leaving the jobs queued.
+
+With lock_backend redis the slots are leases shared by every host of the
+queue (docs/fleet.md): slots counts fleet-wide, and a holder that cannot
+renew its lease kills its jobs and exits 1 before the lease expires.
 
 Every flag is also a config key (--shutdown-grace is shutdown_grace); flags
 win over the file, BATON_REDIS_URL over the file's redis_url.
@@ -95,8 +100,19 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	log := newLogger(e.Stderr, cfg)
+	if cfg.LockBackend == "redis" {
+		log = log.With().Str("host", cfg.Host).Logger()
+	}
 	if cfg.Spawn > 1 && e.Getenv(envSpawned) == "" {
 		spawn(log, cfg.Spawn-1)
+	}
+	if permit, ok, err := hostCap(cfg); err != nil || !ok {
+		if err == nil {
+			log.Debug().Int("max_per_host", cfg.MaxPerHost).Msg("this host holds max_per_host slots: nothing to do")
+		}
+		return err
+	} else if permit != nil {
+		defer permit.Release()
 	}
 	runSet, sbSet, err := slotSets(cfg)
 	if err != nil {
@@ -117,19 +133,8 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		log.Debug().Msg("every run and standby slot is taken: nothing to do")
 		return nil
 	}
-	host, _ := os.Hostname()
-	h := &holder{e: e, cfg: cfg, log: log, argv: argv, host: host}
+	h := &holder{e: e, cfg: cfg, log: log, argv: argv, host: cfg.Host}
 	return h.serve(ctx, p, role, slot)
-}
-
-// slotSets builds the run set and, when standby_slots > 0, the standby set.
-func slotSets(cfg *config.Config) (run, sb *lock.FileSet, err error) {
-	run, err = lock.NewFileSet(cfg.LockDir, cfg.Queue, lock.RoleRun, cfg.Slots)
-	if err != nil || cfg.StandbySlots == 0 {
-		return run, nil, err
-	}
-	sb, err = lock.NewFileSet(cfg.LockDir, cfg.Queue, lock.RoleStandby, cfg.StandbySlots)
-	return run, sb, err
 }
 
 // spawn starts n more candidates with our arguments, detached, so one crontab
@@ -263,7 +268,11 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 			// Another process holds the slot now and, being its consumer,
 			// replays its pending entries: running them here too would run
 			// them twice at once. Stop everything now; they stay pending.
-			h.log.Error().Msg("slot lost (lock file replaced by one another process holds): killing jobs and leaving at once; they stay pending for the slot's holder")
+			msg := "slot lost (lock file replaced by one another process holds): killing jobs and leaving at once; they stay pending for the slot's holder"
+			if why, ok := slot.(interface{ LostReason() string }); ok {
+				msg = "slot lost (" + why.LostReason() + "): killing jobs and leaving at once; they stay pending for the slot's next holder"
+			}
+			h.log.Error().Msg(msg)
 			h.killAll()
 			os.Exit(ExitRuntime)
 		case <-ctx.Done():
@@ -272,6 +281,12 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 
 	// The token proves which processes are this tenure's: its jobs carry it.
 	token := proc.NewToken()
+	// Jobs inherit these (the handlers take the holder's environment).
+	_ = os.Setenv(config.EnvHost, h.host)
+	fenceKey, fence := fenceOf(slot)
+	if fenceKey != "" {
+		_ = os.Setenv(envFence, strconv.FormatInt(fence, 10))
+	}
 	rate, _ := work.ParseRate(cfg.RateLimit) // validated by Load
 	handler := h.e.Handler
 	var persist *work.Persistent
@@ -300,7 +315,7 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 			_ = persist.Close(ctx)
 		}()
 	}
-	consumer := h.host + "/" + slot.Name()
+	consumer := consumerName(cfg, h.host, slot)
 	if prev := slot.Inherited(); prev != nil {
 		// The previous holder died holding the slot: what its jobs started may
 		// live on; they carry its token, and nothing else does.
@@ -308,6 +323,10 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 		if n := proc.KillHolderLeftovers(prev.Token, func(pid int) bool { return holders[pid] }); n > 0 {
 			h.log.Warn().Int("processes", n).Int("previous_pid", prev.PID).Msg("killed processes left running by this slot's previous holder")
 		}
+	}
+	var fenceCfg *work.Fence
+	if fenceKey != "" {
+		fenceCfg = &work.Fence{Key: fenceKey, Token: fence}
 	}
 	st := new(work.Stats)
 	rec := h.record(lock.RoleRun, since, until)
@@ -323,8 +342,8 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 		MaxJobs: cfg.MaxJobs, RedisDownExit: cfg.RedisDownExit.D(),
 		MaxAttempts: cfg.MaxAttempts, RetryBackoff: cfg.RetryBackoff.D(), RetryBackoffMax: cfg.RetryBackoffMax.D(),
 		DeadMax: cfg.DeadMax, MaxPayload: cfg.MaxPayload, VisibilityTimeout: cfg.VisibilityTimeout.D(),
-		RateLimit: rate,
-		Logger:    h.log,
+		RateLimit: rate, Fence: fenceCfg,
+		Logger: h.log,
 	}, st)
 	stopPublish()
 	h.log.Info().Int64("jobs_done", st.Done.Load()).Int64("jobs_failed", st.Failed.Load()).Int64("jobs_dead", st.Dead.Load()).Msg("leaving run slot")

@@ -48,6 +48,10 @@ type slotStatus struct {
 	JobsDone int64      `json:"jobs_done"`
 	Job      string     `json:"job,omitempty"`
 	JobSince *time.Time `json:"job_since,omitempty"`
+	// Fence and ExpiresIn (ms, on Redis' clock) are a lease's, with
+	// lock_backend redis.
+	Fence     int64 `json:"fence,omitempty"`
+	ExpiresIn int64 `json:"expires_in_ms,omitempty"`
 }
 
 type statusReport struct {
@@ -70,7 +74,7 @@ type statusReport struct {
 func statusFlags() (*pflag.FlagSet, *statusOpts) {
 	fs := flagSet("status")
 	o := new(statusOpts)
-	o.bind(fs, config.Bind(fs, config.Connection, "lock_dir", "slots", "standby_slots"), "print one JSON object (with --watch: one per line, per refresh)")
+	o.bind(fs, config.Bind(fs, config.Connection, "lock_dir", "lock_backend", "slots", "standby_slots"), "print one JSON object (with --watch: one per line, per refresh)")
 	fs.BoolVar(&o.watch, "watch", false, "refresh until interrupted, with rates per second and the last slot events")
 	fs.DurationVar(&o.interval, "interval", time.Second, "time between refreshes with --watch")
 	return fs, o
@@ -138,7 +142,7 @@ func readStatus(ctx context.Context, cfg *config.Config) (rep *statusReport, jer
 	return rep, jerr, nil
 }
 
-func slotsOf(s *lock.FileSet) ([]slotStatus, error) {
+func slotsOf(s lock.Set) ([]slotStatus, error) {
 	recs, err := s.Records()
 	if err != nil {
 		return nil, err
@@ -146,7 +150,7 @@ func slotsOf(s *lock.FileSet) ([]slotStatus, error) {
 	out := make([]slotStatus, len(recs))
 	for i, r := range recs {
 		out[i] = slotStatus{Slot: r.Slot, Held: r.Held, NoRecord: r.NoRecord, PID: r.PID, Host: r.Host, JobsDone: r.JobsDone, Job: r.Job,
-			Since: timePtr(r.Since), Until: timePtr(r.Until), JobSince: timePtr(r.JobSince)}
+			Since: timePtr(r.Since), Until: timePtr(r.Until), JobSince: timePtr(r.JobSince), Fence: r.Fence, ExpiresIn: r.ExpiresIn.Milliseconds()}
 	}
 	return out, nil
 }
@@ -252,7 +256,12 @@ func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 		fmt.Fprintf(w, "hint: %s\n\n", work.OOMHint)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SLOT\tSTATE\tPID\tHOST\tSINCE\tUNTIL\tJOBS\tCURRENT")
+	lease := cfg.LockBackend == "redis"
+	if lease {
+		fmt.Fprintln(tw, "SLOT\tSTATE\tPID\tHOST\tSINCE\tUNTIL\tJOBS\tCURRENT\tFENCE\tEXPIRES IN")
+	} else {
+		fmt.Fprintln(tw, "SLOT\tSTATE\tPID\tHOST\tSINCE\tUNTIL\tJOBS\tCURRENT")
+	}
 	row := func(name string, s slotStatus) {
 		if !s.Held {
 			fmt.Fprintf(tw, "%s\tfree\t\t\t\t\t\t\n", name)
@@ -265,6 +274,11 @@ func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 		cur := ""
 		if s.Job != "" && s.JobSince != nil {
 			cur = s.Job + " for " + time.Since(*s.JobSince).Round(100*time.Millisecond).String()
+		}
+		if lease {
+			fmt.Fprintf(tw, "%s\theld\t%d\t%s\t%s\t%s\t%d\t%s\t%d\t%s\n", name, s.PID, s.Host, clock(s.Since), clock(s.Until), s.JobsDone, cur,
+				s.Fence, (time.Duration(s.ExpiresIn) * time.Millisecond).String())
+			return
 		}
 		fmt.Fprintf(tw, "%s\theld\t%d\t%s\t%s\t%s\t%d\t%s\n", name, s.PID, s.Host, clock(s.Since), clock(s.Until), s.JobsDone, cur)
 	}

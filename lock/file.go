@@ -30,7 +30,7 @@ var _ Set = (*FileSet)(nil)
 
 // NewFileSet describes a set; it touches nothing on disk.
 func NewFileSet(dir, queue, role string, n int) (*FileSet, error) {
-	if role != RoleRun && role != RoleStandby {
+	if role != RoleRun && role != RoleStandby && role != RoleHost {
 		return nil, fmt.Errorf("lock: unknown role %q", role)
 	}
 	if n < 1 {

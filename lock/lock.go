@@ -16,6 +16,11 @@
 //
 // The flock backend is for one machine and a local disk: flock over NFS or
 // CIFS is emulated and unsafe.
+//
+// LeaseSet (NewLeaseSet) is the fleet backend: slots are Redis leases shared
+// by every host of a queue, with expiry judged on Redis' clock, a fencing
+// token per grant (Fencer) and a renew deadline after which a holder's slot
+// closes Lost before its lease can expire (docs/fleet.md).
 package lock
 
 import (
@@ -27,6 +32,9 @@ import (
 const (
 	RoleRun     = "run"
 	RoleStandby = "standby"
+	// RoleHost is a file set that caps the slots of any role one machine
+	// takes from a shared backend (max_per_host): checked before Redis.
+	RoleHost = "host"
 )
 
 // ErrUnsafeDir marks a lock directory others could tamper with.
@@ -117,6 +125,13 @@ type Record struct {
 	// unreadable: a holder that has not published yet, or cannot (a full
 	// disk, a record removed under it).
 	NoRecord bool `json:"no_record,omitempty"`
+	// Fence is the fencing token of a lease (the Redis backend): it only
+	// grows, so a write checked against it tells a current holder from a
+	// stale one. Set by Records, from the lease.
+	Fence int64 `json:"fence,omitempty"`
+	// ExpiresIn is how long a lease has left on Redis' clock when Records
+	// read it. Set by Records, never published.
+	ExpiresIn time.Duration `json:"expires_in,omitempty"`
 	// JobsDone counts jobs finished by this holder.
 	JobsDone int64 `json:"jobs_done"`
 	// Job is the id of a job in progress, JobSince when it started.

@@ -41,6 +41,11 @@ type Job struct {
 	// Priority is the job's level, set by its producer (WithPriority,
 	// enqueue --priority).
 	Priority Priority
+	// Fence is the fencing token of the holder's lease in fleet mode
+	// (BATON_FENCE for exec jobs), 0 otherwise. It only grows, fleet-wide:
+	// a job that writes elsewhere can refuse a write carrying a token lower
+	// than one already seen (e.g. UPDATE ... WHERE fence <= $token).
+	Fence int64
 
 	maxAttempts int    // the job's own max_attempts; 0: the queue's
 	unique      string // the job's unique key, freed when it is done or dead

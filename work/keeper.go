@@ -96,7 +96,7 @@ func (r *runner) heartbeat(ctx context.Context) error {
 		for len(ids) > 0 {
 			n := min(len(ids), 100)
 			args := append([]any{Group, r.c.Consumer}, ids[:n]...)
-			if err := runScript(ctx, r.c.Client, heartbeatScript, []string{r.keys.StreamOf(Priority(level))}, args...).Err(); err != nil && !isRedisNil(err) {
+			if err := r.write(ctx, heartbeatScript, []string{r.keys.StreamOf(Priority(level))}, args...).Err(); err != nil && !isRedisNil(err) {
 				return err
 			}
 			ids = ids[n:]

@@ -122,7 +122,7 @@ end
 // ARGV[2] n, ARGV[3] h, ARGV[4..3+n] entry ids, then h field/increment pairs
 // for the stats hash, then one job id per unique key.
 // Returns how many entries were pending and are now acknowledged.
-var ackScript = redis.NewScript(`
+const ackLua = `
 local n, h = tonumber(ARGV[2]), tonumber(ARGV[3])
 local ids = {}
 for i = 4, 3 + n do ids[#ids + 1] = ARGV[i] end
@@ -142,7 +142,9 @@ if acked == n then
   for i = 4 + n, 3 + n + 2 * h, 2 do redis.pcall('HINCRBY', KEYS[2], ARGV[i], ARGV[i + 1]) end
 end
 return acked
-`)
+`
+
+var ackScript = redis.NewScript(ackLua)
 
 // retryScript moves a failed entry to the retry schedule: its fields (the
 // producer's own included) under its job id in the retry hash, the job id in
@@ -154,7 +156,7 @@ return acked
 // ("failed:error", "failed:timeout").
 // Returns 1 when scheduled, 0 when the entry is no longer pending for this
 // consumer, -1 when it was deleted while pending (cleared).
-var retryScript = redis.NewScript(entryLua + `
+const retryLua = entryLua + `
 if not pending(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return 0 end
 local bad = writable(KEYS[2], 'zset', KEYS[3], 'hash')
 if bad then return bad end
@@ -172,7 +174,9 @@ redis.call('XDEL', KEYS[1], ARGV[2])
 redis.pcall('HINCRBY', KEYS[4], 'retried', 1)
 redis.pcall('HINCRBY', KEYS[4], ARGV[7], 1)
 return 1
-`)
+`
+
+var retryScript = redis.NewScript(retryLua)
 
 // dueScript moves due jobs of the retry and scheduled sets back into the
 // stream of their priority as new entries with their fields, attempt count
@@ -315,7 +319,7 @@ return out
 // ARGV[5] job id, ARGV[6..] baton's field/value pairs of the letter.
 // Returns -1 when the entry is no longer pending for this consumer, 1 when
 // letters were dropped to make room, else 0.
-var deadScript = redis.NewScript(entryLua + `
+const deadLua = entryLua + `
 if not pending(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return -1 end
 local bad = writable(KEYS[2], 'stream', KEYS[3], 'hash')
 if bad then return bad end
@@ -345,7 +349,9 @@ for i = 6, #ARGV, 2 do
 end
 if over > 0 then return 1 end
 return 0
-`)
+`
+
+var deadScript = redis.NewScript(deadLua)
 
 // requeueScript puts a dead letter back as the same job (same id, attempts
 // starting over) in the stream of its priority: the new entry first, then
@@ -387,7 +393,7 @@ return job
 //
 // KEYS[1] stream; ARGV[1] group, ARGV[2] consumer, ARGV[3..] entry ids.
 // Returns how many were refreshed.
-var heartbeatScript = redis.NewScript(entryLua + `
+const heartbeatLua = entryLua + `
 local mine = {}
 for i = 3, #ARGV do
   if pending(KEYS[1], ARGV[1], ARGV[i], ARGV[2]) then mine[#mine + 1] = ARGV[i] end
@@ -396,7 +402,9 @@ if #mine > 0 then
   redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, unpack(mine), 'JUSTID')
 end
 return #mine
-`)
+`
+
+var heartbeatScript = redis.NewScript(heartbeatLua)
 
 // backScript gives entries that were read but never started back to the
 // stream, as new entries with the same fields, runs made and job id: any

@@ -377,7 +377,7 @@ func (r *runner) maxAttempts(j *Job) int {
 // toJob turns a stream entry into a job and decides whether it may run:
 // Attempt counts every delivery, including runs made before a retry.
 func (r *runner) toJob(m redis.XMessage, deliveries int, level Priority) *Job {
-	j := &Job{ID: m.ID, Entry: m.ID, Queue: r.c.Queue, Slot: r.c.Consumer, Attempt: deliveries, Priority: level}
+	j := &Job{ID: m.ID, Entry: m.ID, Queue: r.c.Queue, Slot: r.c.Consumer, Attempt: deliveries, Priority: level, Fence: r.fence}
 	p, ok := m.Values[PayloadField].(string)
 	if !ok {
 		j.verdict, j.problem = ReasonMalformed, fmt.Sprintf("entry has no %q field", PayloadField)

@@ -63,6 +63,10 @@ type Config struct {
 	// fresh so they are never taken from a live holder. 0: never claim.
 	VisibilityTimeout time.Duration
 	Logger            zerolog.Logger
+	// Fence, in fleet mode, is the holder's lease: every write for a job is
+	// checked against it in Redis, and each job gets its token (Job.Fence).
+	// nil: no fencing (flock slots on one machine).
+	Fence *Fence
 }
 
 // Errors of Run.
@@ -151,6 +155,9 @@ func Run(ctx context.Context, c Config, st *Stats) error {
 
 		claimFrom: [3]string{"0-0", "0-0", "0-0"},
 	}
+	if c.Fence != nil {
+		r.fence = c.Fence.Token
+	}
 	// Assume slow jobs until measured otherwise: read one per worker at first.
 	r.meanNS.Store(int64(time.Second))
 	return r.run(ctx)
@@ -172,6 +179,7 @@ type runner struct {
 	c       Config
 	st      *Stats
 	keys    Keys
+	fence   int64 // every job's Fence: c.Fence's token, 0 without one
 	jobs    chan *Job
 	results chan result
 	space   chan struct{} // a worker finished: the reader may read more

@@ -97,7 +97,7 @@ func (r *runner) ack(level Priority, b *ackBatch) {
 	var n int64
 	err := r.redisRetry(func(ctx context.Context) error {
 		var err error
-		n, err = runScript(ctx, r.c.Client, ackScript, keys, args...).Int64()
+		n, err = r.write(ctx, ackScript, keys, args...).Int64()
 		return err
 	})
 	if err != nil {
@@ -131,6 +131,10 @@ func (r *runner) giveBack(level Priority, back []any) {
 
 // moveFailed logs a move that could not be written; the entries stay pending.
 func (r *runner) moveFailed(err error, jobs int, msg string) {
+	if IsFenced(err) {
+		r.c.Logger.Error().Err(err).Int("jobs", jobs).Msg("fenced: this holder's lease was lost or taken over, so the write did nothing; the jobs stay pending for the slot's next holder")
+		return
+	}
 	ev := r.c.Logger.Error().Err(err).Int("jobs", jobs)
 	if IsOOM(err) {
 		ev = r.c.Logger.Warn().Err(err).Int("jobs", jobs).Str("hint", OOMHint)
@@ -167,7 +171,7 @@ func (r *runner) fail(j *Job, err error) {
 	var n int64
 	rerr := r.redisRetry(func(ctx context.Context) error {
 		var err error
-		n, err = runScript(ctx, r.c.Client, retryScript, []string{r.keys.StreamOf(j.Priority), r.keys.Retry, r.keys.RetryJobs, r.keys.Stats},
+		n, err = r.write(ctx, retryScript, []string{r.keys.StreamOf(j.Priority), r.keys.Retry, r.keys.RetryJobs, r.keys.Stats},
 			Group, j.Entry, r.c.Consumer, due, j.ID, j.Attempt, kind).Int64()
 		return err
 	})
@@ -217,7 +221,7 @@ func (r *runner) deadLetter(j *Job, reason, why string) {
 	var n int64
 	err := r.redisRetry(func(ctx context.Context) error {
 		var err error
-		n, err = runScript(ctx, r.c.Client, deadScript, []string{stream, r.keys.Dead, r.keys.DeadIndex, r.keys.Stats, unique},
+		n, err = r.write(ctx, deadScript, []string{stream, r.keys.Dead, r.keys.DeadIndex, r.keys.Stats, unique},
 			Group, j.Entry, r.c.Consumer, r.c.DeadMax, j.ID,
 			deadReason, reason, attemptsField, j.Attempt, deadError, why, deadEntry, j.Entry,
 			deadFailedAt, time.Now().UnixMilli()).Int64()

@@ -30,6 +30,23 @@ type Config struct {
 	Slots int `toml:"slots" group:"Slots" help:"run slots: holders consuming at once"`
 	// StandbySlots is N_s, processes waiting to take over. Default: equal to Slots.
 	StandbySlots int `toml:"standby_slots" group:"Slots" help:"standby slots (default: equal to slots)"`
+	// LockBackend is where slots live: "file" (flock files in lock_dir, one
+	// machine) or "redis" (leases in Redis shared by every host of the queue:
+	// slots and standby_slots count fleet-wide; docs/fleet.md). Default "file".
+	LockBackend string `toml:"lock_backend" group:"Slots" help:"file (flock, one machine) or redis (leases shared by every host; docs/fleet.md)"`
+	// Host names this machine in leases, status, logs and jobs (BATON_HOST).
+	// The env BATON_HOST overrides the file, the flag both. Default: the hostname.
+	Host string `toml:"host" group:"Slots" help:"this machine's name in leases, status and logs (env BATON_HOST; default: hostname)"`
+	// LeaseTTL is how long a Redis lease lasts without renewal, on Redis'
+	// clock. The renew deadline is 2/3 of it. Default 15s.
+	LeaseTTL Duration `toml:"lease_ttl" group:"Slots" help:"lock_backend redis: lease lifetime without renewal (renew deadline: 2/3 of it)"`
+	// LeaseRenew is the time between lease renewals; must be below the renew
+	// deadline (2/3 of lease_ttl). Default 2s.
+	LeaseRenew Duration `toml:"lease_renew" group:"Slots" help:"lock_backend redis: time between lease renewals"`
+	// MaxPerHost caps the slots (run and standby) this host takes, with flock
+	// files in lock_dir checked before Redis: a candidate on a full host
+	// exits without connecting. 0 = unlimited. Default 0.
+	MaxPerHost int `toml:"max_per_host" group:"Slots" help:"lock_backend redis: most run and standby slots on this host (0: unlimited)"`
 	// Spawn is m, candidates started per cron firing. Default 1.
 	Spawn int `toml:"spawn" group:"Slots" help:"candidates started per cron firing"`
 	// Lifetime is a holder's base lifetime. Default 5m.
@@ -104,7 +121,7 @@ type Config struct {
 // struct tag; Bind takes group names and key names.
 const (
 	Connection = "Connection" // queue, redis_url
-	Slots      = "Slots"      // lock_dir, slots, standby_slots, spawn, lifetime, jitter, standby_wait, poll_interval, schedule
+	Slots      = "Slots"      // lock_dir, lock_backend, host, lease_ttl, lease_renew, max_per_host, slots, standby_slots, spawn, lifetime, jitter, standby_wait, poll_interval, schedule
 	Jobs       = "Jobs"       // concurrency, job_timeout, shutdown_grace, visibility_timeout, max_payload, rate_limit, redis_down_exit, max_jobs
 	Retries    = "Retries"    // max_attempts, reject_exit_codes, retry_backoff, retry_backoff_max, dead_max
 	Workers    = "Workers"    // persistent, heartbeat_timeout, max_jobs_per_child, max_child_rss
@@ -120,6 +137,9 @@ func Default() Config {
 		LockDir:           DefaultLockDir(),
 		Slots:             1,
 		StandbySlots:      -1, // resolved to Slots by Load
+		LockBackend:       "file",
+		LeaseTTL:          Duration{15 * time.Second},
+		LeaseRenew:        Duration{2 * time.Second},
 		Spawn:             1,
 		Lifetime:          Duration{5 * time.Minute},
 		Jitter:            Duration{time.Minute},

@@ -17,6 +17,9 @@ import (
 // EnvRedisURL names the environment variable that supplies redis_url.
 const EnvRedisURL = "BATON_REDIS_URL"
 
+// EnvHost names the environment variable that supplies host.
+const EnvHost = "BATON_HOST"
+
 // Error is a bad setting: where it came from, which key, what is wrong.
 type Error struct {
 	File   string // config file, or "" when the value came from a flag or env
@@ -119,6 +122,10 @@ func (f *Flags) Load(getenv func(string) string) (*Config, error) {
 	if u := getenv(EnvRedisURL); u != "" {
 		c.RedisURL, fromEnv = u, true
 	}
+	hostEnv := false
+	if h := getenv(EnvHost); h != "" {
+		c.Host, hostEnv = h, true
+	}
 	changed := map[string]bool{}
 	dst := reflect.ValueOf(&c).Elem()
 	src2 := reflect.ValueOf(&f.vals).Elem()
@@ -131,12 +138,17 @@ func (f *Flags) Load(getenv func(string) string) (*Config, error) {
 	if c.StandbySlots < 0 && !changed["standby_slots"] {
 		c.StandbySlots = c.Slots
 	}
+	if c.Host == "" {
+		c.Host, _ = os.Hostname()
+	}
 	if err := c.Validate(); err != nil {
 		var e *Error
 		if errors.As(err, &e) {
 			switch {
 			case changed[e.Key]:
 				e.Source = "flag --" + kebab(e.Key)
+			case e.Key == "host" && hostEnv:
+				e.Source = "env " + EnvHost
 			case e.Key == "redis_url" && fromEnv:
 				e.Source = "env " + EnvRedisURL
 			case f.path != "":

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"github.com/baton-run/baton/lock"
 	"github.com/baton-run/baton/work"
 	"net/url"
 	"regexp"
@@ -15,6 +16,8 @@ import (
 
 // MaxSlots bounds slots and standby_slots: consumer names stay few.
 const MaxSlots = 1024
+
+var hostName = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}$`)
 
 var queueName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$`)
 
@@ -30,6 +33,17 @@ func (c *Config) Validate() error {
 		return bad("slots", "%d: must be between 1 and %d", c.Slots, MaxSlots)
 	case c.StandbySlots < 0 || c.StandbySlots > MaxSlots:
 		return bad("standby_slots", "%d: must be between 0 and %d", c.StandbySlots, MaxSlots)
+	case c.LockBackend != "file" && c.LockBackend != "redis":
+		return bad("lock_backend", "%q: want file or redis", c.LockBackend)
+	case !hostName.MatchString(c.Host):
+		return bad("host", "%q: use 1-253 letters, digits, '_', '.' or '-' (a hostname or a pod name)", c.Host)
+	case c.LeaseTTL.D() < 100*time.Millisecond:
+		return bad("lease_ttl", "%s: must be at least 100ms", c.LeaseTTL)
+	case lock.CheckLeaseOrder(c.LeaseTTL.D(), lock.DeadlineFor(c.LeaseTTL.D()), c.LeaseRenew.D()) != nil:
+		return bad("lease_renew", "%s: must be positive and below the renew deadline %s (2/3 of lease_ttl %s): lease_ttl > renew deadline > lease_renew, or one slow renewal fences a healthy holder",
+			c.LeaseRenew, lock.DeadlineFor(c.LeaseTTL.D()), c.LeaseTTL)
+	case c.MaxPerHost < 0 || c.MaxPerHost > MaxSlots:
+		return bad("max_per_host", "%d: must be between 0 (unlimited) and %d", c.MaxPerHost, MaxSlots)
 	case c.Spawn < 1 || c.Spawn > 64:
 		return bad("spawn", "%d: must be between 1 and 64", c.Spawn)
 	case c.Lifetime.Duration <= 0:

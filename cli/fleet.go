@@ -1,0 +1,87 @@
+package cli
+
+import (
+	"time"
+
+	"github.com/baton-run/baton/internal/config"
+	"github.com/baton-run/baton/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+// slotSets builds the run set and, when standby_slots > 0, the standby set
+// (nil otherwise) of cfg's lock backend: flock files in lock_dir, or Redis
+// leases shared by every host of the queue. The lease sets share one small
+// client of their own, apart from the job loop's, so that renewals never
+// queue behind job traffic; it connects on first use and lives as long as
+// the process.
+func slotSets(cfg *config.Config) (run, sb lock.Set, err error) {
+	if cfg.LockBackend != "redis" {
+		fr, err := lock.NewFileSet(cfg.LockDir, cfg.Queue, lock.RoleRun, cfg.Slots)
+		if err != nil || cfg.StandbySlots == 0 {
+			return fr, nil, err
+		}
+		fs, err := lock.NewFileSet(cfg.LockDir, cfg.Queue, lock.RoleStandby, cfg.StandbySlots)
+		return fr, fs, err
+	}
+	rdb, err := leaseClient(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	opt := lock.LeaseOptions{Host: cfg.Host, TTL: cfg.LeaseTTL.D(), Renew: cfg.LeaseRenew.D()}
+	lr, err := lock.NewLeaseSet(rdb, cfg.Queue, lock.RoleRun, cfg.Slots, opt)
+	if err != nil || cfg.StandbySlots == 0 {
+		return lr, nil, err
+	}
+	ls, err := lock.NewLeaseSet(rdb, cfg.Queue, lock.RoleStandby, cfg.StandbySlots, opt)
+	return lr, ls, err
+}
+
+// leaseClient is the lease sets' client: every call is bounded well within
+// the renew deadline, and a dead connection is not retried for long.
+func leaseClient(cfg *config.Config) (*redis.Client, error) {
+	rdb, err := connectLazy(cfg, 4)
+	if err != nil {
+		return nil, err
+	}
+	opt := rdb.Options()
+	_ = rdb.Close()
+	step := max(lock.DeadlineFor(cfg.LeaseTTL.D())/4, 50*time.Millisecond)
+	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = step, step, step
+	opt.MaxRetries = 1
+	return redis.NewClient(opt), nil
+}
+
+// hostCap takes one of this host's max_per_host permits (flock files
+// <queue>.host.<i> in lock_dir) before anything asks Redis: (nil, true) when
+// there is no cap, (nil, false) when the host is full.
+func hostCap(cfg *config.Config) (lock.Slot, bool, error) {
+	if cfg.LockBackend != "redis" || cfg.MaxPerHost == 0 {
+		return nil, true, nil
+	}
+	s, err := lock.NewFileSet(cfg.LockDir, cfg.Queue, lock.RoleHost, cfg.MaxPerHost)
+	if err != nil {
+		return nil, false, err
+	}
+	return s.TryAcquire()
+}
+
+// consumerName is the Redis consumer of a run slot: host/run-i with flock
+// files (the slot is this machine's), fleet/run-i with leases (the slot is
+// the fleet's, so another host replays a lost host's pending entries).
+func consumerName(cfg *config.Config, host string, slot lock.Slot) string {
+	if cfg.LockBackend == "redis" {
+		return "fleet/" + slot.Name()
+	}
+	return host + "/" + slot.Name()
+}
+
+// envFence gives jobs their holder's fencing token (lock_backend redis).
+const envFence = "BATON_FENCE"
+
+// fenceOf is slot's lease key and fencing token; "" and 0 for a flock slot.
+func fenceOf(slot lock.Slot) (string, int64) {
+	if f, ok := slot.(lock.Fencer); ok {
+		return f.Fence()
+	}
+	return "", 0
+}

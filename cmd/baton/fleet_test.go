@@ -1,0 +1,357 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/baton-run/baton/internal/faultproxy"
+	"github.com/baton-run/baton/lock"
+)
+
+// fleetArgs are `baton run` arguments for simulated host h of a fleet: its
+// own lock dir and host name, slots as leases in the rig's Redis.
+func (r *rig) fleetArgs(h string, extra ...string) []string {
+	args := []string{"run", "--lock-dir", filepath.Join(r.dir, "locks-"+h), "--host", h, "--lock-backend", "redis"}
+	return append(args, extra...)
+}
+
+// leases reads the fleet's run leases from Redis.
+func (r *rig) leases(q string, n int) []lock.Record {
+	r.t.Helper()
+	s, err := lock.NewLeaseSet(r.redis.Client(), q, lock.RoleRun, n, lock.LeaseOptions{})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	recs, err := s.Records()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return recs
+}
+
+// TestFleetSharesSlots: three simulated hosts (each its own lock dir and
+// host name) start candidates like cron against 2 run and 2 standby leases
+// in one Redis. At no instant do more than 2 hold a run lease (sampled from
+// Redis), nor do more than 2 jobs run at once (from the jobs' own start and
+// end records); the queue drains, on more than one host, and every job sees
+// its host and its holder's fencing token.
+func TestFleetSharesSlots(t *testing.T) {
+	const slots, jobs = 2, 40
+	r := newRig(t)
+	events := filepath.Join(r.dir, "events")
+	job := r.script("job.sh", `cat >/dev/null
+echo "s $(date +%s%N) $BATON_HOST $BATON_FENCE $BATON_SLOT $$" >> `+events+`
+sleep 0.02
+echo "e $(date +%s%N) $BATON_HOST $BATON_FENCE $$" >> `+events+"\n")
+	common := []string{"--slots", strconv.Itoa(slots), "--lease-ttl", "6s", "--lease-renew", "500ms",
+		"--lifetime", "1500ms", "--jitter", "1s", "--standby-wait", "10s", "--poll-interval", "50ms", "--", job}
+
+	// Sample the leases from Redis all along.
+	var most atomic.Int64
+	quit, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-quit:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			if n := int64(heldRecs(r.leases("default", slots))); n > most.Load() {
+				most.Store(n)
+			}
+		}
+	}()
+	var stops []func()
+	for _, h := range []string{"h1", "h2", "h3"} {
+		stops = append(stops, r.cron(400*time.Millisecond, r.fleetArgs(h, common...)...))
+	}
+	payloads := []string{"enqueue", "-q"}
+	for i := 0; i < jobs; i++ {
+		payloads = append(payloads, "p"+strconv.Itoa(i))
+	}
+	if _, errOut, code := r.baton(payloads...); code != 0 {
+		t.Fatalf("enqueue: %s", errOut)
+	}
+	for end := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		s := r.status("--lock-backend", "redis", "--slots", strconv.Itoa(slots))
+		if s.Jobs.Done == jobs && s.Jobs.Waiting == 0 && s.Jobs.Pending == 0 {
+			break
+		}
+		if time.Now().After(end) {
+			close(quit)
+			<-sampled
+			r.mu.Lock()
+			for _, p := range r.procs {
+				if done, code := p.exited(); done && code != 0 {
+					t.Logf("exit %d: %s", code, p.log())
+				}
+			}
+			r.mu.Unlock()
+			t.Fatalf("the queue did not drain in 60s: %+v", *s.Jobs)
+		}
+	}
+	for _, stop := range stops {
+		stop()
+	}
+	time.Sleep(time.Second) // the last candidates set up their signal handlers
+	close(quit)
+	<-sampled
+	if m := most.Load(); m > slots || m < 1 {
+		t.Errorf("at most %d run leases held at once (sampled from Redis), want 1..%d", m, slots)
+	}
+
+	type ev struct {
+		at    int64
+		start bool
+	}
+	var evs []ev
+	hosts, fences := map[string]int{}, map[string]bool{}
+	lines := readLines(t, events)
+	ended := map[string]bool{} // pids of jobs that wrote their end
+	for _, l := range lines {
+		if f := strings.Fields(l); f[0] == "e" {
+			ended[f[len(f)-1]] = true
+		}
+	}
+	killed := 0
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if len(f) < 5 {
+			t.Fatalf("job record %q: BATON_HOST or BATON_FENCE missing", l)
+		}
+		if f[0] == "s" && !ended[f[len(f)-1]] {
+			// Killed mid-job (its holder fenced itself): it never wrote
+			// its end. The leases sampled from Redis still cover it.
+			killed++
+			continue
+		}
+		at, _ := strconv.ParseInt(f[1], 10, 64)
+		evs = append(evs, ev{at, f[0] == "s"})
+		if f[0] == "s" {
+			hosts[f[2]]++
+			fences[f[3]] = true
+			if !strings.HasPrefix(f[4], "fleet/run-") {
+				t.Errorf("job ran as consumer %q, want fleet/run-i (the slot, not the host)", f[4])
+			}
+		}
+	}
+	sort.Slice(evs, func(i, j int) bool { return evs[i].at < evs[j].at || evs[i].at == evs[j].at && !evs[i].start })
+	running, peak := 0, 0
+	for _, e := range evs {
+		if e.start {
+			running++
+		} else {
+			running--
+		}
+		peak = max(peak, running)
+	}
+	if peak > slots {
+		t.Errorf("%d jobs ran at once across the fleet, want at most %d", peak, slots)
+	}
+	if len(hosts) < 2 {
+		t.Errorf("jobs ran on hosts %v: want the slots shared by more than one host", hosts)
+	}
+	t.Logf("jobs per host %v; %d tenures (fencing tokens); at most %d leases held at once; at most %d jobs at once; %d killed mid-job", hosts, len(fences), most.Load(), peak, killed)
+
+	r.drainAll(0)
+}
+
+// drainAll sends SIGTERM to every baton the rig started, from the from-th
+// on, that is still running, and wants each to exit 0.
+func (r *rig) drainAll(from int) {
+	r.t.Helper()
+	r.mu.Lock()
+	ps := append([]*process(nil), r.procs[from:]...)
+	r.mu.Unlock()
+	for _, p := range ps {
+		if done, _ := p.exited(); !done {
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	for _, p := range ps {
+		code := p.wait(r.t, 20*time.Second)
+		// Killed by the SIGTERM before it set up its handler: a candidate
+		// that had not logged a line yet.
+		early := code == -1 && p.log() == ""
+		if code != 0 && !early {
+			r.t.Errorf("exit %d: %s", code, p.log())
+		}
+	}
+}
+
+// published counts the leases whose holder has published its record: it is
+// connected and working.
+func published(rs []lock.Record) (n int) {
+	for _, r := range rs {
+		if r.Held && !r.NoRecord && !r.Until.IsZero() {
+			n++
+		}
+	}
+	return n
+}
+
+func heldRecs(rs []lock.Record) (n int) {
+	for _, r := range rs {
+		if r.Held {
+			n++
+		}
+	}
+	return n
+}
+
+// TestFleetSelfFence: a holder whose host is cut off from Redis (a
+// blackholed proxy) kills its job and exits by its renew deadline, before
+// its lease expires; once the lease expires a holder on another host takes
+// the slot and replays the job, which the slot (not the host) left pending.
+func TestFleetSelfFence(t *testing.T) {
+	r := newRig(t)
+	px, err := faultproxy.Start(r.redis.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	events := filepath.Join(r.dir, "events")
+	job := r.script("job.sh", `cat >/dev/null
+echo "start $BATON_HOST $BATON_FENCE $$" >> `+events+`
+if [ "$BATON_HOST" = cut ]; then sleep 60; fi
+echo "end $BATON_HOST" >> `+events+"\n")
+	const ttl = 1500 * time.Millisecond
+	common := []string{"--slots", "1", "--standby-slots", "0", "--lease-ttl", ttl.String(), "--lease-renew", "200ms",
+		"--lifetime", "1m", "--redis-down-exit", "1m", "--", job}
+	cut := r.start(r.fleetArgs("cut", append([]string{"--redis-url", "redis://" + px.Addr + "/0"}, common...)...)...)
+	eventually(t, 10*time.Second, "the holder on host cut takes the lease", func() bool { return published(r.leases("default", 1)) == 1 })
+	if _, errOut, code := r.baton("enqueue", "x"); code != 0 {
+		t.Fatal(errOut)
+	}
+	var jobPID int
+	eventually(t, 10*time.Second, "the job starts on host cut", func() bool {
+		l := readLines(t, events)
+		if len(l) == 0 {
+			return false
+		}
+		jobPID, _ = strconv.Atoi(strings.Fields(l[0])[3])
+		return true
+	})
+	px.Blackhole(true)
+	at := time.Now()
+	code := cut.wait(t, 2*ttl)
+	fenced := time.Since(at)
+	lease := r.leases("default", 1)[0]
+	if code != 1 || !strings.Contains(cut.log(), "renew deadline") {
+		t.Fatalf("cut-off holder: exit %d, want 1 with the renew deadline in its log:\n%s", code, cut.log())
+	}
+	if !lease.Held || lease.Host != "cut" {
+		t.Fatalf("the lease expired before the holder fenced itself (%s after the cut): %+v", fenced, lease)
+	}
+	eventually(t, 2*time.Second, "the cut-off holder's job is gone", func() bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", jobPID))
+		return err != nil || strings.Contains(string(b), ") Z ")
+	})
+	t.Logf("cut-off holder exited %s after the cut, its lease had %s left", fenced, lease.ExpiresIn)
+
+	// Another host takes the slot once the lease expires and replays the job.
+	stop := r.cron(200*time.Millisecond, r.fleetArgs("other", common...)...)
+	defer stop()
+	eventually(t, 10*time.Second, "host other replays the job", func() bool {
+		s := r.status("--lock-backend", "redis", "--slots", "1", "--standby-slots", "0")
+		return s.Jobs.Done == 1 && s.Jobs.Pending == 0
+	})
+	l := readLines(t, events)
+	if len(l) != 3 || !strings.HasPrefix(l[1], "start other") || l[2] != "end other" {
+		t.Errorf("job records %q: want the job started on cut, then run on other", l)
+	}
+	stop()
+	px.Blackhole(false)
+	time.Sleep(500 * time.Millisecond) // the last candidates set up their signal handlers
+	r.drainAll(1)
+}
+
+// TestFleetPausedHolderIsFenced: a holder stopped (SIGSTOP) mid-job past its
+// lease TTL loses the slot to a holder on another host, which runs the job
+// again and acknowledges it; resumed, the stopped holder writes nothing (its
+// writes are fenced, or its renew deadline, judged on the boot clock, has
+// already passed) and exits 1.
+func TestFleetPausedHolderIsFenced(t *testing.T) {
+	r := newRig(t)
+	events := filepath.Join(r.dir, "events")
+	job := r.script("job.sh", `cat >/dev/null
+echo "start $BATON_HOST $BATON_FENCE" >> `+events+`
+if [ "$BATON_HOST" = paused ]; then sleep 0.5; fi
+echo "end $BATON_HOST $BATON_FENCE" >> `+events+"\n")
+	const ttl = 1500 * time.Millisecond
+	common := []string{"--slots", "1", "--standby-slots", "0", "--lease-ttl", ttl.String(), "--lease-renew", "200ms", "--lifetime", "1m", "--", job}
+	paused := r.start(r.fleetArgs("paused", common...)...)
+	eventually(t, 10*time.Second, "the holder on host paused takes the lease", func() bool { return published(r.leases("default", 1)) == 1 })
+	if _, errOut, code := r.baton("enqueue", "x"); code != 0 {
+		t.Fatal(errOut)
+	}
+	eventually(t, 10*time.Second, "the job starts on host paused", func() bool { return len(readLines(t, events)) > 0 })
+	_ = paused.cmd.Process.Signal(syscall.SIGSTOP)
+	stop := r.cron(200*time.Millisecond, r.fleetArgs("other", common...)...)
+	defer stop()
+	eventually(t, 10*time.Second, "host other runs the job again and acknowledges it", func() bool {
+		s := r.status("--lock-backend", "redis", "--slots", "1", "--standby-slots", "0")
+		return s.Jobs.Done == 1 && s.Jobs.Pending == 0
+	})
+	stop()
+	_ = paused.cmd.Process.Signal(syscall.SIGCONT)
+	if code := paused.wait(t, 5*time.Second); code != 1 {
+		t.Fatalf("resumed holder exit %d, want 1:\n%s", code, paused.log())
+	}
+	t.Logf("resumed holder: %s", lastLine(paused.log()))
+	if !strings.Contains(paused.log(), "fenced") && !strings.Contains(paused.log(), "renew deadline") {
+		t.Errorf("resumed holder's log says neither fenced nor renew deadline:\n%s", paused.log())
+	}
+	if s := r.status("--lock-backend", "redis", "--slots", "1", "--standby-slots", "0"); s.Jobs.Done != 1 || s.Jobs.Pending != 0 || s.Jobs.Waiting != 0 {
+		t.Errorf("after the resumed holder left: %+v, want 1 done, nothing pending", *s.Jobs)
+	}
+	l := readLines(t, events)
+	var fences []string
+	for _, e := range l {
+		if f := strings.Fields(e); f[0] == "start" {
+			fences = append(fences, f[1]+":"+f[2])
+		}
+	}
+	if len(fences) != 2 || !strings.HasPrefix(fences[0], "paused:") || !strings.HasPrefix(fences[1], "other:") {
+		t.Fatalf("job starts %v, want one on paused then one on other", fences)
+	}
+	a, _ := strconv.Atoi(strings.SplitN(fences[0], ":", 2)[1])
+	b, _ := strconv.Atoi(strings.SplitN(fences[1], ":", 2)[1])
+	if b <= a {
+		t.Errorf("new holder's token %d not above the paused one's %d", b, a)
+	}
+	time.Sleep(500 * time.Millisecond) // the last candidates set up their signal handlers
+	r.drainAll(1)
+}
+
+func lastLine(s string) string {
+	l := strings.Split(strings.TrimSpace(s), "\n")
+	return l[len(l)-1]
+}
+
+// TestFleetMaxPerHost: a candidate on a host that already holds max_per_host
+// slots exits 0 without asking Redis (here it could not: its Redis URL
+// points nowhere), while a host with room takes a lease.
+func TestFleetMaxPerHost(t *testing.T) {
+	r := newRig(t)
+	job := r.script("job.sh", "cat >/dev/null\n")
+	common := []string{"--slots", "3", "--standby-slots", "0", "--max-per-host", "1", "--lifetime", "1m", "--", job}
+	r.start(r.fleetArgs("h1", common...)...)
+	eventually(t, 10*time.Second, "h1 holds a lease", func() bool { return published(r.leases("default", 3)) == 1 })
+	out, errOut, code := r.baton(r.fleetArgs("h1", append([]string{"--redis-url", "redis://127.0.0.1:1/0"}, common...)...)...)
+	if code != 0 || out != "" || errOut != "" {
+		t.Fatalf("a candidate on a full host: exit %d, stdout %q, stderr %q; want exit 0, silent, without Redis", code, out, errOut)
+	}
+	r.start(r.fleetArgs("h2", common...)...)
+	eventually(t, 10*time.Second, "h2 holds a lease too", func() bool { return published(r.leases("default", 3)) == 2 })
+	r.drainAll(0)
+}

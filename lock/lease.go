@@ -1,0 +1,401 @@
+package lock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sys/unix"
+)
+
+// LeaseOptions are a lease set's timings and the holder's identity.
+type LeaseOptions struct {
+	// Host names this machine in lease records (BATON_HOST). Default: the hostname.
+	Host string
+	// TTL is how long a grant or a renewal lasts on Redis' clock. Default 15s.
+	TTL time.Duration
+	// Renew is the time between renewals. Default 2s.
+	Renew time.Duration
+	// Deadline is the renew deadline: a holder whose last successful
+	// renewal was sent longer ago than this (on its own boot clock, time
+	// suspended included) closes Lost. Must be below TTL, so the holder
+	// stops before its lease can be granted again. Default 2/3 of TTL.
+	Deadline time.Duration
+}
+
+// DeadlineFor is the default renew deadline for a lease TTL: two thirds of it
+// (10s for the default 15s, as Kubernetes leader election's 15s/10s/2s).
+func DeadlineFor(ttl time.Duration) time.Duration { return ttl * 2 / 3 }
+
+// ErrLeaseOrder is the error of timings out of the safe order TTL > renew
+// deadline > renew interval.
+var ErrLeaseOrder = errors.New("lease timings out of order")
+
+// CheckLeaseOrder reports timings that do not keep TTL > deadline > renew,
+// each with the numbers: a renew deadline at or past the TTL lets a holder
+// act after its lease went to someone else; a renew interval at or past the
+// deadline fences a holder that misses nothing.
+func CheckLeaseOrder(ttl, deadline, renew time.Duration) error {
+	switch {
+	case renew <= 0:
+		return fmt.Errorf("%w: lease_renew %s must be positive", ErrLeaseOrder, renew)
+	case deadline >= ttl:
+		return fmt.Errorf("%w: renew deadline %s must be below lease_ttl %s, or a holder that cannot renew may still run jobs after its lease was granted to another", ErrLeaseOrder, deadline, ttl)
+	case renew >= deadline:
+		return fmt.Errorf("%w: lease_renew %s must be below the renew deadline %s (2/3 of lease_ttl %s), or one late renewal fences a healthy holder", ErrLeaseOrder, renew, deadline, ttl)
+	}
+	return nil
+}
+
+// LeaseSet is a Set of Redis leases shared by every host using the same
+// Redis and queue: baton:{queue}:lease:<role>:<i>, all under the queue's hash
+// tag. Grants carry a fencing token from one counter per queue
+// (baton:{queue}:lease:fence), so tokens only grow, per slot and overall.
+type LeaseSet struct {
+	rdb         redis.UniversalClient
+	queue, role string
+	n           int
+	keys        []string
+	fence       string
+	channel     string
+	opt         LeaseOptions
+	pid         int
+}
+
+var (
+	_ Set     = (*LeaseSet)(nil)
+	_ Watcher = (*LeaseSet)(nil)
+	_ Fencer  = (*leaseSlot)(nil)
+)
+
+// Fencer is a Slot whose writes can be fenced: Fence is the Redis key of its
+// lease and the fencing token of this tenure. A script that writes for the
+// holder checks, in the same call, that the lease still carries the token
+// and has not expired.
+type Fencer interface {
+	Fence() (key string, token int64)
+}
+
+// LeaseKey is the Redis key of slot i's lease of role in queue.
+func LeaseKey(queue, role string, i int) string {
+	return "baton:{" + queue + "}:lease:" + role + ":" + strconv.Itoa(i)
+}
+
+// FenceKey is the Redis key of queue's fencing counter.
+func FenceKey(queue string) string { return "baton:{" + queue + "}:lease:fence" }
+
+// NewLeaseSet describes a set of n leases; it touches nothing in Redis.
+func NewLeaseSet(rdb redis.UniversalClient, queue, role string, n int, opt LeaseOptions) (*LeaseSet, error) {
+	if role != RoleRun && role != RoleStandby {
+		return nil, fmt.Errorf("lock: unknown role %q", role)
+	}
+	if n < 1 {
+		return nil, fmt.Errorf("lock: %s set of %d slots", role, n)
+	}
+	if opt.Host == "" {
+		opt.Host, _ = os.Hostname()
+	}
+	if opt.TTL <= 0 {
+		opt.TTL = 15 * time.Second
+	}
+	if opt.Renew <= 0 {
+		opt.Renew = 2 * time.Second
+	}
+	if opt.Deadline <= 0 {
+		opt.Deadline = DeadlineFor(opt.TTL)
+	}
+	if err := CheckLeaseOrder(opt.TTL, opt.Deadline, opt.Renew); err != nil {
+		return nil, err
+	}
+	s := &LeaseSet{rdb: rdb, queue: queue, role: role, n: n, fence: FenceKey(queue),
+		channel: "baton:{" + queue + "}:lease:" + role + ":freed", opt: opt, pid: os.Getpid()}
+	for i := 0; i < n; i++ {
+		s.keys = append(s.keys, LeaseKey(queue, role, i))
+	}
+	return s, nil
+}
+
+// Size implements Set.
+func (s *LeaseSet) Size() int { return s.n }
+
+// Options are the set's timings and host, defaults filled in.
+func (s *LeaseSet) Options() LeaseOptions { return s.opt }
+
+// call bounds one lease call by the renew deadline: past it the answer is
+// of no use.
+func (s *LeaseSet) call() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), s.opt.Deadline)
+}
+
+// TryAcquire implements Set: one script call tries every lease, from a
+// random one. A reply lost after a grant leaves a lease that nobody renews:
+// it expires after TTL.
+func (s *LeaseSet) TryAcquire() (Slot, bool, error) {
+	ctx, cancel := s.call()
+	defer cancel()
+	owner := newOwner()
+	sent := boottime()
+	keys := append([]string{s.fence}, s.keys...)
+	v, err := runScript(ctx, s.rdb, acquireScript, keys,
+		s.opt.TTL.Milliseconds(), owner, s.opt.Host, s.pid, mrand.IntN(s.n)).Slice()
+	if err != nil {
+		return nil, false, fmt.Errorf("acquire %s lease: %w", s.role, err)
+	}
+	i := toInt(v[0])
+	if i < 0 {
+		return nil, false, nil
+	}
+	sl := &leaseSlot{set: s, i: int(i), key: s.keys[i], owner: owner, token: toInt(v[1]),
+		since: time.UnixMilli(toInt(v[2])), lost: make(chan struct{}), stop: make(chan struct{})}
+	sl.okAt.Store(int64(sent))
+	if prev, _ := v[4].(string); prev != "" {
+		var r Record
+		if json.Unmarshal([]byte(prev), &r) == nil && r.Held {
+			r.Slot = sl.i
+			sl.prev = &r
+		}
+	}
+	sl.start()
+	return sl, true, nil
+}
+
+// Records implements Set: every lease at one instant of Redis' clock, in one
+// call. Since is the grant time and ExpiresIn the time left, both on Redis'
+// clock; an expired lease reads as free.
+func (s *LeaseSet) Records() ([]Record, error) {
+	ctx, cancel := s.call()
+	defer cancel()
+	v, err := runScript(ctx, s.rdb, recordsScript, s.keys).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("read %s leases: %w", s.role, err)
+	}
+	now := toInt(v[0])
+	out := make([]Record, s.n)
+	for i := range out {
+		f := v[1+6*i : 7+6*i]
+		exp := toInt(f[5])
+		if f[5] == nil || exp <= now {
+			out[i] = Record{Slot: i}
+			continue
+		}
+		var r Record
+		if rec, _ := f[0].(string); rec == "" || json.Unmarshal([]byte(rec), &r) != nil {
+			r = Record{NoRecord: true}
+		}
+		r.Slot, r.Held, r.Role = i, true, s.role
+		r.Fence = toInt(f[1])
+		r.Host, _ = f[2].(string)
+		r.PID = int(toInt(f[3]))
+		r.Since = time.UnixMilli(toInt(f[4]))
+		r.ExpiresIn = time.Duration(exp-now) * time.Millisecond
+		out[i] = r
+	}
+	return out, nil
+}
+
+// Watch implements Watcher with Redis pub/sub: a holder that releases its
+// lease publishes on the set's channel, so a standby on any host wakes at
+// once. A lease that expires publishes nothing: callers poll too.
+func (s *LeaseSet) Watch() (<-chan struct{}, func(), error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ps := s.rdb.Subscribe(ctx, s.channel)
+	if _, err := ps.Receive(ctx); err != nil { // the subscription is in place
+		cancel()
+		_ = ps.Close()
+		return nil, nil, err
+	}
+	c := make(chan struct{}, 1)
+	msgs := ps.Channel()
+	go func() {
+		for range msgs {
+			select {
+			case c <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return c, func() { cancel(); _ = ps.Close() }, nil
+}
+
+// leaseSlot is one held lease. Its renew and watchdog goroutines are
+// started by TryAcquire and stopped by Release.
+type leaseSlot struct {
+	set   *LeaseSet
+	i     int
+	key   string
+	owner string
+	token int64
+	since time.Time
+	prev  *Record
+	okAt  atomic.Int64 // boot clock (ns) when the last successful grant or renewal was sent
+
+	lost     chan struct{} // closed once by lose
+	lostOnce sync.Once
+	why      atomic.Pointer[string]
+	stop     chan struct{} // closed by Release
+	wg       sync.WaitGroup
+	once     sync.Once
+}
+
+func (sl *leaseSlot) Index() int            { return sl.i }
+func (sl *leaseSlot) Name() string          { return sl.set.role + "-" + strconv.Itoa(sl.i) }
+func (sl *leaseSlot) Lost() <-chan struct{} { return sl.lost }
+func (sl *leaseSlot) Inherited() *Record    { return sl.prev }
+
+// Fence implements Fencer.
+func (sl *leaseSlot) Fence() (string, int64) { return sl.key, sl.token }
+
+// LostReason says why Lost closed ("" while held).
+func (sl *leaseSlot) LostReason() string {
+	if p := sl.why.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// Publish implements Slot: the record goes into the lease, if still ours.
+func (sl *leaseSlot) Publish(r Record) error {
+	r.Slot, r.Held = sl.i, true
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := sl.set.call()
+	defer cancel()
+	n, err := runScript(ctx, sl.set.rdb, publishScript, []string{sl.key}, sl.owner, b).Int64()
+	if err != nil {
+		return fmt.Errorf("publish %s record: %w", sl.Name(), err)
+	}
+	if n == 0 {
+		return fmt.Errorf("publish %s record: the lease is no longer ours", sl.Name())
+	}
+	return nil
+}
+
+// Release implements Slot: it stops renewing and deletes the lease if it is
+// still ours. Safe to call twice.
+func (sl *leaseSlot) Release() error {
+	var err error
+	sl.once.Do(func() {
+		close(sl.stop)
+		sl.wg.Wait()
+		ctx, cancel := sl.set.call()
+		defer cancel()
+		err = runScript(ctx, sl.set.rdb, releaseScript, []string{sl.key}, sl.owner, sl.set.channel).Err()
+	})
+	return err
+}
+
+// start starts the renewer, which renews every Renew (retrying sooner after
+// an error), and the watchdog, which closes lost once the last successful
+// renewal was sent more than Deadline ago on the boot clock: CLOCK_BOOTTIME
+// counts time suspended, so a holder resumed after a pause finds its
+// deadline passed at its first look.
+func (sl *leaseSlot) start() {
+	opt := sl.set.opt
+	sl.wg.Add(2)
+	go func() {
+		defer sl.wg.Done()
+		wait := opt.Renew
+		for {
+			select {
+			case <-sl.stop:
+				return
+			case <-sl.lost:
+				return
+			case <-time.After(wait):
+			}
+			sent := boottime()
+			ctx, cancel := sl.set.call()
+			exp, err := runScript(ctx, sl.set.rdb, renewScript, []string{sl.key}, sl.owner, opt.TTL.Milliseconds()).Int64()
+			cancel()
+			switch {
+			case err != nil:
+				wait = min(opt.Renew, max(opt.Deadline/10, 50*time.Millisecond))
+			case exp == 0:
+				sl.lose("lease lost: expired or taken by another holder")
+				return
+			default:
+				if int64(sent) > sl.okAt.Load() {
+					sl.okAt.Store(int64(sent))
+				}
+				wait = opt.Renew
+			}
+		}
+	}()
+	go func() {
+		defer sl.wg.Done()
+		tick := min(opt.Renew/4, 50*time.Millisecond)
+		t := time.NewTicker(tick)
+		defer t.Stop()
+		for {
+			select {
+			case <-sl.stop:
+				return
+			case <-t.C:
+			}
+			if boottime()-time.Duration(sl.okAt.Load()) >= opt.Deadline {
+				sl.lose(fmt.Sprintf("renew deadline %s passed without a renewal (lease_ttl %s)", opt.Deadline, opt.TTL))
+				return
+			}
+		}
+	}()
+}
+
+func (sl *leaseSlot) lose(why string) {
+	sl.lostOnce.Do(func() {
+		sl.why.Store(&why)
+		close(sl.lost)
+	})
+}
+
+// boottime is CLOCK_BOOTTIME: monotonic, and counting time suspended.
+func boottime() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return time.Duration(time.Now().UnixNano()) // cannot happen on Linux ≥ 2.6.39
+	}
+	return time.Duration(ts.Nano())
+}
+
+func newOwner() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// toInt reads a script's integer or numeric string reply; 0 for anything else.
+func toInt(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case string:
+		n, _ := strconv.ParseInt(x, 10, 64)
+		return n
+	}
+	return 0
+}
+
+// runScript runs s by EVALSHA, loading it again when Redis lost it (a
+// restart, SCRIPT FLUSH).
+func runScript(ctx context.Context, rdb redis.Scripter, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	cmd := s.EvalSha(ctx, rdb, keys, args...)
+	if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		if lerr := s.Load(ctx, rdb).Err(); lerr != nil {
+			return cmd
+		}
+		cmd = s.EvalSha(ctx, rdb, keys, args...)
+	}
+	return cmd
+}

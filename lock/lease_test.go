@@ -1,0 +1,243 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/baton-run/baton/internal/faultproxy"
+	"github.com/baton-run/baton/internal/redistest"
+	"github.com/baton-run/baton/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+func leaseSet(tb testing.TB, rdb redis.UniversalClient, host, role string, n int, opt lock.LeaseOptions) *lock.LeaseSet {
+	tb.Helper()
+	opt.Host = host
+	s, err := lock.NewLeaseSet(rdb, "q", role, n, opt)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+// Many candidates on three hosts race for 3 leases: exactly 3 win, with
+// distinct tokens, and Records shows each with its host and pid.
+func TestLeaseAtMostN(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	var mu sync.Mutex
+	var won []lock.Slot
+	var wg sync.WaitGroup
+	for c := 0; c < 30; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := leaseSet(t, rdb, "host"+strconv.Itoa(c%3), lock.RoleRun, 3, lock.LeaseOptions{})
+			sl, ok, err := s.TryAcquire()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if ok {
+				mu.Lock()
+				won = append(won, sl)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(won) != 3 {
+		t.Fatalf("%d winners of 3 leases", len(won))
+	}
+	seen := map[int64]bool{}
+	for _, sl := range won {
+		_, tok := sl.(lock.Fencer).Fence()
+		if seen[tok] || tok < 1 {
+			t.Errorf("token %d repeated or not positive", tok)
+		}
+		seen[tok] = true
+	}
+	rs, err := leaseSet(t, rdb, "x", lock.RoleRun, 3, lock.LeaseOptions{}).Records()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if !r.Held || r.Host == "" || r.PID == 0 || r.Fence < 1 || r.ExpiresIn <= 0 || r.ExpiresIn > 15*time.Second || r.Since.IsZero() {
+			t.Errorf("record %+v: want held with host, pid, fence, expiry, since", r)
+		}
+	}
+	for _, sl := range won {
+		if err := sl.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs, _ = leaseSet(t, rdb, "x", lock.RoleRun, 3, lock.LeaseOptions{}).Records()
+	for _, r := range rs {
+		if r.Held {
+			t.Errorf("slot %d still held after release", r.Slot)
+		}
+	}
+}
+
+// Renewals keep a lease past its TTL; a release frees it at once and wakes
+// watchers; every grant of a slot has a larger token than the one before.
+func TestLeaseRenewReleaseTokens(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	opt := lock.LeaseOptions{TTL: 300 * time.Millisecond, Renew: 50 * time.Millisecond}
+	a := leaseSet(t, rdb, "a", lock.RoleRun, 1, opt)
+	b := leaseSet(t, rdb, "b", lock.RoleRun, 1, opt)
+	changed, stop, err := b.Watch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	var last int64
+	for round := 0; round < 3; round++ {
+		sl, ok, err := a.TryAcquire()
+		if err != nil || !ok {
+			t.Fatalf("round %d: acquire: %v %v", round, ok, err)
+		}
+		if _, tok := sl.(lock.Fencer).Fence(); tok <= last {
+			t.Fatalf("round %d: token %d after %d", round, tok, last)
+		} else {
+			last = tok
+		}
+		if err := sl.Publish(lock.Record{PID: 42, Host: "a", Token: "t" + strconv.Itoa(round)}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * opt.TTL) // renewed meanwhile
+		if _, ok, err := b.TryAcquire(); ok || err != nil {
+			t.Fatalf("round %d: b took a renewed lease (%v, %v)", round, ok, err)
+		}
+		select {
+		case <-sl.Lost():
+			t.Fatalf("round %d: a healthy lease was lost", round)
+		default:
+		}
+		for len(changed) > 0 {
+			<-changed
+		}
+		if err := sl.Release(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-changed:
+		case <-time.After(2 * time.Second):
+			t.Fatalf("round %d: no wake-up after release", round)
+		}
+		if sl.Inherited() != nil {
+			t.Errorf("round %d: inherited a cleanly released lease", round)
+		}
+	}
+}
+
+// A lease whose holder stopped renewing is free once Redis' clock passes its
+// expiry: the next holder gets a larger token and the old record, and the
+// old holder's next renewal finds the lease gone and closes Lost.
+func TestLeaseExpiry(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	opt := lock.LeaseOptions{TTL: 300 * time.Millisecond, Renew: 100 * time.Millisecond}
+	a := leaseSet(t, rdb, "a", lock.RoleRun, 1, opt)
+	old, ok, err := a.TryAcquire()
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	_ = old.Publish(lock.Record{PID: 7, Token: "old"})
+	// Make the lease expired on Redis' clock, as if its holder had stopped.
+	if err := rdb.HSet(context.Background(), lock.LeaseKey("q", lock.RoleRun, 0), "expires", 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	sl, ok, err := leaseSet(t, rdb, "b", lock.RoleRun, 1, opt).TryAcquire()
+	if err != nil || !ok {
+		t.Fatal("expired lease not granted", ok, err)
+	}
+	defer sl.Release()
+	_, t1 := old.(lock.Fencer).Fence()
+	_, t2 := sl.(lock.Fencer).Fence()
+	if t2 <= t1 {
+		t.Errorf("token %d after %d", t2, t1)
+	}
+	if p := sl.Inherited(); p == nil || p.Token != "old" {
+		t.Errorf("inherited %+v, want the old holder's record", p)
+	}
+	select {
+	case <-old.Lost():
+	case <-time.After(2 * time.Second):
+		t.Fatal("old holder did not see its lease taken")
+	}
+	_ = old.Release() // not ours any more: deletes nothing
+	if rs, _ := a.Records(); !rs[0].Held || rs[0].Host != "b" {
+		t.Errorf("after the old holder's release: %+v, want b's lease", rs[0])
+	}
+}
+
+// A holder cut off from Redis (a blackholed connection) closes Lost by its
+// renew deadline, before its lease expires on Redis' clock.
+func TestLeaseRenewDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	px, err := faultproxy.Start(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	cut := redis.NewClient(&redis.Options{Addr: px.Addr, ReadTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	defer cut.Close()
+	opt := lock.LeaseOptions{TTL: 900 * time.Millisecond, Renew: 100 * time.Millisecond}
+	sl, ok, err := leaseSet(t, cut, "a", lock.RoleRun, 1, opt).TryAcquire()
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	defer sl.Release()
+	time.Sleep(2 * opt.TTL) // healthy meanwhile
+	select {
+	case <-sl.Lost():
+		t.Fatal("lost while healthy")
+	default:
+	}
+	direct := leaseSet(t, srv.Client(), "b", lock.RoleRun, 1, opt)
+	px.Blackhole(true)
+	cutAt := time.Now()
+	select {
+	case <-sl.Lost():
+	case <-time.After(3 * opt.TTL):
+		t.Fatal("no self-fence while cut off")
+	}
+	fenced := time.Since(cutAt)
+	rs, err := direct.Records()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rs[0].Held {
+		t.Fatalf("lease already expired when the holder fenced itself (after %s)", fenced)
+	}
+	if fenced >= opt.TTL {
+		t.Errorf("fenced after %s, not before the TTL %s", fenced, opt.TTL)
+	}
+	t.Logf("fenced %s after the cut; lease had %s left", fenced, rs[0].ExpiresIn)
+}
+
+func TestLeaseOrder(t *testing.T) {
+	for _, c := range []struct {
+		ttl, deadline, renew time.Duration
+		ok                   bool
+	}{
+		{15 * time.Second, 10 * time.Second, 2 * time.Second, true},
+		{15 * time.Second, 15 * time.Second, 2 * time.Second, false},
+		{3 * time.Second, 2 * time.Second, 2 * time.Second, false},
+		{3 * time.Second, 2 * time.Second, 0, false},
+	} {
+		err := lock.CheckLeaseOrder(c.ttl, c.deadline, c.renew)
+		if (err == nil) != c.ok || err != nil && !errors.Is(err, lock.ErrLeaseOrder) {
+			t.Errorf("%v/%v/%v: %v", c.ttl, c.deadline, c.renew, err)
+		}
+	}
+	if _, err := lock.NewLeaseSet(nil, "q", lock.RoleRun, 1, lock.LeaseOptions{TTL: 3 * time.Second, Renew: 2 * time.Second}); err == nil {
+		t.Error("renew 2s with a 2s deadline accepted")
+	}
+}

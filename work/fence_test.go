@@ -1,0 +1,110 @@
+package work
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/baton-run/baton/internal/redistest"
+	"github.com/baton-run/baton/lock"
+)
+
+// A holder whose lease is taken over mid-job (its lease expired and another
+// holder was granted it, with a larger token): its ack, or its retry, is
+// fenced by Redis and does nothing; the entry stays pending for the slot's
+// new holder. With the lease intact the same writes go through, and every
+// job carries the token.
+func TestFencedWrites(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		takeOver bool
+		fail     bool
+	}{
+		{"ack, lease intact", false, false},
+		{"ack after takeover", true, false},
+		{"retry after takeover", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			rdb := srv.Client()
+			opt := lock.LeaseOptions{Host: "a", TTL: 10 * time.Second, Renew: time.Second}
+			set, err := lock.NewLeaseSet(rdb, "q", lock.RoleRun, 1, opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sl, ok, err := set.TryAcquire()
+			if err != nil || !ok {
+				t.Fatal(ok, err)
+			}
+			defer sl.Release()
+			key, token := sl.(lock.Fencer).Fence()
+			enqueue(t, rdb, "q", 1)
+			var ran atomic.Int64
+			var seen atomic.Int64
+			h := HandlerFunc(func(ctx context.Context, j *Job) error {
+				seen.Store(j.Fence)
+				if tc.takeOver {
+					rdb.HSet(ctx, key, "expires", 1) // expired on Redis' clock
+					other, _ := lock.NewLeaseSet(rdb, "q", lock.RoleRun, 1, lock.LeaseOptions{Host: "b"})
+					if s, ok, err := other.TryAcquire(); err != nil || !ok {
+						t.Errorf("takeover: %v %v", ok, err)
+					} else {
+						t.Cleanup(func() { _ = s.Release() })
+					}
+				}
+				ran.Add(1)
+				if tc.fail {
+					return errors.New("boom")
+				}
+				return nil
+			})
+			c := testConfig(rdb, h)
+			c.Consumer = "fleet/run-0"
+			c.Fence = &Fence{Key: key, Token: token}
+			st := new(Stats)
+			var after time.Time
+			_ = runUntil(t, c, st, func() bool {
+				if ran.Load() == 0 {
+					return false
+				}
+				if after.IsZero() {
+					after = time.Now()
+				}
+				return st.Done.Load() == 1 || time.Since(after) > 500*time.Millisecond
+			})
+			if seen.Load() != token {
+				t.Errorf("Job.Fence %d, want the lease's token %d", seen.Load(), token)
+			}
+			if !tc.takeOver {
+				if st.Done.Load() != 1 {
+					t.Fatalf("done %d with the lease intact, want 1", st.Done.Load())
+				}
+				settled(t, rdb, "q")
+				return
+			}
+			if st.Done.Load() != 0 {
+				t.Errorf("a fenced ack counted %d done", st.Done.Load())
+			}
+			if n := pending(t, rdb, "q"); n != 1 {
+				t.Errorf("%d entries pending after a fenced write, want 1 (left for the new holder)", n)
+			}
+			if n := rdb.ZCard(context.Background(), KeysFor("q").Retry).Val(); n != 0 {
+				t.Errorf("a fenced retry scheduled %d jobs", n)
+			}
+			if n := rdb.XLen(context.Background(), KeysFor("q").Stream).Val(); n != 1 {
+				t.Errorf("stream holds %d entries, want the 1 pending", n)
+			}
+		})
+	}
+}
+
+func TestIsFenced(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	err := fenced[ackScript].Run(context.Background(), rdb, []string{KeysFor("q").Stream, KeysFor("q").Stats, "baton:{q}:lease:run:0"},
+		Group, 0, 0, "7").Err()
+	if !IsFenced(err) {
+		t.Fatalf("ack against a missing lease: %v, want fenced", err)
+	}
+}
