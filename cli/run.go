@@ -11,6 +11,7 @@ import (
 
 	"github.com/baton-run/baton/internal/config"
 	"github.com/baton-run/baton/internal/proc"
+	qstatus "github.com/baton-run/baton/internal/status"
 	"github.com/baton-run/baton/lock"
 	"github.com/baton-run/baton/metrics"
 	"github.com/baton-run/baton/standby"
@@ -124,12 +125,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 
 // slotSets builds the run set and, when standby_slots > 0, the standby set.
 func slotSets(cfg *config.Config) (run, sb *lock.FileSet, err error) {
-	run, err = lock.NewFileSet(cfg.LockDir, cfg.Queue, lock.RoleRun, cfg.Slots)
-	if err != nil || cfg.StandbySlots == 0 {
-		return run, nil, err
-	}
-	sb, err = lock.NewFileSet(cfg.LockDir, cfg.Queue, lock.RoleStandby, cfg.StandbySlots)
-	return run, sb, err
+	return qstatus.SlotSets(cfg)
 }
 
 // spawn starts n more candidates with our arguments, detached, so one crontab
@@ -307,6 +303,14 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 	stopPublish := publish(slot, rec, st, heal, h.log)
 	stopMetrics := h.writeMetrics()
 	defer stopMetrics()
+	warned := false // per-minute samples of the totals, for baton web's charts
+	stopSampling := work.StartSampling(h.rdb, cfg.Queue, func(err error) {
+		if !warned {
+			h.log.Warn().Err(err).Msg("cannot sample the queue's totals (baton web's charts); retrying")
+		}
+		warned = true
+	})
+	defer stopSampling()
 	h.log.Info().Time("until", until).Msg("holding run slot")
 	err := work.Run(ctx, work.Config{
 		Client: h.rdb, Queue: cfg.Queue, Consumer: consumer, Handler: handler,
