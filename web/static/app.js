@@ -2,6 +2,8 @@
 // no inline script). The pages work without it.
 'use strict';
 (function () {
+  // Says the script ran (the CSP let it); the refresh box shows only then.
+  document.documentElement.classList.add('js');
   // Refresh every 5 s while the box is ticked (remembered in this browser)
   // and nobody is typing in a form.
   var box = document.getElementById('auto-refresh');
