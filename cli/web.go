@@ -2,12 +2,9 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/baton-run/baton/internal/config"
@@ -99,25 +96,11 @@ func runWeb(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("web: listen: %w", err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second}
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	ev := log.Info().Str("url", "http://"+ln.Addr().String()+"/").Str("redis", config.RedactURL(cfg.RedisURL)).Bool("actions", o.allowActions)
-	ev.Msg("serving the dashboard")
+	log.Info().Str("url", "http://"+ln.Addr().String()+"/").Str("redis", config.RedactURL(cfg.RedisURL)).Bool("actions", o.allowActions).
+		Msg("serving the dashboard")
 	if o.allowRemote && !web.LoopbackHost(host) {
 		log.Warn().Msg("serving beyond loopback: anyone who reaches this address reads the dashboard (payloads included); put it behind a TLS proxy with authentication")
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("web: %w", err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second}
+	return serveUntilSignal(ctx, srv, ln, "web")
 }

@@ -194,6 +194,19 @@ func doneText(r *http.Request) string {
 	return ""
 }
 
+// about starts a page about one queue and one id: a bounded context, the
+// queue (?queue=, which must exist) and the id (?id=); ok is false when it
+// has answered the request already.
+func (s *server) about(w http.ResponseWriter, r *http.Request) (ctx context.Context, cancel context.CancelFunc, q, id string, ok bool) {
+	ctx, cancel = context.WithTimeout(r.Context(), requestTimeout)
+	q, _, err := s.queueOf(ctx, r, nil)
+	if err != nil {
+		s.fail(w, http.StatusNotFound, err)
+		return ctx, cancel, "", "", false
+	}
+	return ctx, cancel, q, strings.TrimSpace(r.FormValue("id")), true
+}
+
 type jobPage struct {
 	page
 	ID  string
@@ -202,19 +215,18 @@ type jobPage struct {
 }
 
 func (s *server) job(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	ctx, cancel, q, id, ok := s.about(w, r)
 	defer cancel()
-	q, _, err := s.queueOf(ctx, r, nil)
-	if err != nil {
-		s.fail(w, http.StatusNotFound, err)
+	if !ok {
 		return
 	}
-	id := strings.TrimSpace(r.FormValue("id"))
 	p := jobPage{page: s.page("baton · job "+id, q), ID: id}
 	status := http.StatusOK
 	if id == "" {
 		p.Err, status = "give a job id (the one baton enqueue printed, like 1700000000000-0)", http.StatusBadRequest
-	} else if p.Loc, err = work.Locate(ctx, s.o.Redis, q, id); err != nil {
+	} else if loc, err := work.Locate(ctx, s.o.Redis, q, id); err == nil {
+		p.Loc = loc
+	} else {
 		p.Err, status = err.Error(), http.StatusBadRequest
 	}
 	s.render(w, status, "job", p)
@@ -232,14 +244,11 @@ type deadPage struct {
 }
 
 func (s *server) dead(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	ctx, cancel, q, id, ok := s.about(w, r)
 	defer cancel()
-	q, _, err := s.queueOf(ctx, r, nil)
-	if err != nil {
-		s.fail(w, http.StatusNotFound, err)
+	if !ok {
 		return
 	}
-	id := strings.TrimSpace(r.FormValue("id"))
 	d, err := work.GetDead(ctx, s.o.Redis, q, id)
 	if err != nil {
 		code := http.StatusBadGateway
