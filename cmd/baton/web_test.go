@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -28,6 +29,16 @@ type webRig struct {
 func newWebRig(t *testing.T, actions bool) *webRig {
 	r := newRig(t)
 	job := r.script("job.sh", `p=$(cat); case "$p" in *script*) echo "refused: $p" >&2; exit 1;; esac; exit 0`)
+	// The holder's first sample of the totals (it takes one at start, then
+	// one a minute) comes before the jobs, so the last hour holds them all.
+	holder := r.start("run", "--queue", "q", "--slots", "2", "--standby-slots", "1", "--max-attempts", "1", "--lifetime", "1m", "--", job)
+	rdb := r.redis.Client()
+	for deadline := time.Now().Add(10 * time.Second); rdb.LLen(context.Background(), "baton:{q}:stats:minutes").Val() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the holder appended no sample of the totals in 10s\n%s", holder.log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	for i := range 20 {
 		if _, errOut, code := r.baton("enqueue", "--queue", "q", fmt.Sprintf("job-%d", i)); code != 0 {
 			t.Fatalf("enqueue: %s", errOut)
@@ -37,8 +48,7 @@ func newWebRig(t *testing.T, actions bool) *webRig {
 	if code != 0 {
 		t.Fatalf("enqueue: %s", errOut)
 	}
-	w := &webRig{rig: r, deadID: strings.TrimSpace(out)}
-	w.holder = r.start("run", "--queue", "q", "--slots", "2", "--standby-slots", "1", "--max-attempts", "1", "--lifetime", "1m", "--", job)
+	w := &webRig{rig: r, deadID: strings.TrimSpace(out), holder: holder}
 	for deadline := time.Now().Add(20 * time.Second); ; {
 		out, _, _ := r.baton("queues", "--json")
 		if strings.Contains(out, `"done": 20`) && strings.Contains(out, `"dead": 1`) {
@@ -93,7 +103,7 @@ func TestWebHTTP(t *testing.T) {
 		t.Fatalf("GET /: %d %v", res.StatusCode, res.Header)
 	}
 	pid := fmt.Sprint(w.holder.cmd.Process.Pid)
-	for _, want := range []string{`id="count-done">20<`, `id="count-dead">1<`, "<td>" + pid + "</td>", "&lt;script&gt;document.body"} {
+	for _, want := range []string{`id="count-done">20<`, `20 jobs done, 1 failed runs; mean handler time`, `id="count-dead">1<`, "<td>" + pid + "</td>", "&lt;script&gt;document.body"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("GET / lacks %q", want)
 		}
