@@ -59,10 +59,14 @@ func SampleStats(ctx context.Context, rdb redis.Scripter, q string) (bool, error
 
 // StartSampling calls SampleStats each time the minute of the local clock
 // changes (checked every second), in a goroutine that the returned func
-// stops and waits for. onErr hears each failure (the caller logs it once);
-// a failed minute is tried again the next second.
+// stops. stop waits for it at most stopWait: a call in flight to a Redis
+// that does not answer ends only at the client's read timeout (go-redis
+// ignores the context unless ContextTimeoutEnabled), and must not delay a
+// holder's exit. onErr hears each failure (the caller logs it once); a
+// failed minute is tried again the next second.
 func StartSampling(rdb redis.Scripter, q string, onErr func(error)) (stop func()) {
-	done, quit := make(chan struct{}), make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		t := time.NewTicker(time.Second)
@@ -70,24 +74,33 @@ func StartSampling(rdb redis.Scripter, q string, onErr func(error)) (stop func()
 		last := int64(-1)
 		for {
 			if m := time.Now().Unix() / 60; m != last {
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				_, err := SampleStats(ctx, rdb, q)
-				cancel()
+				cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+				_, err := SampleStats(cctx, rdb, q)
+				ccancel()
 				if err == nil {
 					last = m
-				} else if onErr != nil {
+				} else if onErr != nil && ctx.Err() == nil {
 					onErr(err)
 				}
 			}
 			select {
-			case <-quit:
+			case <-ctx.Done():
 				return
 			case <-t.C:
 			}
 		}
 	}()
-	return func() { close(quit); <-done }
+	return func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(stopWait):
+		}
+	}
 }
+
+// stopWait bounds how long stopping the sampler waits for a call in flight.
+const stopWait = 200 * time.Millisecond
 
 // Sample is the stats hash of a queue (the Stat* totals) at one minute.
 type Sample struct {

@@ -3,9 +3,12 @@ package work
 import (
 	"context"
 	"fmt"
+	"net"
 	"testing"
+	"time"
 
 	"github.com/baton-run/baton/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestSampleStats: one sample per minute of Redis's clock however often it
@@ -44,5 +47,37 @@ func TestSampleStats(t *testing.T) {
 	got, _ = ReadSamples(ctx, rdb, "s")
 	if len(got) != SamplesKept || got[len(got)-1].Stats[StatDone] != 103 || got[0].At.Unix() != 60*12 {
 		t.Errorf("%d samples kept, newest %v, oldest at %d", len(got), got[len(got)-1].Stats, got[0].At.Unix())
+	}
+}
+
+// TestStartSampling: a holder's sampler appends at once, and stops at once
+// even while Redis does not answer.
+func TestStartSampling(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	stop := StartSampling(rdb, "s", func(err error) { t.Errorf("sampling: %v", err) })
+	deadline := time.Now().Add(5 * time.Second)
+	for rdb.LLen(context.Background(), SamplesKey("s")).Val() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no sample in 5s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+
+	// A Redis that accepts connections and never answers.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	mute := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), ReadTimeout: time.Minute, MaxRetries: -1})
+	defer mute.Close()
+	stop = StartSampling(mute, "s", nil)
+	time.Sleep(200 * time.Millisecond) // the first call is in flight
+	began := time.Now()
+	stop()
+	if d := time.Since(began); d > time.Second {
+		t.Errorf("stop took %v with a call in flight", d)
 	}
 }
