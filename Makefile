@@ -7,7 +7,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 PREFIX ?= /usr/local
 
-.PHONY: all build test vet demo chaos clean release install
+.PHONY: all build test vet demo chaos clean release install test-browser screenshots
 
 all: build
 
@@ -50,6 +50,20 @@ vet:
 test: vet
 	@bash scripts/install-test-deps.sh
 	$(GO) test -race -count=1 -timeout 12m ./...
+
+# baton web in headless Chromium (installed when missing): what a person
+# sees, a hostile payload shown as text. Apart from make test because each
+# Chromium start takes seconds; .ci/run runs both.
+test-browser:
+	@bash scripts/install-test-deps.sh
+	@bash scripts/install-chromium.sh
+	$(GO) test -race -count=1 -timeout 5m -tags browser -run 'TestWeb' ./cmd/baton
+
+# Rewrites the dashboard's screenshots in docs/img (the README shows them).
+screenshots:
+	@bash scripts/install-test-deps.sh
+	@bash scripts/install-chromium.sh
+	$(GO) test -count=1 -timeout 5m -tags browser -run 'TestWebBrowser' ./cmd/baton -args -web.screenshots=$(CURDIR)/docs/img
 
 # Build, start a throwaway redis-server, enqueue jobs, fire baton run as cron
 # would, show progress and the slot table, stop Redis.

@@ -74,6 +74,7 @@ func commands() []command {
 		{name: "queues", summary: "list the queues in the Redis database with their jobs", usage: queuesUsage, flags: flagsOf(queuesFlags), run: runQueues},
 		{name: "job", summary: "say where a job is: waiting, running, retrying, dead", usage: jobUsage, flags: flagsOf(jobFlags), run: runJob},
 		{name: "metrics", summary: "print or serve the queue's Prometheus metrics", usage: metricsUsage, flags: flagsOf(metricsFlags), run: runMetrics},
+		{name: "web", summary: "serve a read-only dashboard of the queues, slots and dead letters", usage: webUsage, flags: flagsOf(webFlags), run: runWeb},
 		{name: "check", summary: "prove a config keeps its slots covered", usage: checkUsage, flags: flagsOf(checkFlags), run: runCheck},
 		{name: "simulate", summary: "measure a config's availability in a simulation", usage: simulateUsage, flags: flagsOf(simulateFlags), run: runSimulate},
 		{name: "version", summary: "print the version and build", usage: versionUsage, flags: flagsOf(versionFlags), run: runVersion},

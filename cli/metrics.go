@@ -93,15 +93,21 @@ func serveMetrics(ctx context.Context, e *env, addr string, reg *prometheus.Regi
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	fmt.Fprintf(e.Stderr, "baton: serving metrics on http://%s/metrics\n", ln.Addr())
+	return serveUntilSignal(ctx, &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln, "metrics")
+}
+
+// serveUntilSignal serves srv on ln until ctx ends or SIGTERM or SIGINT
+// comes, then shuts it down, giving requests 5s to finish. name starts its
+// errors.
+func serveUntilSignal(ctx context.Context, srv *http.Server, ln net.Listener, name string) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	fmt.Fprintf(e.Stderr, "baton: serving metrics on http://%s/metrics\n", ln.Addr())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
-		return fmt.Errorf("metrics: %w", err)
+		return fmt.Errorf("%s: %w", name, err)
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -335,6 +335,14 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 	stopPublish := publish(slot, rec, st, heal, h.log)
 	stopMetrics := h.writeMetrics()
 	defer stopMetrics()
+	warned := false // per-minute samples of the totals, for baton web's charts
+	stopSampling := work.StartSampling(h.rdb, cfg.Queue, func(err error) {
+		if !warned {
+			h.log.Warn().Err(err).Msg("cannot sample the queue's totals (baton web's charts); retrying")
+		}
+		warned = true
+	})
+	defer stopSampling()
 	h.log.Info().Time("until", until).Msg("holding run slot")
 	err := work.Run(ctx, work.Config{
 		Client: h.rdb, Queue: cfg.Queue, Consumer: consumer, Handler: handler,

@@ -4,14 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/baton-run/baton/internal/config"
-	"github.com/baton-run/baton/lock"
+	qstatus "github.com/baton-run/baton/internal/status"
 	"github.com/baton-run/baton/work"
 	"github.com/spf13/pflag"
 )
@@ -34,41 +32,12 @@ Example:
   baton status --config /etc/baton/thumbs.toml --json | jq '.jobs.waiting'
 `
 
-// slotStatus is one slot in status output.
-type slotStatus struct {
-	Slot int  `json:"slot"`
-	Held bool `json:"held"`
-	// NoRecord: the slot's lock is held (per the kernel's lock table) by PID
-	// but its record is missing or unreadable (a full disk, say).
-	NoRecord bool       `json:"no_record,omitempty"`
-	PID      int        `json:"pid,omitempty"`
-	Host     string     `json:"host,omitempty"`
-	Since    *time.Time `json:"since,omitempty"`
-	Until    *time.Time `json:"until,omitempty"`
-	JobsDone int64      `json:"jobs_done"`
-	Job      string     `json:"job,omitempty"`
-	JobSince *time.Time `json:"job_since,omitempty"`
-	// Fence and ExpiresIn (ms, on Redis' clock) are a lease's, with
-	// lock_backend redis.
-	Fence     int64 `json:"fence,omitempty"`
-	ExpiresIn int64 `json:"expires_in_ms,omitempty"`
-}
-
-type statusReport struct {
-	Queue   string       `json:"queue"`
-	Run     []slotStatus `json:"run"`
-	Standby []slotStatus `json:"standby"`
-	Jobs    *work.Counts `json:"jobs"`
-	Memory  *work.Memory `json:"redis_memory,omitempty"`
-	Rate    string       `json:"rate_limit,omitempty"`
-	// RecentRate is the jobs started per second over the last three seconds,
-	// as the rate limiter counted them; set when a limit is.
-	RecentRate *float64 `json:"recent_rate_per_second,omitempty"`
-	// Warnings are what looks wrong: a queue with no keys (a typo?), jobs
-	// waiting with no holder visible here.
-	Warnings []string `json:"warnings,omitempty"`
-	Error    string   `json:"error,omitempty"`
-}
+// slotStatus and statusReport are status's output (internal/status, shared
+// with baton web).
+type (
+	slotStatus   = qstatus.Slot
+	statusReport = qstatus.Report
+)
 
 // statusFlags builds status's flag set.
 func statusFlags() (*pflag.FlagSet, *statusOpts) {
@@ -120,104 +89,21 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 // readStatus reads the slots and the queue once. jerr is Redis failing (the
 // slots are still there); err is the lock dir failing.
 func readStatus(ctx context.Context, cfg *config.Config) (rep *statusReport, jerr, err error) {
-	rep = &statusReport{Queue: cfg.Queue, Run: []slotStatus{}, Standby: []slotStatus{}, Rate: cfg.RateLimit}
-	runSet, sbSet, err := slotSets(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	if rep.Run, err = slotsOf(runSet); err != nil {
-		return nil, nil, err
-	}
-	if sbSet != nil {
-		if rep.Standby, err = slotsOf(sbSet); err != nil {
+	rdb, cerr := connect(ctx, cfg, 1)
+	if cerr != nil {
+		rep, _, err = qstatus.Read(ctx, cfg, nil)
+		if err != nil {
 			return nil, nil, err
 		}
-	}
-	jobs, mem, others, jerr := queueCounts(ctx, cfg, rep)
-	rep.Jobs, rep.Memory = jobs, mem
-	if jerr != nil {
-		rep.Error = jerr.Error()
-	}
-	rep.Warnings = statusWarnings(cfg, rep, others)
-	return rep, jerr, nil
-}
-
-func slotsOf(s lock.Set) ([]slotStatus, error) {
-	recs, err := s.Records()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]slotStatus, len(recs))
-	for i, r := range recs {
-		out[i] = slotStatus{Slot: r.Slot, Held: r.Held, NoRecord: r.NoRecord, PID: r.PID, Host: r.Host, JobsDone: r.JobsDone, Job: r.Job,
-			Since: timePtr(r.Since), Until: timePtr(r.Until), JobSince: timePtr(r.JobSince), Fence: r.Fence, ExpiresIn: r.ExpiresIn.Milliseconds()}
-	}
-	return out, nil
-}
-
-func timePtr(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	return &t
-}
-
-// queueCounts reads the queue's counts and Redis's memory, and into rep the
-// recent rate when a rate limit is set; when the queue has no keys at all,
-// also the queues that do exist (else nil).
-func queueCounts(ctx context.Context, cfg *config.Config, rep *statusReport) (*work.Counts, *work.Memory, []string, error) {
-	rdb, err := connect(ctx, cfg, 1)
-	if err != nil {
-		return nil, nil, nil, err
+		rep.Error = cerr.Error()
+		return rep, cerr, nil
 	}
 	defer rdb.Close()
-	c, err := work.ReadCounts(ctx, rdb, cfg.Queue)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	mem, err := work.ReadMemory(ctx, rdb)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("read redis memory: %w", err)
-	}
-	if cfg.RateLimit != "" {
-		r, err := work.RecentRate(ctx, rdb, cfg.Queue)
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("read the rate: %w", err)
-		}
-		rep.RecentRate = &r
-	}
-	var others []string
-	if c.Waiting+c.Pending+c.Scheduled+c.Retrying+c.Dead == 0 && len(c.Stats) == 0 {
-		if qs, err := work.Queues(ctx, rdb); err == nil && !slices.Contains(qs, cfg.Queue) {
-			others = append(qs[:0:0], qs...)
-		}
-	}
-	return c, &mem, others, nil
+	return qstatus.Read(ctx, cfg, rdb)
 }
 
-// statusWarnings says what looks wrong in rep.
-func statusWarnings(cfg *config.Config, rep *statusReport, others []string) []string {
-	var w []string
-	if others != nil {
-		list := "none"
-		if len(others) > 0 {
-			list = strings.Join(others, ", ")
-		}
-		w = append(w, fmt.Sprintf("queue %s has no keys in this Redis database (a typo?); queues here: %s", rep.Queue, list))
-	}
-	held := 0
-	for _, s := range rep.Run {
-		if s.Held {
-			held++
-		}
-	}
-	if j := rep.Jobs; j != nil && j.Waiting+j.Pending > 0 && held == 0 {
-		w = append(w, fmt.Sprintf("%d jobs waiting or pending and no holder in %s: is cron running 'baton run'? "+
-			"Holders run by another user use another default lock dir (/tmp/baton-<uid>), and holders on other hosts are not visible here",
-			j.Waiting+j.Pending, cfg.LockDir))
-	}
-	return w
-}
+// timePtr is &t, or nil for the zero time.
+func timePtr(t time.Time) *time.Time { return qstatus.TimePtr(t) }
 
 func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 	fmt.Fprintf(w, "queue %s on %s\n", rep.Queue, config.RedactURL(cfg.RedisURL))

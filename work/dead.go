@@ -119,6 +119,19 @@ func ListDead(ctx context.Context, rdb redis.Cmdable, q, after string, n int64) 
 	return out, nil
 }
 
+// ListDeadNewest returns up to n dead letters of queue q, newest first.
+func ListDeadNewest(ctx context.Context, rdb redis.Cmdable, q string, n int64) ([]DeadLetter, error) {
+	msgs, err := rdb.XRevRangeN(ctx, KeysFor(q).Dead, "+", "-", n).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]DeadLetter, len(msgs))
+	for i, m := range msgs {
+		out[i] = toDeadLetter(m)
+	}
+	return out, nil
+}
+
 // letterID resolves id, a job's id for life or a letter's own id, to the
 // letter's id.
 func letterID(ctx context.Context, rdb redis.Cmdable, k Keys, id string) (string, error) {

@@ -173,10 +173,12 @@ func TestStatusShowsHolderWithoutRecord(t *testing.T) {
 		run := r.status().Run[0]
 		return run.Held && !run.NoRecord && run.PID == pid
 	})
+	// The lock watcher may put the record back first; the publish loop
+	// logs the recovery at its next tick.
+	eventually(t, 10*time.Second, "recovery logged", func() bool {
+		return strings.Contains(h.log(), "slot record published again")
+	})
 	if n := strings.Count(h.log(), "cannot publish the slot record"); n != 1 {
 		t.Fatalf("publish failure logged %d times, want once:\n%s", n, h.log())
-	}
-	if !strings.Contains(h.log(), "slot record published again") {
-		t.Fatalf("recovery not logged:\n%s", h.log())
 	}
 }

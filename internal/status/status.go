@@ -1,0 +1,180 @@
+// Package status reads what `baton status` and `baton web` show: every run
+// and standby slot of a queue from the holders' records in the lock dir,
+// and the queue's jobs from Redis, with warnings for what looks wrong.
+//
+// Read is the one call. It never takes a slot (invariant 6: observing never
+// perturbs) and never writes to Redis.
+package status
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/baton-run/baton/internal/config"
+	"github.com/baton-run/baton/lock"
+	"github.com/baton-run/baton/work"
+	"github.com/redis/go-redis/v9"
+)
+
+// Slot is one slot in status output.
+type Slot struct {
+	Slot int  `json:"slot"`
+	Held bool `json:"held"`
+	// NoRecord: the slot's lock is held (per the kernel's lock table) by PID
+	// but its record is missing or unreadable (a full disk, say).
+	NoRecord bool       `json:"no_record,omitempty"`
+	PID      int        `json:"pid,omitempty"`
+	Host     string     `json:"host,omitempty"`
+	Since    *time.Time `json:"since,omitempty"`
+	Until    *time.Time `json:"until,omitempty"`
+	JobsDone int64      `json:"jobs_done"`
+	Job      string     `json:"job,omitempty"`
+	JobSince *time.Time `json:"job_since,omitempty"`
+	// Fence and ExpiresIn (ms, on Redis' clock) are a lease's, with
+	// lock_backend redis.
+	Fence     int64 `json:"fence,omitempty"`
+	ExpiresIn int64 `json:"expires_in_ms,omitempty"`
+}
+
+// Report is a queue's slots and jobs at one instant.
+type Report struct {
+	Queue   string       `json:"queue"`
+	Run     []Slot       `json:"run"`
+	Standby []Slot       `json:"standby"`
+	Jobs    *work.Counts `json:"jobs"`
+	Memory  *work.Memory `json:"redis_memory,omitempty"`
+	Rate    string       `json:"rate_limit,omitempty"`
+	// RecentRate is the jobs started per second over the last three seconds,
+	// as the rate limiter counted them; set when a limit is.
+	RecentRate *float64 `json:"recent_rate_per_second,omitempty"`
+	// Warnings are what looks wrong: a queue with no keys (a typo?), jobs
+	// waiting with no holder visible here.
+	Warnings []string `json:"warnings,omitempty"`
+	Error    string   `json:"error,omitempty"`
+}
+
+// SlotSets are the run and standby slot sets cfg describes, to read: flock
+// files in lock_dir, or, with lock_backend redis, the fleet's leases read
+// through rdb (nil: the lock dir's files). sb is nil when standby_slots is 0.
+func SlotSets(cfg *config.Config, rdb redis.UniversalClient) (run, sb lock.Set, err error) {
+	if cfg.LockBackend == "redis" && rdb != nil {
+		opt := lock.LeaseOptions{Host: cfg.Host, TTL: cfg.LeaseTTL.D(), Renew: cfg.LeaseRenew.D()}
+		lr, err := lock.NewLeaseSet(rdb, cfg.Queue, lock.RoleRun, cfg.Slots, opt)
+		if err != nil || cfg.StandbySlots == 0 {
+			return lr, nil, err
+		}
+		ls, err := lock.NewLeaseSet(rdb, cfg.Queue, lock.RoleStandby, cfg.StandbySlots, opt)
+		return lr, ls, err
+	}
+	fr, err := lock.NewFileSet(cfg.LockDir, cfg.Queue, lock.RoleRun, cfg.Slots)
+	if err != nil || cfg.StandbySlots == 0 {
+		return fr, nil, err
+	}
+	fs, err := lock.NewFileSet(cfg.LockDir, cfg.Queue, lock.RoleStandby, cfg.StandbySlots)
+	return fr, fs, err
+}
+
+// Read reads cfg's queue once: its slots from the lock dir, and, when rdb
+// is not nil, its jobs and Redis's memory. jerr is Redis failing (the slots
+// are still in rep, with rep.Error set); err is the lock dir failing.
+func Read(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient) (rep *Report, jerr, err error) {
+	rep = &Report{Queue: cfg.Queue, Run: []Slot{}, Standby: []Slot{}, Rate: cfg.RateLimit}
+	runSet, sbSet, err := SlotSets(cfg, rdb)
+	if err != nil {
+		return nil, nil, err
+	}
+	if rep.Run, err = Slots(runSet); err != nil {
+		return nil, nil, err
+	}
+	if sbSet != nil {
+		if rep.Standby, err = Slots(sbSet); err != nil {
+			return nil, nil, err
+		}
+	}
+	var others []string
+	if rdb != nil {
+		rep.Jobs, rep.Memory, others, jerr = queueCounts(ctx, rdb, cfg.Queue)
+		if jerr == nil && cfg.RateLimit != "" {
+			r, err := work.RecentRate(ctx, rdb, cfg.Queue)
+			if err != nil {
+				jerr = fmt.Errorf("read the rate: %w", err)
+			}
+			rep.RecentRate = &r
+		}
+		if jerr != nil {
+			rep.Error = jerr.Error()
+		}
+	}
+	rep.Warnings = Warnings(cfg, rep, others)
+	return rep, jerr, nil
+}
+
+// Slots reads the records of every slot of s.
+func Slots(s lock.Set) ([]Slot, error) {
+	recs, err := s.Records()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Slot, len(recs))
+	for i, r := range recs {
+		out[i] = Slot{Slot: r.Slot, Held: r.Held, NoRecord: r.NoRecord, PID: r.PID, Host: r.Host, JobsDone: r.JobsDone, Job: r.Job,
+			Since: TimePtr(r.Since), Until: TimePtr(r.Until), JobSince: TimePtr(r.JobSince), Fence: r.Fence, ExpiresIn: r.ExpiresIn.Milliseconds()}
+	}
+	return out, nil
+}
+
+// TimePtr is &t, or nil for the zero time (omitted from JSON).
+func TimePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// queueCounts reads the queue's counts and Redis's memory; when the queue
+// has no keys at all, also the queues that do exist (else nil).
+func queueCounts(ctx context.Context, rdb redis.Cmdable, q string) (*work.Counts, *work.Memory, []string, error) {
+	c, err := work.ReadCounts(ctx, rdb, q)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	mem, err := work.ReadMemory(ctx, rdb)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("read redis memory: %w", err)
+	}
+	var others []string
+	if c.Waiting+c.Pending+c.Scheduled+c.Retrying+c.Dead == 0 && len(c.Stats) == 0 {
+		if qs, err := work.Queues(ctx, rdb); err == nil && !slices.Contains(qs, q) {
+			others = append(qs[:0:0], qs...)
+		}
+	}
+	return c, &mem, others, nil
+}
+
+// Warnings says what looks wrong in rep; others are the queues that exist
+// when rep's queue has no keys at all (else nil).
+func Warnings(cfg *config.Config, rep *Report, others []string) []string {
+	var w []string
+	if others != nil {
+		list := "none"
+		if len(others) > 0 {
+			list = strings.Join(others, ", ")
+		}
+		w = append(w, fmt.Sprintf("queue %s has no keys in this Redis database (a typo?); queues here: %s", rep.Queue, list))
+	}
+	held := 0
+	for _, s := range rep.Run {
+		if s.Held {
+			held++
+		}
+	}
+	if j := rep.Jobs; j != nil && j.Waiting+j.Pending > 0 && held == 0 {
+		w = append(w, fmt.Sprintf("%d jobs waiting or pending and no holder in %s: is cron running 'baton run'? "+
+			"Holders run by another user use another default lock dir (/tmp/baton-<uid>), and holders on other hosts are not visible here",
+			j.Waiting+j.Pending, cfg.LockDir))
+	}
+	return w
+}
