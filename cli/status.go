@@ -48,6 +48,15 @@ type slotStatus struct {
 	JobsDone int64      `json:"jobs_done"`
 	Job      string     `json:"job,omitempty"`
 	JobSince *time.Time `json:"job_since,omitempty"`
+	Draining bool       `json:"draining,omitempty"` // takes no more jobs: leaving
+}
+
+// scaleStatus is the scaling state, in status output when min_slots < slots.
+type scaleStatus struct {
+	MinSlots int        `json:"min_slots"` // k
+	Slots    int        `json:"slots"`     // N
+	Holders  int        `json:"holders"`   // run slots held now
+	Last     *lastScale `json:"last,omitempty"`
 }
 
 type statusReport struct {
@@ -57,6 +66,7 @@ type statusReport struct {
 	Jobs    *work.Counts `json:"jobs"`
 	Memory  *work.Memory `json:"redis_memory,omitempty"`
 	Rate    string       `json:"rate_limit,omitempty"`
+	Scale   *scaleStatus `json:"scale,omitempty"`
 	// Warnings are what looks wrong: a queue with no keys (a typo?), jobs
 	// waiting with no holder visible here.
 	Warnings []string `json:"warnings,omitempty"`
@@ -67,7 +77,7 @@ type statusReport struct {
 func statusFlags() (*pflag.FlagSet, *statusOpts) {
 	fs := flagSet("status")
 	o := new(statusOpts)
-	o.bind(fs, config.Bind(fs, config.Connection, "lock_dir", "slots", "standby_slots"), "print one JSON object (with --watch: one per line, per refresh)")
+	o.bind(fs, config.Bind(fs, config.Connection, "lock_dir", "slots", "standby_slots", "min_slots"), "print one JSON object (with --watch: one per line, per refresh)")
 	fs.BoolVar(&o.watch, "watch", false, "refresh until interrupted, with rates per second and the last slot events")
 	fs.DurationVar(&o.interval, "interval", time.Second, "time between refreshes with --watch")
 	return fs, o
@@ -126,6 +136,14 @@ func readStatus(ctx context.Context, cfg *config.Config) (rep *statusReport, jer
 			return nil, nil, err
 		}
 	}
+	if cfg.MinSlots < cfg.Slots {
+		rep.Scale = &scaleStatus{MinSlots: cfg.MinSlots, Slots: cfg.Slots, Last: readLastScale(runSet.Dir(), cfg.Queue)}
+		for _, s := range rep.Run {
+			if s.Held {
+				rep.Scale.Holders++
+			}
+		}
+	}
 	jobs, mem, others, jerr := queueCounts(ctx, cfg)
 	rep.Jobs, rep.Memory = jobs, mem
 	if jerr != nil {
@@ -142,7 +160,7 @@ func slotsOf(s *lock.FileSet) ([]slotStatus, error) {
 	}
 	out := make([]slotStatus, len(recs))
 	for i, r := range recs {
-		out[i] = slotStatus{Slot: r.Slot, Held: r.Held, NoRecord: r.NoRecord, PID: r.PID, Host: r.Host, JobsDone: r.JobsDone, Job: r.Job,
+		out[i] = slotStatus{Slot: r.Slot, Held: r.Held, NoRecord: r.NoRecord, PID: r.PID, Host: r.Host, JobsDone: r.JobsDone, Job: r.Job, Draining: r.Draining,
 			Since: timePtr(r.Since), Until: timePtr(r.Until), JobSince: timePtr(r.JobSince)}
 	}
 	return out, nil
@@ -218,6 +236,13 @@ func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 	if rep.Rate != "" {
 		fmt.Fprintf(w, "rate  at most %s jobs started, across all holders\n\n", rep.Rate)
 	}
+	if sc := rep.Scale; sc != nil {
+		fmt.Fprintf(w, "scale %d holders now, kept %d (min_slots), at most %d (slots)\n", sc.Holders, sc.MinSlots, sc.Slots)
+		if l := sc.Last; l != nil {
+			fmt.Fprintf(w, "      last %s, by run-%d at %s (%s ago)\n", l.Decision, l.Slot, clock(&l.At), time.Since(l.At).Round(time.Second))
+		}
+		fmt.Fprintln(w)
+	}
 	for _, warn := range rep.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", warn)
 	}
@@ -248,7 +273,11 @@ func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 		if s.Job != "" && s.JobSince != nil {
 			cur = s.Job + " for " + time.Since(*s.JobSince).Round(100*time.Millisecond).String()
 		}
-		fmt.Fprintf(tw, "%s\theld\t%d\t%s\t%s\t%s\t%d\t%s\n", name, s.PID, s.Host, clock(s.Since), clock(s.Until), s.JobsDone, cur)
+		state := "held"
+		if s.Draining {
+			state = "held, draining"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\n", name, state, s.PID, s.Host, clock(s.Since), clock(s.Until), s.JobsDone, cur)
 	}
 	for _, s := range rep.Run {
 		row("run-"+strconv.Itoa(s.Slot), s)
