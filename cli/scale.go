@@ -78,12 +78,15 @@ func (s *scaler) step(next *lock.Record) {
 		return
 	}
 	state := scale.State{Self: s.self, Idle: now.Sub(s.active), SinceUp: now.Sub(s.up)}
+	state.Slots, _ = s.run.Records()
+	if !scale.NeedsBacklog(s.pol, state) {
+		return // another holder scales, and this one is not idle: no read
+	}
 	ctx, cancel := context.WithTimeout(s.sig, 500*time.Millisecond)
 	if c, err := work.ReadCounts(ctx, s.rdb, s.queue); err == nil {
 		state.Known, state.Waiting, state.Pending, state.Oldest = true, c.Waiting, c.Pending, c.OldestWaiting
 	}
 	cancel()
-	state.Slots, _ = s.run.Records()
 	d := scale.Decide(s.pol, state)
 	switch d.Action {
 	case scale.Up:

@@ -102,24 +102,18 @@ func Decide(p Policy, s State) Decision {
 	if s.Draining {
 		return stay("draining: a leaving holder starts no one")
 	}
-	held, free, below, scaler := 0, 0, 0, -1
+	held, free, below := 0, 0, 0
 	for _, r := range s.Slots {
 		switch {
 		case !r.Held:
 			free++
 			continue
-		case r.Slot == s.Self:
 		case r.Slot < s.Self && !r.Draining:
 			below++
 		}
 		held++
-		if scaler < 0 && !r.Draining && !r.NoRecord {
-			scaler = r.Slot
-		}
 	}
-	if s.Self == scaler || scaler < 0 { // self may not have published yet
-		scaler = s.Self
-	}
+	scaler := scalerOf(s.Slots, s.Self)
 	if d, ok := leave(p, s, below); ok {
 		return d
 	}
@@ -145,6 +139,32 @@ func Decide(p Policy, s State) Decision {
 		return stay("%s: last round %s ago < scale_up_every %s", why, s.SinceUp.Round(time.Millisecond), p.Every)
 	}
 	return Decision{Action: Up, N: min(want, free), Reason: fmt.Sprintf("%s; %d of %d run slots free", why, free, p.Slots)}
+}
+
+// NeedsBacklog reports whether Decide could say Up or Leave for s without
+// the backlog (s.Known and the counts unset): whether reading the queue's
+// counts this second is of any use. Only the holder that scales, and a
+// holder idle long enough to leave, need them; the others skip the read.
+func NeedsBacklog(p Policy, s State) bool {
+	if !p.Enabled() || s.Draining {
+		return false
+	}
+	return scalerOf(s.Slots, s.Self) == s.Self || (s.Self >= p.Keep && s.Idle >= p.IdleExit)
+}
+
+// scalerOf is the holder that scales: the lowest-numbered run slot whose
+// holder has published a record and is not draining; self when there is
+// none (self may not have published yet).
+func scalerOf(slots []lock.Record, self int) int {
+	for _, r := range slots {
+		if r.Slot == self {
+			return self
+		}
+		if r.Held && !r.Draining && !r.NoRecord {
+			return r.Slot
+		}
+	}
+	return self
 }
 
 // leave decides scale-down; below counts holders not draining in slots

@@ -175,3 +175,27 @@ func TestNeverBelowKInterleaved(t *testing.T) {
 		}
 	}
 }
+
+func TestNeedsBacklog(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		s    State
+		want bool
+		keep int
+	}{
+		{"the lowest holder scales", State{Self: 0, Slots: table(4, []int{0, 2})}, true, 0},
+		{"a higher busy holder does not", State{Self: 2, Slots: table(4, []int{0, 2})}, false, 0},
+		{"a higher idle holder may leave", State{Self: 2, Slots: table(4, []int{0, 2}), Idle: time.Hour}, true, 0},
+		{"a kept idle holder never leaves", State{Self: 1, Slots: table(4, []int{0, 1}), Idle: time.Hour}, false, 2},
+		{"the lower holder drains", State{Self: 2, Slots: table(4, []int{0, 2}, 0)}, true, 0},
+		{"draining", State{Self: 0, Slots: table(4, []int{0}, 0), Draining: true}, false, 0},
+	} {
+		p := pol
+		if tt.keep > 0 {
+			p.Keep = tt.keep
+		}
+		if got := NeedsBacklog(p, tt.s); got != tt.want {
+			t.Errorf("%s: NeedsBacklog = %v", tt.name, got)
+		}
+	}
+}
