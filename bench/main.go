@@ -58,6 +58,7 @@ func main() {
 	flag.IntVar(&sc.Repeats, "scale-repeats", 3, "with -scale: autoscaled bursts (the burst without runs once)")
 	flag.DurationVar(&sc.Steady, "scale-steady", 5*time.Minute, "with -scale: length of the steady-load run (0: skip)")
 	flag.IntVar(&sc.Rate, "scale-rate", 100, "with -scale: steady load in jobs per second")
+	flag.StringVar(&sc.Celery, "scale-celery", "", "with -scale: a python3 that has celery and redis, to burst onto celery --autoscale=4,1 too")
 	flag.Parse()
 	if *scale {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

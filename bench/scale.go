@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -26,6 +29,34 @@ type scaleConfig struct {
 	Repeats int           // autoscaled bursts; the off burst runs once
 	Steady  time.Duration // length of the steady-load run; 0 skips it
 	Rate    int           // steady load, jobs per second
+	Celery  string        // python3 with celery and redis: also burst onto celery --autoscale=4,1 ("": skip)
+}
+
+// celeryResult is celery/burst.py's output; times in seconds.
+type celeryResult struct {
+	Enqueue      float64  `json:"enqueue_s"`
+	AllBusy      *float64 `json:"all_busy_s"`
+	Drain        float64  `json:"drain_s"`
+	Back         float64  `json:"back_s"`
+	ProcSeconds  float64  `json:"process_seconds"`
+	TailProcSecs float64  `json:"tail_process_seconds"`
+}
+
+// celeryBurst runs celery/burst.py against srv: the same burst onto a Celery
+// worker started with --autoscale=4,1.
+func celeryBurst(ctx context.Context, srv *redisServer, c scaleConfig) (*celeryResult, error) {
+	cmd := exec.CommandContext(ctx, c.Celery, "celery/burst.py", strconv.Itoa(c.Jobs), "4", "1")
+	cmd.Env = append(os.Environ(), "BENCH_BROKER="+srv.URL(), "BENCH_JOB_TIME="+strconv.FormatFloat(c.JobTime.Seconds(), 'f', -1, 64))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("celery burst: %w", err)
+	}
+	var r celeryResult
+	if err := json.Unmarshal(out, &r); err != nil {
+		return nil, fmt.Errorf("celery burst: %w: %s", err, out)
+	}
+	return &r, nil
 }
 
 // burstResult is one burst.
@@ -66,6 +97,14 @@ func scaleMain(ctx context.Context, c scaleConfig, w io.Writer) error {
 		return err
 	}
 	progress("  drained %s, %.0f holder-s", off.drain, off.holderSeconds)
+	var cel *celeryResult
+	if c.Celery != "" {
+		progress("celery --autoscale=4,1: %d tasks of %s", c.Jobs, c.JobTime)
+		if cel, err = celeryBurst(ctx, srv, c); err != nil {
+			return err
+		}
+		progress("  %+v", *cel)
+	}
 	steadyUps, steadyHolders := -1, 0
 	if c.Steady > 0 {
 		progress("steady load: %d jobs/s of %s for %s", c.Rate, c.JobTime, c.Steady)
@@ -97,6 +136,15 @@ func scaleMain(ctx context.Context, c scaleConfig, w io.Writer) error {
 	fmt.Fprintf(w, "| back to 1 holder after the queue empties | %s | - | ≤ idle_exit + 5s = 35s |\n", med(func(r burstResult) time.Duration { return r.backToOne }).Round(100*time.Millisecond))
 	if steadyUps >= 0 {
 		fmt.Fprintf(w, "| scale-ups under a steady %d jobs/s for %s | %d (most holders seen: %d) | - | 0 |\n", c.Rate, c.Steady, steadyUps, steadyHolders)
+	}
+	if cel != nil {
+		busy := "never"
+		if cel.AllBusy != nil {
+			busy = fmt.Sprintf("%.2fs", *cel.AllBusy)
+		}
+		fmt.Fprintf(w, "\nThe same burst onto Celery %s (`celery worker --autoscale=4,1`, prefork, Redis broker, one run; enqueueing took %.1fs of it):\n\n", celeryVersion(c.Celery), cel.Enqueue)
+		fmt.Fprintf(w, "| figure | celery --autoscale=4,1 |\n| --- | --- |\n| 4 pool processes | %s |\n| drained | %.1fs |\n| process-seconds until drained | %.0f |\n| back to 1 process after | %.1fs |\n| process-seconds of that tail | %.0f |\n",
+			busy, cel.Drain, cel.ProcSeconds, cel.Back, cel.TailProcSecs)
 	}
 	fmt.Fprintln(w, "\nEach run, autoscale: every burst run, in order")
 	for i, r := range on {
@@ -284,4 +332,12 @@ func countLogs(s *scene, what string) (n int) {
 		n += strings.Count(string(b), what)
 	}
 	return n
+}
+
+func celeryVersion(python string) string {
+	out, err := exec.Command(python, "-c", "import celery; print(celery.__version__)").Output()
+	if err != nil {
+		return "?"
+	}
+	return strings.TrimSpace(string(out))
 }
