@@ -193,18 +193,18 @@ func TestScaleDownNeverBelowK(t *testing.T) {
 	r := newRig(t)
 	t.Cleanup(func() { r.killHolders("k") })
 	job := r.script("job.sh", "cat >/dev/null; sleep 0.02\n")
-	args := append(scaleArgs("k", 4, 2, "--standby-slots", "0", "--idle-exit", "2s"), "--", job)
+	args := append(scaleArgs("k", 4, 2, "--standby-slots", "0", "--idle-exit", "3s"), "--", job)
 	a, b := r.start(args...), r.start(args...)
 	eventually(t, 10*time.Second, "the 2 kept slots held", func() bool {
 		rs := r.slotTable("k", lock.RoleRun, 4)
 		return rs[0].Held && rs[1].Held
 	})
-	r.enqueueN("k", 200)
+	r.enqueueN("k", 120)
 	eventually(t, 10*time.Second, "4 holders", func() bool { return len(heldSlots(r.slotTable("k", lock.RoleRun, 4))) == 4 })
 	s := r.sample("k", 4)
-	eventually(t, 30*time.Second, "the queue drained", func() bool { return r.status("--queue", "k").Jobs.Done == 200 })
+	eventually(t, 30*time.Second, "the queue drained", func() bool { return r.status("--queue", "k").Jobs.Done == 120 })
 	eventually(t, 10*time.Second, "back to 2", func() bool { return len(heldSlots(r.slotTable("k", lock.RoleRun, 4))) == 2 })
-	time.Sleep(2500 * time.Millisecond) // past idle_exit again: still 2
+	time.Sleep(3200 * time.Millisecond) // past idle_exit again: still 2
 	s.stop()
 	if got := heldSlots(r.slotTable("k", lock.RoleRun, 4)); len(got) != 2 || got[0] != 0 || got[1] != 1 || s.min < 2 {
 		t.Fatalf("held %v, fewest seen %d: want run-0 and run-1, never fewer than 2\n%s", got, s.min, a.log()+b.log())
@@ -213,13 +213,13 @@ func TestScaleDownNeverBelowK(t *testing.T) {
 	// Scale up again; once the queue is empty, before idle_exit, kill the
 	// holder of run-0: run-2's holder must stay (only run-1 is below it),
 	// run-3's leaves.
-	r.enqueueN("k", 200)
+	r.enqueueN("k", 120)
 	eventually(t, 10*time.Second, "4 holders again", func() bool { return len(heldSlots(r.slotTable("k", lock.RoleRun, 4))) == 4 })
-	eventually(t, 30*time.Second, "the queue drained", func() bool { return r.status("--queue", "k").Jobs.Done == 400 })
+	eventually(t, 30*time.Second, "the queue drained", func() bool { return r.status("--queue", "k").Jobs.Done == 240 })
 	_ = syscall.Kill(r.slotTable("k", lock.RoleRun, 4)[0].PID, syscall.SIGKILL)
 	s = r.sample("k", 4)
 	eventually(t, 10*time.Second, "run-3 left", func() bool { return !r.slotTable("k", lock.RoleRun, 4)[3].Held })
-	time.Sleep(2500 * time.Millisecond)
+	time.Sleep(3200 * time.Millisecond)
 	s.stop()
 	if got := heldSlots(r.slotTable("k", lock.RoleRun, 4)); len(got) != 2 || got[0] != 1 || got[1] != 2 || s.min < 2 {
 		t.Fatalf("held %v, fewest seen %d: want run-1 and run-2 (k = 2 with run-0 dead)\n%s", got, s.min, a.log()+b.log())
