@@ -87,3 +87,12 @@ clean:
 bench:
 	@bash scripts/install-redis.sh
 	@cd bench && $(GO) run . -docs ../docs/benchmarks.md $(BENCHFLAGS)
+
+# The scaling benchmark (docs/scaling.md): 20,000 jobs of 5 ms burst onto
+# min_slots = 1 of slots = 4, three times, and once onto one holder without
+# autoscaling; then 5 minutes of a steady load one holder serves. About 12
+# minutes. BENCHFLAGS as for bench, e.g. -scale-steady 0 -scale-repeats 1.
+.PHONY: bench-scale
+bench-scale:
+	@bash scripts/install-redis.sh
+	@cd bench && $(GO) run . -scale $(BENCHFLAGS)

@@ -22,6 +22,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // runConfig is how much is measured.
@@ -49,8 +50,25 @@ func main() {
 		docs   = flag.String("docs", "", "rewrite the bench block of this Markdown file with the results")
 		poll   = flag.String("poll-interval", "", "poll_interval for promotion and recovery (default: baton's)")
 		prof   = flag.String("cpuprofile", "", "write a CPU profile of this process (library-mode groups) to this file")
+		scale  = flag.Bool("scale", false, "the scaling benchmark only (make bench-scale): a burst with and without autoscaling, and a steady load")
+		sc     = scaleConfig{}
 	)
+	flag.IntVar(&sc.Jobs, "scale-jobs", 20000, "with -scale: jobs in the burst")
+	flag.DurationVar(&sc.JobTime, "scale-job-time", 5*time.Millisecond, "with -scale: each job's handler time")
+	flag.IntVar(&sc.Repeats, "scale-repeats", 3, "with -scale: autoscaled bursts (the burst without runs once)")
+	flag.DurationVar(&sc.Steady, "scale-steady", 5*time.Minute, "with -scale: length of the steady-load run (0: skip)")
+	flag.IntVar(&sc.Rate, "scale-rate", 100, "with -scale: steady load in jobs per second")
+	flag.StringVar(&sc.Celery, "scale-celery", "", "with -scale: a python3 that has celery and redis, to burst onto celery --autoscale=4,1 too")
 	flag.Parse()
+	if *scale {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		if err := scaleMain(ctx, sc, os.Stdout); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	cfg := runConfig{Runs: *runs, Jobs: 20000, ExecJobs: 1000, PickupSamples: 300,
 		PromotionSamples: 10, RecoverySamples: 3, LoserSamples: 20, HolderJobs: 100000}
 	if *quick {

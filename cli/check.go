@@ -54,8 +54,11 @@ type checkReport struct {
 	Source     string             `json:"schedule_source"`
 	Quantities []quantity         `json:"quantities"`
 	Relations  []standby.Relation `json:"relations"`
-	Failed     int                `json:"failed"`
-	Warnings   int                `json:"warnings"`
+	// Scaling says, when min_slots < slots, that coverage is proven for the
+	// k kept slots and that the slots above them follow the backlog.
+	Scaling  string `json:"scaling,omitempty"`
+	Failed   int    `json:"failed"`
+	Warnings int    `json:"warnings"`
 	// CombinedFix is one set of changes after which no coverage relation
 	// fails; each relation's own fix assumes the others stay as they are.
 	CombinedFix []change `json:"combined_fix,omitempty"`
@@ -104,6 +107,11 @@ func runCheck(ctx context.Context, e *env, args []string) error {
 		Config: cf.Path(), Queue: cfg.Queue, Schedule: p.sched.Specs(), Source: p.source,
 		Quantities: quantityTable(q),
 		Relations:  standby.Check(q),
+	}
+	if cfg.MinSlots < cfg.Slots {
+		rep.Scaling = fmt.Sprintf("coverage is proven for k = min_slots = %d of slots = %d: cron and the standbys keep %s covered; "+
+			"the %d above are filled by scaling up when the backlog grows and left after idle_exit %s without a job (docs/scaling.md)",
+			cfg.MinSlots, cfg.Slots, slotRange(cfg.MinSlots), cfg.Slots-cfg.MinSlots, standby.FormatDuration(cfg.IdleExit.D()))
 	}
 	if standby.Failed(rep.Relations) {
 		rep.CombinedFix, _ = combinedFix(q)
@@ -226,6 +234,14 @@ func lineConfig(e *env, fs *pflag.FlagSet, configPath, crontab string, l cronLin
 	return cfg, err
 }
 
+// slotRange names run slots 0 to k-1.
+func slotRange(k int) string {
+	if k == 1 {
+		return "run-0"
+	}
+	return fmt.Sprintf("run-0 to run-%d", k-1)
+}
+
 func argsText(args []string) string {
 	if len(args) == 0 {
 		return "no flags"
@@ -237,7 +253,7 @@ func argsText(args []string) string {
 func quantities(c *config.Config, s *standby.Schedule) standby.Quantities {
 	return standby.Quantities{
 		C: s.Gap(), Spawn: c.Spawn, Lines: s.MinLines(), PeakLines: s.PeakLines(),
-		Slots: c.Slots, StandbySlots: c.StandbySlots,
+		Slots: c.MinSlots, StandbySlots: c.StandbySlots,
 		Lifetime: c.Lifetime.D(), Jitter: c.Jitter.D(), StandbyWait: c.StandbyWait.D(),
 		Poll: c.PollInterval.D(), Grace: c.ShutdownGrace.D(), HardMargin: hardMargin,
 		JobTimeout: c.JobTimeout.D(), Visibility: c.VisibilityTimeout.D(), MaxJobs: c.MaxJobs,
@@ -250,7 +266,7 @@ func quantityTable(q standby.Quantities) []quantity {
 	return []quantity{
 		{"C", "longest gap between cron firings", d(q.C)},
 		{"m", fmt.Sprintf("fewest candidates per firing (spawn %d × %d line%s)", q.Spawn, lines, plural(lines)), fmt.Sprint(q.M())},
-		{"k", "run slots to keep covered (slots)", fmt.Sprint(q.Slots)},
+		{"k", "run slots to keep covered (min_slots, default slots)", fmt.Sprint(q.Slots)},
 		{"N_s", "standby slots (standby_slots)", fmt.Sprint(q.StandbySlots)},
 		{"L_min", "shortest lifetime (lifetime)", d(q.LMin())},
 		{"L_max", "longest lifetime (lifetime + jitter)", d(q.LMax())},
@@ -295,6 +311,9 @@ func writeCheck(w io.Writer, rep *checkReport) {
 		fmt.Fprintf(w, "\n%s %s: %s\n  fix: %s\n", r.Status, r.Name, r.Why, r.Fix)
 	}
 	fmt.Fprintln(w)
+	if rep.Scaling != "" {
+		fmt.Fprintf(w, "Scaling: %s.\n\n", rep.Scaling)
+	}
 	switch {
 	case rep.Failed > 0:
 		fmt.Fprintf(w, "%d relation%s fail: expect gaps in coverage.\n", rep.Failed, plural(rep.Failed))

@@ -66,6 +66,8 @@ func TestCheckExitCodes(t *testing.T) {
 		{"fewer standby slots than run slots", "slots = 4\nstandby_slots = 2\n", nil, 1,
 			[]string{"N_s ≥ k", "2 ≥ 4", "2 run slots empty", "fix: raise standby_slots to 4"}, "1 of 11 relations fail"},
 		{"flags override the file", "slots = 4\nstandby_slots = 2\n", []string{"--standby-slots", "4"}, 0, nil, ""},
+		{"min_slots: coverage for k", "slots = 4\nmin_slots = 2\nstandby_slots = 2\n", nil, 0,
+			[]string{"min_slots, default slots)  2", "2 ≥ 2", "Scaling: coverage is proven for k = min_slots = 2 of slots = 4: cron and the standbys keep run-0 to run-1 covered"}, ""},
 		{"slow poll: a warning", "", []string{"--poll-interval", "5s"}, 0,
 			[]string{"WARN poll-interval:", "cannot be watched", "fix: lower poll_interval to 2.727s", "Every relation holds, with 1 warning."}, ""},
 		{"invalid config", "slots = 0\n", nil, 2, nil, ":1: slots: 0: must be between 1 and 1024"},

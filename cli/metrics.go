@@ -45,7 +45,7 @@ type metricsOpts struct {
 // metricsFlags builds metrics's flag set.
 func metricsFlags() (*pflag.FlagSet, *metricsOpts) {
 	fs := flagSet("metrics")
-	o := &metricsOpts{cf: config.Bind(fs, config.Connection, "lock_dir", "slots", "standby_slots")}
+	o := &metricsOpts{cf: config.Bind(fs, config.Connection, "lock_dir", "slots", "standby_slots", "min_slots")}
 	fs.StringVar(&o.listen, "listen", "", "serve /metrics on this address (host:port) until SIGTERM or SIGINT")
 	return fs, o
 }
@@ -64,7 +64,7 @@ func runMetrics(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	q := metrics.Queue{Name: cfg.Queue, Run: run, Keep: cfg.Slots}
+	q := metrics.Queue{Name: cfg.Queue, Run: run, Keep: cfg.MinSlots}
 	if sb != nil {
 		q.Standby = sb
 	}

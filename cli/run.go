@@ -115,8 +115,18 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		defer permit.Release()
 	}
 	runSet, sbSet, err := slotSets(cfg)
-	if err != nil {
+	switch {
+	case err != nil:
 		return err
+	case e.Getenv(envScale) != "":
+		sbSet = nil // started to scale up: a free run slot or nothing
+	case cfg.MinSlots < cfg.Slots:
+		// cron's candidates and the standbys keep the k lowest slots
+		// covered; the slots above are filled by scaling up (cli/scale.go)
+		runSet, err = lock.NewFileSet(cfg.LockDir, cfg.Queue, lock.RoleRun, cfg.MinSlots)
+		if err != nil {
+			return err
+		}
 	}
 	p := &standby.Protocol{Run: runSet, Poll: cfg.PollInterval.D(), Wait: cfg.StandbyWait.D(), Healed: func(r lock.Record, n int) {
 		log.Warn().Int("pid", r.PID).Str("slot", r.Role+"-"+strconv.Itoa(r.Slot)).Time("deadline", r.Deadline).Int("processes", n).
@@ -137,21 +147,24 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	return h.serve(ctx, p, role, slot)
 }
 
-// spawn starts n more candidates with our arguments, detached, so one crontab
-// line can feed several slots.
-func spawn(log zerolog.Logger, n int) {
+// spawn starts n more candidates with our arguments and env added to our
+// environment, detached, so one crontab line can feed several slots. It
+// returns how many started.
+func spawn(log zerolog.Logger, n int, env ...string) int {
 	self, err := os.Executable()
 	if err != nil {
 		log.Warn().Err(err).Msg("spawn: cannot find own executable")
-		return
+		return 0
 	}
 	argv := append([]string{self}, os.Args[1:]...)
+	env = append(env, envSpawned+"=1")
 	for i := 0; i < n; i++ {
-		if err := proc.SpawnDetached(argv, envSpawned+"=1"); err != nil {
+		if err := proc.SpawnDetached(argv, env...); err != nil {
 			log.Warn().Err(err).Msg("spawn a candidate")
-			return
+			return i
 		}
 	}
+	return n
 }
 
 // holder is one process that won a slot.
@@ -260,6 +273,7 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 	})
 	defer hard.Stop()
 
+	sig := ctx // done when told to stop
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -332,7 +346,11 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 	rec := h.record(lock.RoleRun, since, until)
 	rec.Token = token
 	rec.Deadline, rec.BootDeadline = deadline, lock.BootClock()+time.Until(deadline)
-	stopPublish := publish(slot, rec, st, heal, h.log)
+	var step func(*lock.Record)
+	if sc := h.newScaler(slot, st, until, sig, cancel); sc != nil {
+		step = sc.step
+	}
+	stopPublish := publish(slot, rec, st, heal, step, h.log)
 	stopMetrics := h.writeMetrics()
 	defer stopMetrics()
 	warned := false // per-minute samples of the totals, for baton web's charts
@@ -397,10 +415,11 @@ func (h *holder) killOrphans() {
 }
 
 // publish refreshes the slot record with progress every half second, in a
-// goroutine that the returned func stops (and waits for). A record that
+// goroutine that the returned func stops (and waits for); step, when not
+// nil, takes the scale decision once a second. A record that
 // cannot be written (a full disk) is retried every tick; the failure is
 // logged once, and the recovery.
-func publish(slot lock.Slot, rec lock.Record, st *work.Stats, heal func() bool, log zerolog.Logger) (stop func()) {
+func publish(slot lock.Slot, rec lock.Record, st *work.Stats, heal func() bool, step func(*lock.Record), log zerolog.Logger) (stop func()) {
 	failing := false
 	put := func(r lock.Record) {
 		err := slot.Publish(r)
@@ -433,6 +452,9 @@ func publish(slot lock.Slot, rec lock.Record, st *work.Stats, heal func() bool, 
 			if j := st.Recent.Load(); j != nil {
 				next.Job, next.JobSince = j.ID, j.Started
 			}
+			if step != nil && tick%2 == 1 {
+				step(&next)
+			}
 			if next != rec || failing {
 				rec = next
 				put(rec)
@@ -454,7 +476,7 @@ func (h *holder) writeMetrics() (stop func()) {
 	if err != nil {
 		return func() {}
 	}
-	q := metrics.Queue{Name: h.cfg.Queue, Run: run, Keep: h.cfg.Slots}
+	q := metrics.Queue{Name: h.cfg.Queue, Run: run, Keep: h.cfg.MinSlots}
 	if sb != nil {
 		q.Standby = sb
 	}

@@ -35,10 +35,18 @@ Deterministic for a seed; 30 days take milliseconds.
 --svg draws the slot timeline of a window after the warm-up: runs, standbys,
 promotions, crashes and gaps.
 
+With --arrivals, simulate models scaling instead (docs/scaling.md): jobs of
+--job-time arrive in bursts ("20000@10s") or at rates ("100/s",
+"100/s@1m-5m"), min_slots holders always run (cron and the standbys keep
+them; the default mode proves that), and the holders scale.Decide starts
+and stops come and go. It reports the time to drain and the holder-seconds
+spent, with autoscaling and without (min_slots holders only).
+
 {{flags}}
 Example:
   baton simulate --config /etc/baton/thumbs.toml --horizon 30d --crash-rate 0.5
   baton simulate --slots 4 --spawn 4 --svg timeline.svg --svg-window 20m
+  baton simulate --slots 4 --min-slots 1 --arrivals 20000@10s --job-time 5ms
 `
 
 // simReport is simulate's output.
@@ -93,13 +101,15 @@ type simulateOpts struct {
 	seed                             uint64
 	startup, wake, warmup, svgWindow time.Duration
 	pollOnly                         bool
+	arrivals                         string
+	jobTime                          time.Duration
 }
 
 // simulateFlags builds simulate's flag set.
 func simulateFlags() (*pflag.FlagSet, *simulateOpts) {
 	fs := flagSet("simulate")
 	o := new(simulateOpts)
-	cf := config.Bind(fs, coverageKeys...)
+	cf := config.Bind(fs, append(coverageKeys, "concurrency")...)
 	fs.StringVar(&o.crontab, "crontab", "", "crontab or /etc/cron.d `file` ('-': stdin) whose 'baton run' lines give the schedule and flags")
 	fs.StringVar(&o.horizon, "horizon", "30d", "simulated time: a duration, with d for days")
 	fs.Float64Var(&o.crashRate, "crash-rate", 0, "crashes per holder-hour")
@@ -112,6 +122,8 @@ func simulateFlags() (*pflag.FlagSet, *simulateOpts) {
 	o.bind(fs, cf, "print one JSON object")
 	fs.StringVar(&o.svgPath, "svg", "", "write the slot timeline to this SVG `file`")
 	fs.DurationVar(&o.svgWindow, "svg-window", 30*time.Minute, "length of the --svg timeline, from the end of the warm-up")
+	fs.StringVar(&o.arrivals, "arrivals", "", "model scaling: jobs arriving in bursts and at rates, e.g. 20000@10s,100/s@1m-5m")
+	fs.DurationVar(&o.jobTime, "job-time", 5*time.Millisecond, "with --arrivals: each job's handler time")
 	return fs, o
 }
 
@@ -141,6 +153,9 @@ func runSimulate(ctx context.Context, e *env, args []string) error {
 	p, err := loadPlan(e, fs, cf, *crontab)
 	if err != nil {
 		return err
+	}
+	if o.arrivals != "" || fs.Changed("job-time") {
+		return simulateScale(e, p.cfg, o, hz)
 	}
 	cfg, sched := p.cfg, p.sched
 	q := quantities(cfg, sched)

@@ -128,3 +128,28 @@ func TestParseHorizon(t *testing.T) {
 		}
 	}
 }
+
+func TestSimulateArrivals(t *testing.T) {
+	out, stderr, code := mainT(t, "", "simulate", "--json", "--slots", "4", "--min-slots", "1", "--arrivals", "20000@10s", "--job-time", "5ms")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var rep scaleSimReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	on, off := rep.Autoscale, rep.Off
+	if on.Jobs != 20000 || on.MostHolders != 4 || off.MostHolders != 1 || on.Started != 3 || on.Left != 3 || on.Window != off.Window {
+		t.Fatalf("%+v", rep)
+	}
+	dOn, _ := time.ParseDuration(on.Drained)
+	dOff, _ := time.ParseDuration(off.Drained)
+	if (dOn-10*time.Second)*3 > dOff-10*time.Second {
+		t.Fatalf("drained at %s with autoscaling, %s without: want the burst ≥ 3× faster", dOn, dOff)
+	}
+	for _, bad := range [][]string{{"--arrivals", "lots"}, {"--arrivals", "10@1s", "--job-time", "0s"}} {
+		if _, stderr, code := mainT(t, "", append([]string{"simulate"}, bad...)...); code != 2 || !strings.Contains(stderr, "simulate: --") {
+			t.Errorf("%v: exit %d, %s", bad, code, stderr)
+		}
+	}
+}

@@ -43,7 +43,7 @@ type (
 func statusFlags() (*pflag.FlagSet, *statusOpts) {
 	fs := flagSet("status")
 	o := new(statusOpts)
-	o.bind(fs, config.Bind(fs, config.Connection, "lock_dir", "lock_backend", "slots", "standby_slots"), "print one JSON object (with --watch: one per line, per refresh)")
+	o.bind(fs, config.Bind(fs, config.Connection, "lock_dir", "lock_backend", "slots", "standby_slots", "min_slots"), "print one JSON object (with --watch: one per line, per refresh)")
 	fs.BoolVar(&o.watch, "watch", false, "refresh until interrupted, with rates per second and the last slot events")
 	fs.DurationVar(&o.interval, "interval", time.Second, "time between refreshes with --watch")
 	return fs, o
@@ -126,6 +126,13 @@ func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 		}
 		fmt.Fprint(w, "\n\n")
 	}
+	if sc := rep.Scale; sc != nil {
+		fmt.Fprintf(w, "scale %d holders now, kept %d (min_slots), at most %d (slots)\n", sc.Holders, sc.MinSlots, sc.Slots)
+		if l := sc.Last; l != nil {
+			fmt.Fprintf(w, "      last %s, by run-%d at %s (%s ago)\n", l.Decision, l.Slot, clock(&l.At), time.Since(l.At).Round(time.Second))
+		}
+		fmt.Fprintln(w)
+	}
 	for _, warn := range rep.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", warn)
 	}
@@ -161,12 +168,16 @@ func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 		if s.Job != "" && s.JobSince != nil {
 			cur = s.Job + " for " + time.Since(*s.JobSince).Round(100*time.Millisecond).String()
 		}
+		state := "held"
+		if s.Draining {
+			state = "held, draining"
+		}
 		if lease {
-			fmt.Fprintf(tw, "%s\theld\t%d\t%s\t%s\t%s\t%d\t%s\t%d\t%s\n", name, s.PID, s.Host, clock(s.Since), clock(s.Until), s.JobsDone, cur,
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%d\t%s\n", name, state, s.PID, s.Host, clock(s.Since), clock(s.Until), s.JobsDone, cur,
 				s.Fence, (time.Duration(s.ExpiresIn) * time.Millisecond).String())
 			return
 		}
-		fmt.Fprintf(tw, "%s\theld\t%d\t%s\t%s\t%s\t%d\t%s\n", name, s.PID, s.Host, clock(s.Since), clock(s.Until), s.JobsDone, cur)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\n", name, state, s.PID, s.Host, clock(s.Since), clock(s.Until), s.JobsDone, cur)
 	}
 	for _, s := range rep.Run {
 		row("run-"+strconv.Itoa(s.Slot), s)

@@ -137,4 +137,7 @@ type Record struct {
 	// Job is the id of a job in progress, JobSince when it started.
 	Job      string    `json:"job,omitempty"`
 	JobSince time.Time `json:"job_since,omitzero"`
+	// Draining is set once the holder stops taking jobs (its lifetime is
+	// over, or it was told to stop): it no longer scales up.
+	Draining bool `json:"draining,omitempty"`
 }

@@ -47,6 +47,23 @@ type Config struct {
 	// files in lock_dir checked before Redis: a candidate on a full host
 	// exits without connecting. 0 = unlimited. Default 0.
 	MaxPerHost int `toml:"max_per_host" group:"Slots" help:"lock_backend redis: most run and standby slots on this host (0: unlimited)"`
+	// MinSlots is k, the run slots kept covered at all times (by cron and the
+	// standbys); slots above k are filled only by scaling up when the
+	// backlog grows, and their holders leave after IdleExit without a job.
+	// Default: equal to Slots (no scaling).
+	MinSlots int `toml:"min_slots" group:"Slots" help:"k: run slots kept covered; slots above k scale with the backlog (default: equal to slots)"`
+	// ScaleUpBacklog is how many waiting jobs per running holder make a
+	// holder start more candidates. Default 100.
+	ScaleUpBacklog int `toml:"scale_up_backlog" group:"Slots" help:"waiting jobs per running holder that start more holders (min_slots < slots)"`
+	// ScaleUpAge starts more candidates when the oldest waiting job has
+	// waited this long, whatever the count. 0 = off. Default 10s.
+	ScaleUpAge Duration `toml:"scale_up_age" group:"Slots" help:"oldest waiting job's age that starts more holders (0: off)"`
+	// ScaleUpEvery is the least time between two scale-up rounds of one
+	// holder. Default 1s.
+	ScaleUpEvery Duration `toml:"scale_up_every" group:"Slots" help:"least time between two scale-up rounds"`
+	// IdleExit is how long a holder of a slot at or above min_slots may go
+	// without a job before it leaves. Default 30s.
+	IdleExit Duration `toml:"idle_exit" group:"Slots" help:"a holder above min_slots leaves after this long without a job"`
 	// Spawn is m, candidates started per cron firing. Default 1.
 	Spawn int `toml:"spawn" group:"Slots" help:"candidates started per cron firing"`
 	// Lifetime is a holder's base lifetime. Default 5m.
@@ -121,7 +138,7 @@ type Config struct {
 // struct tag; Bind takes group names and key names.
 const (
 	Connection = "Connection" // queue, redis_url
-	Slots      = "Slots"      // lock_dir, lock_backend, host, lease_ttl, lease_renew, max_per_host, slots, standby_slots, spawn, lifetime, jitter, standby_wait, poll_interval, schedule
+	Slots      = "Slots"      // lock_dir, lock_backend, host, lease_ttl, lease_renew, max_per_host, slots, standby_slots, min_slots, scale_up_*, idle_exit, spawn, lifetime, jitter, standby_wait, poll_interval, schedule
 	Jobs       = "Jobs"       // concurrency, job_timeout, shutdown_grace, visibility_timeout, max_payload, rate_limit, redis_down_exit, max_jobs
 	Retries    = "Retries"    // max_attempts, reject_exit_codes, retry_backoff, retry_backoff_max, dead_max
 	Workers    = "Workers"    // persistent, heartbeat_timeout, max_jobs_per_child, max_child_rss
@@ -140,6 +157,11 @@ func Default() Config {
 		LockBackend:       "file",
 		LeaseTTL:          Duration{15 * time.Second},
 		LeaseRenew:        Duration{2 * time.Second},
+		MinSlots:          -1, // resolved to Slots by Load
+		ScaleUpBacklog:    100,
+		ScaleUpAge:        Duration{10 * time.Second},
+		ScaleUpEvery:      Duration{time.Second},
+		IdleExit:          Duration{30 * time.Second},
 		Spawn:             1,
 		Lifetime:          Duration{5 * time.Minute},
 		Jitter:            Duration{time.Minute},

@@ -32,8 +32,11 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Slots != 1 || c.StandbySlots != 1 || c.Queue != "default" || c.Lifetime.D() != 5*time.Minute {
+	if c.Slots != 1 || c.StandbySlots != 1 || c.MinSlots != 1 || c.Queue != "default" || c.Lifetime.D() != 5*time.Minute {
 		t.Fatalf("defaults: %+v", c)
+	}
+	if c.ScaleUpBacklog != 100 || c.ScaleUpAge.D() != 10*time.Second || c.ScaleUpEvery.D() != time.Second || c.IdleExit.D() != 30*time.Second {
+		t.Fatalf("scaling defaults: %+v", c)
 	}
 }
 
@@ -43,7 +46,7 @@ func TestPrecedence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Queue != "thumbs" || c.Slots != 4 || c.StandbySlots != 4 || c.Lifetime.D() != 90*time.Second || c.RedisURL != "redis://:pw@env:2/0" {
+	if c.Queue != "thumbs" || c.Slots != 4 || c.StandbySlots != 4 || c.MinSlots != 4 || c.Lifetime.D() != 90*time.Second || c.RedisURL != "redis://:pw@env:2/0" {
 		t.Fatalf("got %+v", c)
 	}
 	c, err = load(t, file, []string{"--redis-url", "redis://flag:3/0", "--standby-slots", "0"}, map[string]string{EnvRedisURL: "redis://env:2/0"})
@@ -79,6 +82,13 @@ func TestBadConfig(t *testing.T) {
 		{"syntax", "slots = = 2\n", nil, ":1:"},
 		{"reject success", "reject_exit_codes = [65, 0]\n", nil, ":1: reject_exit_codes: 0: want exit statuses between 1 and 255"},
 		{"reject flag", "", []string{"--reject-exit-codes", "65,300"}, "flag --reject-exit-codes: 300: want exit statuses"},
+		{"min_slots above slots", "slots = 2\nmin_slots = 3\n", nil, ":2: min_slots: 3: must be between 1 and slots (2)"},
+		{"min_slots zero", "slots = 2\n", []string{"--min-slots", "0"}, "flag --min-slots: 0: must be between 1 and slots (2)"},
+		{"slots under min_slots", "min_slots = 2\n", nil, ":1: min_slots: 2: must be between 1 and slots (1)"},
+		{"backlog zero", "scale_up_backlog = 0\n", nil, ":1: scale_up_backlog: 0: must be at least 1"},
+		{"negative age", "scale_up_age = \"-1s\"\n", nil, ":1: scale_up_age: -1s: must not be negative"},
+		{"tiny scale round", "", []string{"--scale-up-every", "10ms"}, "flag --scale-up-every: 10ms: must be at least 100ms"},
+		{"tiny idle exit", "idle_exit = \"0s\"\n", nil, ":1: idle_exit: 0s: must be at least 1s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := load(t, tc.file, tc.args, nil)

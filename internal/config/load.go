@@ -98,6 +98,9 @@ func Bind(fs *pflag.FlagSet, sel ...string) *Flags {
 	if fl := fs.Lookup("standby-slots"); fl != nil {
 		fl.DefValue = "0"
 	}
+	if fl := fs.Lookup("min-slots"); fl != nil { // = slots
+		fl.DefValue = "0"
+	}
 	return f
 }
 
@@ -140,6 +143,9 @@ func (f *Flags) Load(getenv func(string) string) (*Config, error) {
 	}
 	if c.Host == "" {
 		c.Host, _ = os.Hostname()
+	}
+	if c.MinSlots < 0 && !changed["min_slots"] {
+		c.MinSlots = c.Slots
 	}
 	if err := c.Validate(); err != nil {
 		var e *Error

@@ -44,6 +44,16 @@ func (c *Config) Validate() error {
 			c.LeaseRenew, lock.DeadlineFor(c.LeaseTTL.D()), c.LeaseTTL)
 	case c.MaxPerHost < 0 || c.MaxPerHost > MaxSlots:
 		return bad("max_per_host", "%d: must be between 0 (unlimited) and %d", c.MaxPerHost, MaxSlots)
+	case c.MinSlots < 1 || c.MinSlots > c.Slots:
+		return bad("min_slots", "%d: must be between 1 and slots (%d)", c.MinSlots, c.Slots)
+	case c.ScaleUpBacklog < 1:
+		return bad("scale_up_backlog", "%d: must be at least 1", c.ScaleUpBacklog)
+	case c.ScaleUpAge.Duration < 0:
+		return bad("scale_up_age", "%s: must not be negative (0 turns it off)", c.ScaleUpAge)
+	case c.ScaleUpEvery.Duration < 100*time.Millisecond:
+		return bad("scale_up_every", "%s: must be at least 100ms", c.ScaleUpEvery)
+	case c.IdleExit.Duration < time.Second:
+		return bad("idle_exit", "%s: must be at least 1s", c.IdleExit)
 	case c.Spawn < 1 || c.Spawn > 64:
 		return bad("spawn", "%d: must be between 1 and 64", c.Spawn)
 	case c.Lifetime.Duration <= 0:

@@ -15,6 +15,7 @@ import (
 
 	"github.com/baton-run/baton/internal/config"
 	"github.com/baton-run/baton/lock"
+	"github.com/baton-run/baton/scale"
 	"github.com/baton-run/baton/work"
 	"github.com/redis/go-redis/v9"
 )
@@ -37,6 +38,15 @@ type Slot struct {
 	// lock_backend redis.
 	Fence     int64 `json:"fence,omitempty"`
 	ExpiresIn int64 `json:"expires_in_ms,omitempty"`
+	Draining  bool  `json:"draining,omitempty"` // takes no more jobs: leaving
+}
+
+// Scale is the scaling state, when min_slots < slots.
+type Scale struct {
+	MinSlots int         `json:"min_slots"` // k
+	Slots    int         `json:"slots"`     // N
+	Holders  int         `json:"holders"`   // run slots held now
+	Last     *scale.Last `json:"last,omitempty"`
 }
 
 // Report is a queue's slots and jobs at one instant.
@@ -50,6 +60,7 @@ type Report struct {
 	// RecentRate is the jobs started per second over the last three seconds,
 	// as the rate limiter counted them; set when a limit is.
 	RecentRate *float64 `json:"recent_rate_per_second,omitempty"`
+	Scale      *Scale   `json:"scale,omitempty"`
 	// Warnings are what looks wrong: a queue with no keys (a typo?), jobs
 	// waiting with no holder visible here.
 	Warnings []string `json:"warnings,omitempty"`
@@ -94,6 +105,14 @@ func Read(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient) (r
 			return nil, nil, err
 		}
 	}
+	if cfg.MinSlots > 0 && cfg.MinSlots < cfg.Slots {
+		rep.Scale = &Scale{MinSlots: cfg.MinSlots, Slots: cfg.Slots, Last: scale.ReadLast(cfg.LockDir, cfg.Queue)}
+		for _, s := range rep.Run {
+			if s.Held {
+				rep.Scale.Holders++
+			}
+		}
+	}
 	var others []string
 	if rdb != nil {
 		rep.Jobs, rep.Memory, others, jerr = queueCounts(ctx, rdb, cfg.Queue)
@@ -121,7 +140,7 @@ func Slots(s lock.Set) ([]Slot, error) {
 	out := make([]Slot, len(recs))
 	for i, r := range recs {
 		out[i] = Slot{Slot: r.Slot, Held: r.Held, NoRecord: r.NoRecord, PID: r.PID, Host: r.Host, JobsDone: r.JobsDone, Job: r.Job,
-			Since: TimePtr(r.Since), Until: TimePtr(r.Until), JobSince: TimePtr(r.JobSince), Fence: r.Fence, ExpiresIn: r.ExpiresIn.Milliseconds()}
+			Since: TimePtr(r.Since), Until: TimePtr(r.Until), JobSince: TimePtr(r.JobSince), Fence: r.Fence, ExpiresIn: r.ExpiresIn.Milliseconds(), Draining: r.Draining}
 	}
 	return out, nil
 }
