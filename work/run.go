@@ -375,6 +375,15 @@ func (r *runner) observe(d time.Duration) {
 	r.meanNS.Store(old + (int64(d)-old)/8)
 }
 
+// refill says whether the reader reads now, with free places in the window:
+// at once when jobs are slow or the workers are about to run dry, otherwise
+// once half the window is free, so that jobs faster than a read cost one
+// read per half batch rather than one per job.
+func (r *runner) refill(free int64) bool {
+	w := r.window()
+	return w <= int64(r.c.Concurrency+1) || r.inflight.Load() <= int64(r.c.Concurrency) || free >= w/2
+}
+
 // window is how many jobs may be read and unfinished at once: when jobs are
 // slow, one per worker and one read ahead (so a worker never waits for a
 // read, and other holders get the rest); when fast, a whole batch (so reads

@@ -7,6 +7,10 @@ import (
 	"time"
 )
 
+// ackLinger is how long the settler waits for more successes before it
+// acknowledges a part batch of fast jobs (mean under 1 ms).
+const ackLinger = time.Millisecond
+
 // maxErrorLen bounds the error text kept with a dead letter.
 const maxErrorLen = 2048
 
@@ -83,6 +87,8 @@ func (r *runner) settle() {
 			r.fail(res.job, res.err)
 		}
 	}
+	linger := time.NewTimer(ackLinger)
+	linger.Stop()
 	for res := range r.results {
 		one(res)
 	more:
@@ -96,6 +102,24 @@ func (r *runner) settle() {
 			default:
 				break more
 			}
+		}
+		if n := len(ids); n > 0 && n < most && time.Duration(r.meanNS.Load()) < time.Millisecond {
+			// Jobs are fast: wait a moment for more, so that jobs that
+			// finish one by one (a persistent child's) share an ack.
+			linger.Reset(ackLinger)
+		wait:
+			for len(ids) < most {
+				select {
+				case res, ok := <-r.results:
+					if !ok {
+						break wait
+					}
+					one(res)
+				case <-linger.C:
+					break wait
+				}
+			}
+			linger.Stop()
 		}
 		flush()
 		giveBack()
