@@ -7,7 +7,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 PREFIX ?= /usr/local
 
-.PHONY: all build test vet demo chaos clean release install
+.PHONY: all build test vet demo demo-python chaos clean release install
 
 all: build
 
@@ -56,6 +56,11 @@ test: vet
 demo: build
 	./scripts/demo.sh
 
+# The same with persistent Python workers (examples/python/baton_worker.py):
+# the slot table shows each holder's children, their jobs and memory.
+demo-python: build
+	./scripts/demo-python.sh
+
 # The full chaos run: 20,000 jobs, kill -9s, SIGTERMs and a Redis restart,
 # 10 runs in a row (a short form runs in make test). CHAOS_ARGS adds flags,
 # e.g. CHAOS_ARGS=-chaos.spawn=4.
@@ -66,10 +71,18 @@ chaos:
 clean:
 	rm -rf bin dist
 
-# Benchmarks against asynq and bare loops, one throwaway redis-server, about
-# four minutes; rewrites the table in docs/benchmarks.md. BENCHFLAGS=-quick for
-# a smoke check (docs untouched), BENCHFLAGS=-json for one JSON object.
-.PHONY: bench
+# Benchmarks against asynq, rq, Celery, BullMQ and bare loops, one throwaway
+# redis-server, about six minutes; rewrites the table in docs/benchmarks.md.
+# BENCHFLAGS=-quick for a smoke check (docs untouched), BENCHFLAGS=-json for
+# one JSON object. Installs redis-server, python3-rq, python3-celery and
+# (into ~/.cache/baton-bench) BullMQ when missing.
+.PHONY: bench bench-workers
 bench:
-	@bash scripts/install-redis.sh
+	@bash scripts/install-bench-deps.sh
 	@cd bench && $(GO) run . -docs ../docs/benchmarks.md $(BENCHFLAGS)
+
+# The workers group alone: persistent Python and Node workers against rq,
+# Celery and BullMQ, 1 ms jobs, the protocol's latency (docs untouched).
+bench-workers:
+	@bash scripts/install-bench-deps.sh
+	@cd bench && $(GO) run . -only workers $(BENCHFLAGS)
