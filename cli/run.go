@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -304,7 +306,11 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 	rec := h.record(lock.RoleRun, since, until)
 	rec.Token = token
 	rec.Deadline = deadline
-	stopPublish := publish(slot, rec, st, heal, h.log)
+	var children func() []lock.Child
+	if persist != nil {
+		children = func() []lock.Child { return recordChildren(persist.Children()) }
+	}
+	stopPublish := publish(slot, rec, st, children, heal, h.log)
 	stopMetrics := h.writeMetrics()
 	defer stopMetrics()
 	h.log.Info().Time("until", until).Msg("holding run slot")
@@ -363,8 +369,9 @@ func (h *holder) killOrphans() {
 // publish refreshes the slot record with progress every half second, in a
 // goroutine that the returned func stops (and waits for). A record that
 // cannot be written (a full disk) is retried every tick; the failure is
-// logged once, and the recovery.
-func publish(slot lock.Slot, rec lock.Record, st *work.Stats, heal func() bool, log zerolog.Logger) (stop func()) {
+// logged once, and the recovery. children, unless nil, lists a persistent
+// holder's children for the record.
+func publish(slot lock.Slot, rec lock.Record, st *work.Stats, children func() []lock.Child, heal func() bool, log zerolog.Logger) (stop func()) {
 	failing := false
 	put := func(r lock.Record) {
 		err := slot.Publish(r)
@@ -397,13 +404,33 @@ func publish(slot lock.Slot, rec lock.Record, st *work.Stats, heal func() bool, 
 			if j := st.Recent.Load(); j != nil {
 				next.Job, next.JobSince = j.ID, j.Started
 			}
-			if next != rec || failing {
+			if children != nil {
+				next.Children = children()
+			}
+			if !sameRecord(next, rec) || failing {
 				rec = next
 				put(rec)
 			}
 		}
 	}()
 	return func() { close(quit); <-done }
+}
+
+// recordChildren is a persistent holder's children as its record shows them.
+func recordChildren(cs []work.ChildInfo) []lock.Child {
+	out := make([]lock.Child, len(cs))
+	for i, c := range cs {
+		out[i] = lock.Child{PID: c.PID, Jobs: c.Jobs, RSS: c.RSS}
+	}
+	return out
+}
+
+// sameRecord: a and b would be written alike (a Record holds a slice, so
+// == cannot say).
+func sameRecord(a, b lock.Record) bool {
+	ja, erra := json.Marshal(a)
+	jb, errb := json.Marshal(b)
+	return erra == nil && errb == nil && bytes.Equal(ja, jb)
 }
 
 // writeMetrics rewrites metrics_file every 5s while the holder runs, in a

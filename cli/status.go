@@ -19,7 +19,8 @@ import (
 const statusUsage = `Usage: baton status [flags]
 
 Show every run and standby slot (held or free, pid, host, since, until, jobs
-done, current job) and the queue's jobs: waiting (never delivered), pending
+done, current job; a persistent holder's children under it: pid, jobs
+served, resident memory) and the queue's jobs: waiting (never delivered), pending
 (running or left by a holder that died), scheduled (delayed by enqueue --in
 or --at), retrying (failed, due later), dead (see 'baton dead') and done (all
 time). It also says when Redis is at maxmemory or may evict jobs. It reads
@@ -48,6 +49,9 @@ type slotStatus struct {
 	JobsDone int64      `json:"jobs_done"`
 	Job      string     `json:"job,omitempty"`
 	JobSince *time.Time `json:"job_since,omitempty"`
+	// Children: a persistent holder's worker processes (pid, jobs served,
+	// resident memory in bytes).
+	Children []lock.Child `json:"children,omitempty"`
 }
 
 type statusReport struct {
@@ -143,7 +147,7 @@ func slotsOf(s *lock.FileSet) ([]slotStatus, error) {
 	out := make([]slotStatus, len(recs))
 	for i, r := range recs {
 		out[i] = slotStatus{Slot: r.Slot, Held: r.Held, NoRecord: r.NoRecord, PID: r.PID, Host: r.Host, JobsDone: r.JobsDone, Job: r.Job,
-			Since: timePtr(r.Since), Until: timePtr(r.Until), JobSince: timePtr(r.JobSince)}
+			Since: timePtr(r.Since), Until: timePtr(r.Until), JobSince: timePtr(r.JobSince), Children: r.Children}
 	}
 	return out, nil
 }
@@ -249,6 +253,9 @@ func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 			cur = s.Job + " for " + time.Since(*s.JobSince).Round(100*time.Millisecond).String()
 		}
 		fmt.Fprintf(tw, "%s\theld\t%d\t%s\t%s\t%s\t%d\t%s\n", name, s.PID, s.Host, clock(s.Since), clock(s.Until), s.JobsDone, cur)
+		for _, c := range s.Children {
+			fmt.Fprintf(tw, "  child\tworker\t%d\t\t\t\t%d\trss %.1f MiB\n", c.PID, c.Jobs, float64(c.RSS)/(1<<20))
+		}
 	}
 	for _, s := range rep.Run {
 		row("run-"+strconv.Itoa(s.Slot), s)

@@ -117,4 +117,15 @@ type Record struct {
 	// Job is the id of a job in progress, JobSince when it started.
 	Job      string    `json:"job,omitempty"`
 	JobSince time.Time `json:"job_since,omitzero"`
+
+	// Children are a persistent holder's worker processes, one per lane
+	// that has one running (docs/workers.md); empty in other modes.
+	Children []Child `json:"children,omitempty"`
+}
+
+// Child is one persistent worker process of a holder, as its record shows it.
+type Child struct {
+	PID  int   `json:"pid"`
+	Jobs int64 `json:"jobs"`      // jobs it has served
+	RSS  int64 `json:"rss_bytes"` // its resident memory when the record was written
 }
