@@ -7,7 +7,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 PREFIX ?= /usr/local
 
-.PHONY: all build test vet demo demo-python chaos clean release install
+.PHONY: all build test vet demo demo-python chaos chaos-persistent clean release install
 
 all: build
 
@@ -66,7 +66,13 @@ demo-python: build
 # e.g. CHAOS_ARGS=-chaos.spawn=4.
 chaos:
 	bash scripts/install-redis.sh
-	$(GO) test -count=1 -timeout 90m -run TestChaos -v ./internal/chaos -args -chaos.jobs=20000 -chaos.runs=10 $(CHAOS_ARGS)
+	$(GO) test -count=1 -timeout 90m -run 'TestChaos$$' -v ./internal/chaos -args -chaos.jobs=20000 -chaos.runs=10 $(CHAOS_ARGS)
+
+# The same in persistent mode: holders feed long-lived children, and the
+# monkey kill -9s children as well as holders (a short form runs in make test).
+chaos-persistent:
+	bash scripts/install-redis.sh
+	$(GO) test -count=1 -timeout 90m -run 'TestChaosPersistent$$' -v ./internal/chaos -args -chaos.jobs=20000 -chaos.runs=10 $(CHAOS_ARGS)
 
 clean:
 	rm -rf bin dist
