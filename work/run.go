@@ -357,8 +357,10 @@ func (r *runner) handle(ctx context.Context, j *Job) (err error) {
 }
 
 func (r *runner) finished() {
-	r.inflight.Add(-1)
-	r.poke()
+	n := r.inflight.Add(-1)
+	if r.refill(r.window() - n) { // else the reader would go back to sleep
+		r.poke()
+	}
 }
 
 // poke tells the reader that the window may have room.

@@ -11,6 +11,12 @@ import (
 // acknowledges a part batch of fast jobs (mean under 1 ms).
 const ackLinger = time.Millisecond
 
+// lingerAlone: with jobs at least this slow on average, fewer than
+// ackLinger/lingerAlone (50) finish during a linger, well under the results
+// channel's room, so the settler sleeps through it instead of waking at
+// each result.
+const lingerAlone = 20 * time.Microsecond
+
 // maxErrorLen bounds the error text kept with a dead letter.
 const maxErrorLen = 2048
 
@@ -105,10 +111,18 @@ func (r *runner) settle() {
 		}
 		if n := len(ids); n > 0 && n < most && time.Duration(r.meanNS.Load()) < time.Millisecond {
 			// Jobs are fast: wait a moment for more, so that jobs that
-			// finish one by one (a persistent child's) share an ack.
+			// finish one by one (a persistent child's) share an ack. Jobs
+			// slower than lingerAlone cannot fill the results channel
+			// meanwhile: sleep, not woken by each one, then take them all.
+			alone := time.Duration(r.meanNS.Load()) >= lingerAlone
 			linger.Reset(ackLinger)
 		wait:
 			for len(ids) < most {
+				if alone {
+					<-linger.C
+					alone = false // now take what came, without blocking
+					linger.Reset(0)
+				}
 				select {
 				case res, ok := <-r.results:
 					if !ok {
