@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -235,23 +234,25 @@ func (b *bench) outsideWorker(ctx context.Context, dir string, env, enqueue, wor
 	exited := make(chan error, 1)
 	go func() { exited <- w.Wait() }()
 	defer func() { _ = syscall.Kill(-w.Process.Pid, syscall.SIGKILL) }()
+	// Poll the out file every 20 ms, not faster: the worker times itself,
+	// and the bench must not take CPU from it meanwhile.
 	var took []byte
-	var early error
-	err = waitFor(workerTimeout, "the worker's n-th job", func() bool {
-		took, _ = os.ReadFile(out)
-		if len(took) > 0 && took[len(took)-1] == '\n' {
-			return true
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for end := time.Now().Add(workerTimeout); err == nil; {
+		if took, _ = os.ReadFile(out); len(took) > 0 && took[len(took)-1] == '\n' {
+			break
 		}
 		select {
 		case werr := <-exited:
-			early = fmt.Errorf("worker exited before its n-th job: %v", werr)
-			return true
-		default:
-			return ctx.Err() != nil
+			err = fmt.Errorf("worker exited before its n-th job: %v", werr)
+		case <-ctx.Done():
+			err = ctx.Err()
+		case now := <-tick.C:
+			if now.After(end) {
+				err = fmt.Errorf("the worker's n-th job: not within %s", workerTimeout)
+			}
 		}
-	})
-	if err == nil {
-		err = cmp.Or(early, ctx.Err())
 	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("%v; log: %s", err, tail(readTail(logPath)))
