@@ -7,7 +7,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 PREFIX ?= /usr/local
 
-.PHONY: all build test vet demo chaos clean release install test-browser screenshots
+.PHONY: all build test vet demo demo-python chaos chaos-persistent clean release install test-browser screenshots
 
 all: build
 
@@ -70,22 +70,35 @@ screenshots:
 demo: build
 	./scripts/demo.sh
 
+# The same with persistent Python workers (examples/python/baton_worker.py):
+# the slot table shows each holder's children, their jobs and memory.
+demo-python: build
+	./scripts/demo-python.sh
+
 # The full chaos run: 20,000 jobs, kill -9s, SIGTERMs and a Redis restart,
 # 10 runs in a row (a short form runs in make test). CHAOS_ARGS adds flags,
 # e.g. CHAOS_ARGS=-chaos.spawn=4.
 chaos:
 	bash scripts/install-redis.sh
-	$(GO) test -count=1 -timeout 90m -run TestChaos -v ./internal/chaos -args -chaos.jobs=20000 -chaos.runs=10 $(CHAOS_ARGS)
+	$(GO) test -count=1 -timeout 90m -run 'TestChaos$$' -v ./internal/chaos -args -chaos.jobs=20000 -chaos.runs=10 $(CHAOS_ARGS)
+
+# The same in persistent mode: holders feed long-lived children, and the
+# monkey kill -9s children as well as holders (a short form runs in make test).
+chaos-persistent:
+	bash scripts/install-redis.sh
+	$(GO) test -count=1 -timeout 90m -run 'TestChaosPersistent$$' -v ./internal/chaos -args -chaos.jobs=20000 -chaos.runs=10 $(CHAOS_ARGS)
 
 clean:
 	rm -rf bin dist
 
-# Benchmarks against asynq and bare loops, one throwaway redis-server, about
-# four minutes; rewrites the table in docs/benchmarks.md. BENCHFLAGS=-quick for
-# a smoke check (docs untouched), BENCHFLAGS=-json for one JSON object.
-.PHONY: bench
+# Benchmarks against asynq, rq, Celery, BullMQ and bare loops, one throwaway
+# redis-server, about six minutes; rewrites the table in docs/benchmarks.md.
+# BENCHFLAGS=-quick for a smoke check (docs untouched), BENCHFLAGS=-json for
+# one JSON object. Installs redis-server, python3-rq, python3-celery and
+# (into ~/.cache/baton-bench) BullMQ when missing.
+.PHONY: bench bench-workers
 bench:
-	@bash scripts/install-redis.sh
+	@bash scripts/install-bench-deps.sh
 	@cd bench && $(GO) run . -docs ../docs/benchmarks.md $(BENCHFLAGS)
 
 # The scaling benchmark (docs/scaling.md): 20,000 jobs of 5 ms burst onto
@@ -96,3 +109,9 @@ bench:
 bench-scale:
 	@bash scripts/install-redis.sh
 	@cd bench && $(GO) run . -scale $(BENCHFLAGS)
+
+# The workers group alone: persistent Python and Node workers against rq,
+# Celery and BullMQ, 1 ms jobs, the protocol's latency (docs untouched).
+bench-workers:
+	@bash scripts/install-bench-deps.sh
+	@cd bench && $(GO) run . -only workers $(BENCHFLAGS)

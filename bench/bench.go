@@ -43,6 +43,8 @@ func (b *bench) measure(ctx context.Context, sel []string) error {
 			err = b.loser(ctx)
 		case "holder":
 			err = b.holder(ctx)
+		case "workers":
+			err = b.workers(ctx)
 		}
 		if err != nil {
 			return err

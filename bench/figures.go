@@ -31,7 +31,7 @@ func (f *figure) add(v float64) {
 	}
 }
 
-// target is one goal of issue 5 (or 14: enqueue), judged on medians.
+// target is one goal of issue 5 (or 14: enqueue; 12: workers), judged on medians.
 type target struct {
 	Goal  string  `json:"goal"`
 	Value float64 `json:"value"` // the median, or the ratio of medians
@@ -54,6 +54,9 @@ var figureOrder = []string{
 	"exec_c1", "exec_c2", "fork_c1", "fork_c2",
 	"pickup_p50_ms", "pickup_p99_ms", "promotion_p50_ms", "promotion_p99_ms",
 	"recovery_ms", "loser_wall_ms", "loser_rss_kb", "holder_rss_kb",
+	"py_persistent_c1", "py_persistent_cmds_per_job", "rq_simple_c1", "rq_simple_cmds_per_job",
+	"celery_prefork_c1", "celery_prefork_cmds_per_job", "node_persistent_c1", "node_persistent_cmds_per_job",
+	"bullmq_c1", "bullmq_cmds_per_job", "go_1ms_c1", "persistent_1ms_c1", "protocol_p50_us", "protocol_p99_us",
 }
 
 func newResults() *results {
@@ -117,6 +120,9 @@ func (r *results) targets() []target {
 	below("delayed_late_p99_ms < 550 (poll_interval + 50ms)", "delayed_late_p99_ms", 550)
 	within("rate_200_per_s within 200 ± 5%", "rate_200_per_s", 190, 210)
 	below("rate_200_worst_1s <= 210", "rate_200_worst_1s", 210.5)
+	ratio("py_persistent_c1 >= 20 x rq_simple_c1", "py_persistent_c1", "rq_simple_c1", 20)
+	ratio("py_persistent_c1 >= 10 x celery_prefork_c1", "py_persistent_c1", "celery_prefork_c1", 10)
+	ratio("persistent_1ms_c1 >= 0.8 x go_1ms_c1", "persistent_1ms_c1", "go_1ms_c1", 0.8)
 	return out
 }
 

@@ -39,7 +39,7 @@ type runConfig struct {
 	Quick            bool   `json:"quick"`
 }
 
-var groups = []string{"throughput", "enqueue", "producers", "exec", "pickup", "promotion", "recovery", "loser", "holder"}
+var groups = []string{"throughput", "enqueue", "producers", "exec", "pickup", "promotion", "recovery", "loser", "holder", "workers"}
 
 func main() {
 	var (

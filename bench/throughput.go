@@ -49,13 +49,19 @@ func (c *counter) wait(errc <-chan error) error {
 }
 
 // batonRate runs work.Run with handler h over n pre-enqueued jobs and returns
-// jobs per second, from the call of Run to the n-th handler return.
-func batonRate(ctx context.Context, srv *redisServer, conc, n int, h work.Handler, c *counter) (float64, error) {
+// jobs per second, from the call of Run to the n-th handler return. ready,
+// unless nil, is called once the jobs are enqueued, before Run.
+func batonRate(ctx context.Context, srv *redisServer, conc, n int, h work.Handler, c *counter, ready func() error) (float64, error) {
 	rdb := srv.Client(0)
 	defer rdb.Close()
 	const q = "bench"
 	if err := fill(ctx, rdb, q, n); err != nil {
 		return 0, err
+	}
+	if ready != nil {
+		if err := ready(); err != nil {
+			return 0, err
+		}
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -85,7 +91,7 @@ func batonRate(ctx context.Context, srv *redisServer, conc, n int, h work.Handle
 func noopRate(ctx context.Context, srv *redisServer, conc, n int) (float64, error) {
 	c := newCounter(n)
 	h := work.HandlerFunc(func(context.Context, *work.Job) error { c.hit(); return nil })
-	return batonRate(ctx, srv, conc, n, h, c)
+	return batonRate(ctx, srv, conc, n, h, c, nil)
 }
 
 // rawBatchRate is the ceiling for a consumer group: one loop that reads 128

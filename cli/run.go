@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -350,7 +352,11 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 	if sc := h.newScaler(slot, st, until, sig, cancel); sc != nil {
 		step = sc.step
 	}
-	stopPublish := publish(slot, rec, st, heal, step, h.log)
+	var children func() []lock.Child
+	if persist != nil {
+		children = func() []lock.Child { return recordChildren(persist.Children()) }
+	}
+	stopPublish := publish(slot, rec, st, children, heal, step, h.log)
 	stopMetrics := h.writeMetrics()
 	defer stopMetrics()
 	warned := false // per-minute samples of the totals, for baton web's charts
@@ -418,8 +424,10 @@ func (h *holder) killOrphans() {
 // goroutine that the returned func stops (and waits for); step, when not
 // nil, takes the scale decision once a second. A record that
 // cannot be written (a full disk) is retried every tick; the failure is
-// logged once, and the recovery.
-func publish(slot lock.Slot, rec lock.Record, st *work.Stats, heal func() bool, step func(*lock.Record), log zerolog.Logger) (stop func()) {
+// logged once, and the recovery. children, unless nil, lists a persistent
+// holder's children for the record; step, unless nil, is the scaler's turn,
+// once a second.
+func publish(slot lock.Slot, rec lock.Record, st *work.Stats, children func() []lock.Child, heal func() bool, step func(*lock.Record), log zerolog.Logger) (stop func()) {
 	failing := false
 	put := func(r lock.Record) {
 		err := slot.Publish(r)
@@ -455,13 +463,33 @@ func publish(slot lock.Slot, rec lock.Record, st *work.Stats, heal func() bool, 
 			if step != nil && tick%2 == 1 {
 				step(&next)
 			}
-			if next != rec || failing {
+			if children != nil {
+				next.Children = children()
+			}
+			if !sameRecord(next, rec) || failing {
 				rec = next
 				put(rec)
 			}
 		}
 	}()
 	return func() { close(quit); <-done }
+}
+
+// recordChildren is a persistent holder's children as its record shows them.
+func recordChildren(cs []work.ChildInfo) []lock.Child {
+	out := make([]lock.Child, len(cs))
+	for i, c := range cs {
+		out[i] = lock.Child{PID: c.PID, Jobs: c.Jobs, RSS: c.RSS}
+	}
+	return out
+}
+
+// sameRecord: a and b would be written alike (a Record holds a slice, so
+// == cannot say).
+func sameRecord(a, b lock.Record) bool {
+	ja, erra := json.Marshal(a)
+	jb, errb := json.Marshal(b)
+	return erra == nil && errb == nil && bytes.Equal(ja, jb)
 }
 
 // writeMetrics rewrites metrics_file every 5s while the holder runs, in a

@@ -103,4 +103,3 @@ func (s *scaler) step(next *lock.Record) {
 		s.log.Debug().Err(err).Msg("write the last scale decision")
 	}
 }
-

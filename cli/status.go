@@ -17,7 +17,8 @@ import (
 const statusUsage = `Usage: baton status [flags]
 
 Show every run and standby slot (held or free, pid, host, since, until, jobs
-done, current job) and the queue's jobs: waiting (never delivered), pending
+done, current job; a persistent holder's children under it: pid, jobs
+served, resident memory) and the queue's jobs: waiting (never delivered), pending
 (running or left by a holder that died), scheduled (delayed by enqueue --in
 or --at), retrying (failed, due later), dead (see 'baton dead') and done (all
 time). It also says when Redis is at maxmemory or may evict jobs. It reads
@@ -178,6 +179,9 @@ func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 			return
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\n", name, state, s.PID, s.Host, clock(s.Since), clock(s.Until), s.JobsDone, cur)
+		for _, c := range s.Children {
+			fmt.Fprintf(tw, "  child\tworker\t%d\t\t\t\t%d\trss %.1f MiB\n", c.PID, c.Jobs, float64(c.RSS)/(1<<20))
+		}
 	}
 	for _, s := range rep.Run {
 		row("run-"+strconv.Itoa(s.Slot), s)

@@ -140,4 +140,15 @@ type Record struct {
 	// Draining is set once the holder stops taking jobs (its lifetime is
 	// over, or it was told to stop): it no longer scales up.
 	Draining bool `json:"draining,omitempty"`
+
+	// Children are a persistent holder's worker processes, one per lane
+	// that has one running (docs/workers.md); empty in other modes.
+	Children []Child `json:"children,omitempty"`
+}
+
+// Child is one persistent worker process of a holder, as its record shows it.
+type Child struct {
+	PID  int   `json:"pid"`
+	Jobs int64 `json:"jobs"`      // jobs it has served
+	RSS  int64 `json:"rss_bytes"` // its resident memory when the record was written
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -85,8 +86,8 @@ type child struct {
 	err     error         // its exit as an *ExecError, nil for status 0; set before exited closes
 	stdout  *childOutput
 	stderr  *childOutput
-	jobs    int // jobs run; the lane's
-	limit   int // jobs before it is replaced; 0: none
+	jobs    atomic.Int64 // jobs run; written by the lane, read by Children
+	limit   int          // jobs before it is replaced; 0: none
 }
 
 // Handle runs j on an idle child, or on a fresh one.
@@ -99,9 +100,9 @@ func (p *Persistent) Handle(ctx context.Context, j *Job) error {
 	if !alive {
 		return err
 	}
-	c.jobs++
+	jobs := c.jobs.Add(1)
 	switch {
-	case c.limit > 0 && c.jobs >= c.limit:
+	case c.limit > 0 && jobs >= int64(c.limit):
 		p.retire(c, "max_jobs_per_child")
 	case p.MaxRSS > 0 && rss(c.pid) > p.MaxRSS:
 		p.retire(c, "max_child_rss")
@@ -455,7 +456,7 @@ func (p *Persistent) kill(c *child) {
 // retire sends c the stop message and, in the background, kills it if it
 // is still there after Grace.
 func (p *Persistent) retire(c *child, why string) {
-	p.Logger.Info().Int("child", c.pid).Int("jobs", c.jobs).Str("reason", why).Msg("replacing persistent child")
+	p.Logger.Info().Int("child", c.pid).Int64("jobs", c.jobs.Load()).Str("reason", why).Msg("replacing persistent child")
 	p.stop(c)
 	p.wg.Add(1)
 	go func() {
@@ -515,6 +516,29 @@ func (p *Persistent) Close(ctx context.Context) error {
 	}
 	p.wg.Wait()
 	return nil
+}
+
+// ChildInfo is one running child: its pid, the jobs it has served, its
+// resident memory in bytes (0 when unreadable).
+type ChildInfo struct {
+	PID  int
+	Jobs int64
+	RSS  int64
+}
+
+// Children lists the children still running, by pid, for a holder's record.
+func (p *Persistent) Children() []ChildInfo {
+	p.mu.Lock()
+	out := make([]ChildInfo, 0, len(p.all))
+	for c := range p.all {
+		out = append(out, ChildInfo{PID: c.pid, Jobs: c.jobs.Load()})
+	}
+	p.mu.Unlock()
+	for i := range out {
+		out[i].RSS = rss(out[i].PID)
+	}
+	slices.SortFunc(out, func(a, b ChildInfo) int { return a.PID - b.PID })
+	return out
 }
 
 // rss is a process's resident memory in bytes, from /proc/PID/statm; 0 when

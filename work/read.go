@@ -44,7 +44,7 @@ func (r *runner) read(ctx context.Context) {
 		if limit > 0 {
 			free = min(free, limit-count)
 		}
-		if free <= 0 {
+		if free <= 0 || !replay && !r.refill(free) {
 			select {
 			case <-r.space:
 			case <-r.stopped:

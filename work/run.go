@@ -369,8 +369,10 @@ func (r *runner) handle(ctx context.Context, j *Job) (err error) {
 }
 
 func (r *runner) finished() {
-	r.inflight.Add(-1)
-	r.poke()
+	n := r.inflight.Add(-1)
+	if r.refill(r.window() - n) { // else the reader would go back to sleep
+		r.poke()
+	}
 }
 
 // poke tells the reader that the window may have room.
@@ -385,6 +387,15 @@ func (r *runner) poke() {
 func (r *runner) observe(d time.Duration) {
 	old := r.meanNS.Load()
 	r.meanNS.Store(old + (int64(d)-old)/8)
+}
+
+// refill says whether the reader reads now, with free places in the window:
+// at once when jobs are slow or the workers are about to run dry, otherwise
+// once half the window is free, so that jobs faster than a read cost one
+// read per half batch rather than one per job.
+func (r *runner) refill(free int64) bool {
+	w := r.window()
+	return w <= int64(r.c.Concurrency+1) || r.inflight.Load() <= int64(r.c.Concurrency) || free >= w/2
 }
 
 // window is how many jobs may be read and unfinished at once: when jobs are

@@ -7,6 +7,16 @@ import (
 	"time"
 )
 
+// ackLinger is how long the settler waits for more successes before it
+// acknowledges a part batch of fast jobs (mean under 1 ms).
+const ackLinger = time.Millisecond
+
+// lingerAlone: with jobs at least this slow on average, fewer than
+// ackLinger/lingerAlone (50) finish during a linger, well under the results
+// channel's room, so the settler sleeps through it instead of waking at
+// each result.
+const lingerAlone = 20 * time.Microsecond
+
 // maxErrorLen bounds the error text kept with a dead letter.
 const maxErrorLen = 2048
 
@@ -55,6 +65,8 @@ func (r *runner) settle() {
 			r.fail(j, res.err)
 		}
 	}
+	linger := time.NewTimer(ackLinger)
+	linger.Stop()
 	for res := range r.results {
 		one(res)
 	more:
@@ -68,6 +80,32 @@ func (r *runner) settle() {
 			default:
 				break more
 			}
+		}
+		if n > 0 && n < most && time.Duration(r.meanNS.Load()) < time.Millisecond {
+			// Jobs are fast: wait a moment for more, so that jobs that
+			// finish one by one (a persistent child's) share an ack. Jobs
+			// slower than lingerAlone cannot fill the results channel
+			// meanwhile: sleep, not woken by each one, then take them all.
+			alone := time.Duration(r.meanNS.Load()) >= lingerAlone
+			linger.Reset(ackLinger)
+		wait:
+			for n < most {
+				if alone {
+					<-linger.C
+					alone = false // now take what came, without blocking
+					linger.Reset(0)
+				}
+				select {
+				case res, ok := <-r.results:
+					if !ok {
+						break wait
+					}
+					one(res)
+				case <-linger.C:
+					break wait
+				}
+			}
+			linger.Stop()
 		}
 		flush()
 		giveBack()

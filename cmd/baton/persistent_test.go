@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -126,3 +127,59 @@ func TestPersistentWorkerCannotStart(t *testing.T) {
 		t.Fatalf("jobs %+v, want the job waiting", *s.Jobs)
 	}
 }
+
+// TestPersistentStatusChildren: a persistent holder's record lists its
+// children (pid, jobs served, RSS), and status shows them under its slot.
+func TestPersistentStatusChildren(t *testing.T) {
+	r := newRig(t)
+	const jobs = 20
+	cmd := r.cmd("enqueue", "-q")
+	cmd.Stdin = strings.NewReader(strings.Repeat("x\n", jobs))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("enqueue: %v %s", err, out)
+	}
+	h := r.start("run", "--persistent", "--concurrency", "2", "--lifetime", "30s", "--jitter", "1ms",
+		"--", python(t), examplePath(t, "python/example_worker.py"))
+	type child struct {
+		PID  int   `json:"pid"`
+		Jobs int64 `json:"jobs"`
+		RSS  int64 `json:"rss_bytes"`
+	}
+	var kids []child
+	eventually(t, 15*time.Second, "the record lists children that served every job", func() bool {
+		out, _, _ := r.baton("status", "--json")
+		var s struct {
+			Run []struct {
+				PID      int     `json:"pid"`
+				Children []child `json:"children"`
+			} `json:"run"`
+		}
+		if json.Unmarshal([]byte(out), &s) != nil || len(s.Run) == 0 || s.Run[0].PID != h.cmd.Process.Pid {
+			return false
+		}
+		kids = s.Run[0].Children
+		var served int64
+		for _, k := range kids {
+			served += k.Jobs
+		}
+		return served == jobs
+	})
+	text, _, _ := r.baton("status")
+	for _, k := range kids {
+		if k.PID <= 0 || !alive(k.PID) || k.RSS <= 0 {
+			t.Errorf("child %+v: want a live pid and its RSS", k)
+		}
+		if !strings.Contains(text, strconv.Itoa(k.PID)) {
+			t.Errorf("status does not show child %d:\n%s", k.PID, text)
+		}
+	}
+	if len(kids) == 0 || len(kids) > 2 || !strings.Contains(text, "child") {
+		t.Fatalf("children %+v, status:\n%s", kids, text)
+	}
+	_ = h.cmd.Process.Signal(syscall.SIGTERM)
+	if code := h.wait(t, 15*time.Second); code != 0 {
+		t.Fatalf("exit %d: %s", code, h.log())
+	}
+}
+
+func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }

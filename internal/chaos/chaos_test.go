@@ -6,16 +6,20 @@
 // or standby once past its hard deadline), and that no process is left.
 //
 // A short run is part of `go test ./...`; `make chaos` runs the full one
-// (20,000 jobs, 10 runs in a row).
+// (20,000 jobs, 10 runs in a row), `make chaos-persistent` the same with
+// persistent children (TestChaosPersistent).
 package chaos
 
 import (
+	"bufio"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -47,10 +51,12 @@ var (
 const runMark = "BATON_CHAOS_RUN"
 
 const (
-	asBaton = "BATON_CHAOS_AS_BATON"
-	queue   = "chaos"
-	slots   = 4
-	runsKey = "chaos:runs" // hash: job payload → completed runs
+	asBaton      = "BATON_CHAOS_AS_BATON"
+	asPersistent = "BATON_CHAOS_PERSISTENT" // with asBaton: run --persistent, children are this binary
+	chaosRedis   = "BATON_CHAOS_REDIS"      // the Redis URL for children (baton keeps its own from them)
+	queue        = "chaos"
+	slots        = 4
+	runsKey      = "chaos:runs" // hash: job payload → completed runs
 )
 
 // Poison jobs: they always fail, or always kill their own holder.
@@ -60,7 +66,12 @@ var poison = map[string]string{
 }
 
 func TestMain(m *testing.M) {
-	if os.Getenv(asBaton) == "1" {
+	switch {
+	case os.Getenv("BATON_PROTOCOL") != "":
+		os.Exit(worker()) // a persistent holder's child
+	case os.Getenv(asBaton) == "1" && os.Getenv(asPersistent) == "1":
+		os.Exit(cli.Main(context.Background(), os.Args[1:], cli.Options{}))
+	case os.Getenv(asBaton) == "1":
 		os.Exit(cli.Main(context.Background(), os.Args[1:], cli.Options{Handler: handler()}))
 	}
 	os.Exit(m.Run())
@@ -73,31 +84,46 @@ func handler() work.Handler {
 	opt, _ := redis.ParseURL(os.Getenv("BATON_REDIS_URL"))
 	rdb := redis.NewClient(opt)
 	return work.HandlerFunc(func(ctx context.Context, j *work.Job) error {
-		p := string(j.Payload)
-		switch poison[p] {
-		case work.ReasonFailed:
-			return errors.New("poison: always fails")
-		case work.ReasonCrashed:
-			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			select {}
-		}
-		h := fnv.New32a()
-		h.Write(j.Payload)
-		roll := h.Sum32() % 1000
-		if j.Attempt == 1 && roll < 100 {
-			return errors.New("transient failure")
-		}
-		if j.Attempt == 1 && roll >= 100 && roll < 105 {
-			select {} // hung: deaf to ctx
-		}
-		time.Sleep(time.Duration(1+roll%3) * time.Millisecond)
-		return rdb.HIncrBy(context.Background(), runsKey, p, 1).Err()
+		return chaosJob(rdb, j.Payload, j.Attempt)
 	})
+}
+
+// chaosJob is one job, in a holder (handler) or in a persistent child
+// (worker), where a crash kills the child and a hang lasts until job_timeout.
+func chaosJob(rdb *redis.Client, payload []byte, attempt int) error {
+	p := string(payload)
+	switch poison[p] {
+	case work.ReasonFailed:
+		return errors.New("poison: always fails")
+	case work.ReasonCrashed:
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
+	h := fnv.New32a()
+	h.Write(payload)
+	roll := h.Sum32() % 1000
+	if attempt == 1 && roll < 100 {
+		return errors.New("transient failure")
+	}
+	if attempt == 1 && roll >= 100 && roll < 105 {
+		time.Sleep(time.Hour) // hung: deaf to ctx (select{} would be a deadlock in a child)
+	}
+	time.Sleep(time.Duration(1+roll%3) * time.Millisecond)
+	return rdb.HIncrBy(context.Background(), runsKey, p, 1).Err()
 }
 
 func TestChaos(t *testing.T) {
 	for run := 1; run <= *runsFlag; run++ {
-		t.Run(fmt.Sprintf("run %d of %d", run, *runsFlag), func(t *testing.T) { chaosRun(t, *jobsFlag) })
+		t.Run(fmt.Sprintf("run %d of %d", run, *runsFlag), func(t *testing.T) { chaosRun(t, *jobsFlag, false) })
+	}
+}
+
+// TestChaosPersistent is the same run in persistent mode: each holder feeds
+// long-lived children (this binary, speaking the worker protocol), recycled
+// every 200 jobs or so, and the monkey kill -9s children as well as holders.
+func TestChaosPersistent(t *testing.T) {
+	for run := 1; run <= *runsFlag; run++ {
+		t.Run(fmt.Sprintf("run %d of %d", run, *runsFlag), func(t *testing.T) { chaosRun(t, *jobsFlag, true) })
 	}
 }
 
@@ -154,7 +180,7 @@ func (f *fleet) killAll(sets ...*lock.FileSet) {
 	}
 }
 
-func chaosRun(t *testing.T, jobs int) {
+func chaosRun(t *testing.T, jobs int, persistent bool) {
 	srv := redistest.Start(t, redistest.Appendonly)
 	rdb := srv.Client()
 	ctx := context.Background()
@@ -189,12 +215,16 @@ func chaosRun(t *testing.T, jobs int) {
 
 	mark := runMark + "=" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	f := &fleet{t: t, log: logf,
-		env: append(os.Environ(), asBaton+"=1", "BATON_REDIS_URL="+srv.URL(), mark),
+		env: append(os.Environ(), asBaton+"=1", "BATON_REDIS_URL="+srv.URL(), chaosRedis+"="+srv.URL(), mark),
 		args: []string{"run", "--queue", queue, "--lock-dir", locks, "--slots", strconv.Itoa(slots), "--spawn", strconv.Itoa(*spawnFlag),
 			"--lifetime", "2s", "--jitter", "2s", "--standby-wait", "20s", "--poll-interval", "100ms",
 			"--concurrency", "2", "--shutdown-grace", "1s", "--max-attempts", "5",
 			"--job-timeout", "2s", "--visibility-timeout", "5s",
 			"--retry-backoff", "100ms", "--retry-backoff-max", "1s", "--log-format", "json", "--log-level", cmp.Or(os.Getenv("CHAOS_LOG_LEVEL"), "info")},
+	}
+	if persistent {
+		f.env = append(f.env, asPersistent+"=1")
+		f.args = append(f.args, "--persistent", "--max-jobs-per-child", "200", "--", os.Args[0])
 	}
 	runSet, _ := lock.NewFileSet(locks, queue, lock.RoleRun, slots)
 	sbSet, _ := lock.NewFileSet(locks, queue, lock.RoleStandby, slots)
@@ -202,7 +232,7 @@ func chaosRun(t *testing.T, jobs int) {
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	var kills, terms atomic.Int64
+	var kills, terms, childKills atomic.Int64
 	fr := &freezer{stopped: map[int]frozen{}}
 	var below, none time.Duration // time with fewer than k holders, and with none
 	seen := map[int]bool{}        // pids that held a run or standby slot
@@ -231,6 +261,22 @@ func chaosRun(t *testing.T, jobs int) {
 			case <-tick.C:
 			}
 			roll := rand.Float64()
+			if persistent && *monkeyFlag && roll >= 0.20 && roll < 0.50 {
+				// A persistent holder's child, as its record lists them.
+				var kids []int
+				recs, _ := runSet.Records()
+				for _, r := range recs {
+					for _, c := range r.Children {
+						if !fr.isFrozen(r.PID) {
+							kids = append(kids, c.PID)
+						}
+					}
+				}
+				if len(kids) > 0 && syscall.Kill(kids[rand.IntN(len(kids))], syscall.SIGKILL) == nil {
+					childKills.Add(1)
+				}
+				continue
+			}
 			if roll >= 0.20 || !*monkeyFlag {
 				continue
 			}
@@ -403,10 +449,14 @@ func chaosRun(t *testing.T, jobs int) {
 	if p := rdb.XPending(ctx, work.KeysFor(queue).Stream, work.Group).Val(); p != nil && p.Count != 0 {
 		t.Errorf("%d entries left pending", p.Count)
 	}
-	t.Logf("%d jobs + %d poison in %v: 0 lost=%v, %d duplicates (at-least-once), %d dead letters; "+
+	mode := "in-process handler"
+	if persistent {
+		mode = fmt.Sprintf("persistent children, %d of them kill -9'd", childKills.Load())
+	}
+	t.Logf("%s: %d jobs + %d poison in %v: 0 lost=%v, %d duplicates (at-least-once), %d dead letters; "+
 		"%d holders and standbys: %d kill -9, %d SIGTERM, %d frozen (SIGSTOP) and %d healed (slowest %v after its hard deadline), "+
 		"%d hard-deadline exits, redis restarted once; below %d holders %v (%.1f%%), no holder %v (%.1f%%); %d processes escaped",
-		jobs, len(poison), elapsed.Round(time.Millisecond), lost == 0, duplicates, len(deadMsgs),
+		mode, jobs, len(poison), elapsed.Round(time.Millisecond), lost == 0, duplicates, len(deadMsgs),
 		len(seen), kills.Load(), terms.Load(), fr.count(), healed, slowest.Round(time.Millisecond), f.exits1.Load(),
 		slots, below.Round(time.Millisecond), 100*below.Seconds()/elapsed.Seconds(),
 		none.Round(time.Millisecond), 100*none.Seconds()/elapsed.Seconds(), len(escaped))
@@ -491,4 +541,55 @@ func leftOver(mark string) []int {
 func envHas(pid int, kv string) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
 	return err == nil && proc.EnvHas(b, []byte(kv))
+}
+
+// worker is a persistent child speaking the worker protocol (docs/workers.md)
+// in Go: the chaos job for every job frame, until stop or EOF.
+func worker() int {
+	opt, err := redis.ParseURL(os.Getenv(chaosRedis))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos worker:", err)
+		return 2
+	}
+	rdb := redis.NewClient(opt)
+	in := bufio.NewReader(os.NewFile(3, "from baton"))
+	out := os.NewFile(4, "to baton")
+	send := func(v any) error {
+		b, _ := json.Marshal(v)
+		_, err := out.Write(append(b, '\n'))
+		return err
+	}
+	if send(map[string]any{"type": "ready", "protocol": 1}) != nil {
+		return 1
+	}
+	for {
+		line, err := in.ReadBytes('\n')
+		if err != nil {
+			return 0 // baton went away
+		}
+		var h struct {
+			Type, ID, Queue string
+			Attempt, Size   int
+		}
+		if err := json.Unmarshal(line, &h); err != nil {
+			fmt.Fprintln(os.Stderr, "chaos worker: bad header:", err)
+			return 1
+		}
+		body := make([]byte, h.Size)
+		if _, err := io.ReadFull(in, body); err != nil {
+			return 1
+		}
+		switch h.Type {
+		case "stop":
+			return 0
+		case "job":
+			res := map[string]any{"type": "result", "id": h.ID, "status": "ok"}
+			if err := chaosJob(rdb, body, h.Attempt); err != nil {
+				res["status"], res["error"] = "error", err.Error()
+			}
+			if send(res) != nil {
+				return 1
+			}
+		}
+	}
 }

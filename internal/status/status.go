@@ -39,6 +39,9 @@ type Slot struct {
 	Fence     int64 `json:"fence,omitempty"`
 	ExpiresIn int64 `json:"expires_in_ms,omitempty"`
 	Draining  bool  `json:"draining,omitempty"` // takes no more jobs: leaving
+	// Children: a persistent holder's worker processes (pid, jobs served,
+	// resident memory in bytes).
+	Children []lock.Child `json:"children,omitempty"`
 }
 
 // Scale is the scaling state, when min_slots < slots.
@@ -140,7 +143,7 @@ func Slots(s lock.Set) ([]Slot, error) {
 	out := make([]Slot, len(recs))
 	for i, r := range recs {
 		out[i] = Slot{Slot: r.Slot, Held: r.Held, NoRecord: r.NoRecord, PID: r.PID, Host: r.Host, JobsDone: r.JobsDone, Job: r.Job,
-			Since: TimePtr(r.Since), Until: TimePtr(r.Until), JobSince: TimePtr(r.JobSince), Fence: r.Fence, ExpiresIn: r.ExpiresIn.Milliseconds(), Draining: r.Draining}
+			Since: TimePtr(r.Since), Until: TimePtr(r.Until), JobSince: TimePtr(r.JobSince), Fence: r.Fence, ExpiresIn: r.ExpiresIn.Milliseconds(), Draining: r.Draining, Children: r.Children}
 	}
 	return out, nil
 }
