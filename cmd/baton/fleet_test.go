@@ -285,7 +285,7 @@ func TestFleetPausedHolderIsFenced(t *testing.T) {
 	events := filepath.Join(r.dir, "events")
 	job := r.script("job.sh", `cat >/dev/null
 echo "start $BATON_HOST $BATON_FENCE" >> `+events+`
-if [ "$BATON_HOST" = paused ]; then sleep 0.5; fi
+if [ "$BATON_HOST" = paused ]; then sleep 3; fi
 echo "end $BATON_HOST $BATON_FENCE" >> `+events+"\n")
 	const ttl = 1500 * time.Millisecond
 	common := []string{"--slots", "1", "--standby-slots", "0", "--lease-ttl", ttl.String(), "--lease-renew", "200ms", "--lifetime", "1m", "--", job}

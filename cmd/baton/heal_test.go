@@ -194,7 +194,7 @@ func TestFrozenStandbyIsHealed(t *testing.T) {
 	if code := early.wait(t, 10*time.Second); code != 0 {
 		t.Fatalf("candidate exit %d\n%s", code, early.log())
 	}
-	if frozen.cmd.ProcessState != nil {
+	if done, _ := frozen.exited(); done {
 		t.Fatal("a standby was killed before its deadline")
 	}
 	time.Sleep(time.Until(rec.Deadline.Add(standby.HealMargin)) + 100*time.Millisecond)
