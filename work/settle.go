@@ -11,10 +11,10 @@ import (
 // acknowledges a part batch of fast jobs (mean under 1 ms).
 const ackLinger = time.Millisecond
 
-// lingerAlone: with jobs at least this slow on average, fewer than
-// ackLinger/lingerAlone (50) finish during a linger, well under the results
-// channel's room, so the settler sleeps through it instead of waking at
-// each result.
+// lingerAlone: jobs at least this slow on average (and under 1 ms) make
+// the settler linger; fewer than ackLinger/lingerAlone (50) finish during a
+// linger, well under the results channel's room, so it sleeps through it
+// instead of waking at each result.
 const lingerAlone = 20 * time.Microsecond
 
 // maxErrorLen bounds the error text kept with a dead letter.
@@ -81,31 +81,25 @@ func (r *runner) settle() {
 				break more
 			}
 		}
-		if n > 0 && n < most && time.Duration(r.meanNS.Load()) < time.Millisecond {
-			// Jobs are fast: wait a moment for more, so that jobs that
-			// finish one by one (a persistent child's) share an ack. Jobs
-			// slower than lingerAlone cannot fill the results channel
-			// meanwhile: sleep, not woken by each one, then take them all.
-			alone := time.Duration(r.meanNS.Load()) >= lingerAlone
+		if mean := time.Duration(r.meanNS.Load()); n > 0 && n < most && mean >= lingerAlone && mean < time.Millisecond {
+			// Jobs finish one by one, fast but not instantly (a persistent
+			// child's): sleep a moment, not woken by each result, then take
+			// what came, so they share an ack. Faster jobs (an in-process
+			// no-op) fill batches by themselves; a linger only slows them.
 			linger.Reset(ackLinger)
-		wait:
+			<-linger.C
+		more2:
 			for n < most {
-				if alone {
-					<-linger.C
-					alone = false // now take what came, without blocking
-					linger.Reset(0)
-				}
 				select {
 				case res, ok := <-r.results:
 					if !ok {
-						break wait
+						break more2
 					}
 					one(res)
-				case <-linger.C:
-					break wait
+				default:
+					break more2
 				}
 			}
-			linger.Stop()
 		}
 		flush()
 		giveBack()
