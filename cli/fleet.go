@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/internal/config"
+	qstatus "github.com/baton-run/baton/internal/status"
 	"github.com/baton-run/baton/lock"
 	"github.com/redis/go-redis/v9"
 )
@@ -15,25 +16,15 @@ import (
 // queue behind job traffic; it connects on first use and lives as long as
 // the process.
 func slotSets(cfg *config.Config) (run, sb lock.Set, err error) {
-	if cfg.LockBackend != "redis" {
-		fr, err := lock.NewFileSet(cfg.LockDir, cfg.Queue, lock.RoleRun, cfg.Slots)
-		if err != nil || cfg.StandbySlots == 0 {
-			return fr, nil, err
+	var rdb redis.UniversalClient // nil: flock files
+	if cfg.LockBackend == "redis" {
+		c, err := leaseClient(cfg)
+		if err != nil {
+			return nil, nil, err
 		}
-		fs, err := lock.NewFileSet(cfg.LockDir, cfg.Queue, lock.RoleStandby, cfg.StandbySlots)
-		return fr, fs, err
+		rdb = c
 	}
-	rdb, err := leaseClient(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	opt := lock.LeaseOptions{Host: cfg.Host, TTL: cfg.LeaseTTL.D(), Renew: cfg.LeaseRenew.D()}
-	lr, err := lock.NewLeaseSet(rdb, cfg.Queue, lock.RoleRun, cfg.Slots, opt)
-	if err != nil || cfg.StandbySlots == 0 {
-		return lr, nil, err
-	}
-	ls, err := lock.NewLeaseSet(rdb, cfg.Queue, lock.RoleStandby, cfg.StandbySlots, opt)
-	return lr, ls, err
+	return qstatus.SlotSets(cfg, rdb)
 }
 
 // leaseClient is the lease sets' client: every call is bounded well within

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/internal/config"
+	qstatus "github.com/baton-run/baton/internal/status"
 	"github.com/baton-run/baton/work"
 	"github.com/spf13/pflag"
 )
@@ -62,7 +63,7 @@ func runJob(ctx context.Context, e *env, args []string) error {
 			*work.Location
 			PID   int        `json:"pid,omitempty"`
 			Since *time.Time `json:"since,omitempty"`
-		}{loc, holder.PID, timePtr(holder.JobSince)}); err != nil {
+		}{loc, holder.PID, qstatus.TimePtr(holder.JobSince)}); err != nil {
 			return err
 		}
 	} else {

@@ -103,9 +103,6 @@ func readStatus(ctx context.Context, cfg *config.Config) (rep *statusReport, jer
 	return qstatus.Read(ctx, cfg, rdb)
 }
 
-// timePtr is &t, or nil for the zero time.
-func timePtr(t time.Time) *time.Time { return qstatus.TimePtr(t) }
-
 func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 	fmt.Fprintf(w, "queue %s on %s\n", rep.Queue, config.RedactURL(cfg.RedisURL))
 	if j := rep.Jobs; j != nil {

@@ -10,11 +10,11 @@ import (
 	mrand "math/rand/v2"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/baton-run/baton/internal/script"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sys/unix"
 )
@@ -147,7 +147,7 @@ func (s *LeaseSet) TryAcquire() (Slot, bool, error) {
 	owner := newOwner()
 	sent := boottime()
 	keys := append([]string{s.fence}, s.keys...)
-	v, err := runScript(ctx, s.rdb, acquireScript, keys,
+	v, err := script.Run(ctx, s.rdb, acquireScript, keys,
 		s.opt.TTL.Milliseconds(), owner, s.opt.Host, s.pid, mrand.IntN(s.n)).Slice()
 	if err != nil {
 		return nil, false, fmt.Errorf("acquire %s lease: %w", s.role, err)
@@ -176,7 +176,7 @@ func (s *LeaseSet) TryAcquire() (Slot, bool, error) {
 func (s *LeaseSet) Records() ([]Record, error) {
 	ctx, cancel := s.call()
 	defer cancel()
-	v, err := runScript(ctx, s.rdb, recordsScript, s.keys).Slice()
+	v, err := script.Run(ctx, s.rdb, recordsScript, s.keys).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("read %s leases: %w", s.role, err)
 	}
@@ -273,7 +273,7 @@ func (sl *leaseSlot) Publish(r Record) error {
 	}
 	ctx, cancel := sl.set.call()
 	defer cancel()
-	n, err := runScript(ctx, sl.set.rdb, publishScript, []string{sl.key}, sl.owner, b).Int64()
+	n, err := script.Run(ctx, sl.set.rdb, publishScript, []string{sl.key}, sl.owner, b).Int64()
 	if err != nil {
 		return fmt.Errorf("publish %s record: %w", sl.Name(), err)
 	}
@@ -292,7 +292,7 @@ func (sl *leaseSlot) Release() error {
 		sl.wg.Wait()
 		ctx, cancel := sl.set.call()
 		defer cancel()
-		err = runScript(ctx, sl.set.rdb, releaseScript, []string{sl.key}, sl.owner, sl.set.channel).Err()
+		err = script.Run(ctx, sl.set.rdb, releaseScript, []string{sl.key}, sl.owner, sl.set.channel).Err()
 	})
 	return err
 }
@@ -318,7 +318,7 @@ func (sl *leaseSlot) start() {
 			}
 			sent := boottime()
 			ctx, cancel := sl.set.call()
-			exp, err := runScript(ctx, sl.set.rdb, renewScript, []string{sl.key}, sl.owner, opt.TTL.Milliseconds()).Int64()
+			exp, err := script.Run(ctx, sl.set.rdb, renewScript, []string{sl.key}, sl.owner, opt.TTL.Milliseconds()).Int64()
 			cancel()
 			switch {
 			case err != nil:
@@ -385,17 +385,4 @@ func toInt(v any) int64 {
 		return n
 	}
 	return 0
-}
-
-// runScript runs s by EVALSHA, loading it again when Redis lost it (a
-// restart, SCRIPT FLUSH).
-func runScript(ctx context.Context, rdb redis.Scripter, s *redis.Script, keys []string, args ...any) *redis.Cmd {
-	cmd := s.EvalSha(ctx, rdb, keys, args...)
-	if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		if lerr := s.Load(ctx, rdb).Err(); lerr != nil {
-			return cmd
-		}
-		cmd = s.EvalSha(ctx, rdb, keys, args...)
-	}
-	return cmd
 }

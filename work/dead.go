@@ -109,19 +109,16 @@ func ListDead(ctx context.Context, rdb redis.Cmdable, q, after string, n int64) 
 	} else {
 		msgs, err = rdb.XRange(ctx, KeysFor(q).Dead, start, "+").Result()
 	}
-	if err != nil {
-		return nil, err
-	}
-	out := make([]DeadLetter, len(msgs))
-	for i, m := range msgs {
-		out[i] = toDeadLetter(m)
-	}
-	return out, nil
+	return toDeadLetters(msgs, err)
 }
 
 // ListDeadNewest returns up to n dead letters of queue q, newest first.
 func ListDeadNewest(ctx context.Context, rdb redis.Cmdable, q string, n int64) ([]DeadLetter, error) {
-	msgs, err := rdb.XRevRangeN(ctx, KeysFor(q).Dead, "+", "-", n).Result()
+	return toDeadLetters(rdb.XRevRangeN(ctx, KeysFor(q).Dead, "+", "-", n).Result())
+}
+
+// toDeadLetters reads a range of the dead-letter stream.
+func toDeadLetters(msgs []redis.XMessage, err error) ([]DeadLetter, error) {
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/baton-run/baton/internal/script"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -90,18 +91,8 @@ func IsOOM(err error) bool {
 	return err != nil && (errors.Is(err, ErrOOM) || strings.HasPrefix(err.Error(), "OOM "))
 }
 
-// runScript runs s by EVALSHA, loading it again when Redis lost it (a
-// restart): it never needs EVAL, so a Redis with EVAL renamed away works.
-func runScript(ctx context.Context, rdb redis.Scripter, s *redis.Script, keys []string, args ...any) *redis.Cmd {
-	cmd := s.EvalSha(ctx, rdb, keys, args...)
-	if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		if lerr := s.Load(ctx, rdb).Err(); lerr != nil {
-			return cmd
-		}
-		cmd = s.EvalSha(ctx, rdb, keys, args...)
-	}
-	return cmd
-}
+// runScript runs s by EVALSHA only, reloading it on NOSCRIPT (script.Run).
+var runScript = script.Run
 
 // permanent reports whether a Redis error will repeat however often the same
 // call is retried: a key of the wrong type, OOM, a script error, a refused

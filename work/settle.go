@@ -65,41 +65,30 @@ func (r *runner) settle() {
 			r.fail(j, res.err)
 		}
 	}
-	linger := time.NewTimer(ackLinger)
-	linger.Stop()
-	for res := range r.results {
-		one(res)
-	more:
+	// take adds whatever results wait, without blocking, up to a batch.
+	take := func() {
 		for n < most {
 			select {
 			case res, ok := <-r.results:
 				if !ok {
-					break more
+					return
 				}
 				one(res)
 			default:
-				break more
+				return
 			}
 		}
+	}
+	for res := range r.results {
+		one(res)
+		take()
 		if mean := time.Duration(r.meanNS.Load()); n > 0 && n < most && mean >= lingerAlone && mean < time.Millisecond {
 			// Jobs finish one by one, fast but not instantly (a persistent
 			// child's): sleep a moment, not woken by each result, then take
 			// what came, so they share an ack. Faster jobs (an in-process
 			// no-op) fill batches by themselves; a linger only slows them.
-			linger.Reset(ackLinger)
-			<-linger.C
-		more2:
-			for n < most {
-				select {
-				case res, ok := <-r.results:
-					if !ok {
-						break more2
-					}
-					one(res)
-				default:
-					break more2
-				}
-			}
+			time.Sleep(ackLinger)
+			take()
 		}
 		flush()
 		giveBack()

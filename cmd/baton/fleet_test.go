@@ -26,15 +26,7 @@ func (r *rig) fleetArgs(h string, extra ...string) []string {
 // leases reads the fleet's run leases from Redis.
 func (r *rig) leases(q string, n int) []lock.Record {
 	r.t.Helper()
-	s, err := lock.NewLeaseSet(r.redis.Client(), q, lock.RoleRun, n, lock.LeaseOptions{})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	recs, err := s.Records()
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	return recs
+	return r.recordsOf(lock.NewLeaseSet(r.redis.Client(), q, lock.RoleRun, n, lock.LeaseOptions{}))
 }
 
 // TestFleetSharesSlots: three simulated hosts (each its own lock dir and

@@ -17,7 +17,15 @@ import (
 
 // records reads queue q's run slot records directly (status needs Redis).
 func (r *rig) records(q string) []lock.Record {
-	s, _ := lock.NewFileSet(r.locks, q, lock.RoleRun, 1)
+	return r.recordsOf(lock.NewFileSet(r.locks, q, lock.RoleRun, 1))
+}
+
+// recordsOf reads every slot record of a set just made.
+func (r *rig) recordsOf(s lock.Set, err error) []lock.Record {
+	r.t.Helper()
+	if err != nil {
+		r.t.Fatal(err)
+	}
 	recs, err := s.Records()
 	if err != nil {
 		r.t.Fatal(err)

@@ -16,15 +16,7 @@ import (
 // slotTable reads queue q's n slots of a role directly, without Redis.
 func (r *rig) slotTable(q, role string, n int) []lock.Record {
 	r.t.Helper()
-	s, err := lock.NewFileSet(r.locks, q, role, n)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	recs, err := s.Records()
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	return recs
+	return r.recordsOf(lock.NewFileSet(r.locks, q, role, n))
 }
 
 func heldSlots(rs []lock.Record) (idx []int) {

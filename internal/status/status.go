@@ -70,9 +70,10 @@ type Report struct {
 	Error    string   `json:"error,omitempty"`
 }
 
-// SlotSets are the run and standby slot sets cfg describes, to read: flock
-// files in lock_dir, or, with lock_backend redis, the fleet's leases read
-// through rdb (nil: the lock dir's files). sb is nil when standby_slots is 0.
+// SlotSets are the run and standby slot sets cfg describes: flock files in
+// lock_dir, or, with lock_backend redis, the fleet's leases through rdb
+// (nil: the lock dir's files). sb is nil when standby_slots is 0. baton run
+// takes its slots from them too.
 func SlotSets(cfg *config.Config, rdb redis.UniversalClient) (run, sb lock.Set, err error) {
 	if cfg.LockBackend == "redis" && rdb != nil {
 		opt := lock.LeaseOptions{Host: cfg.Host, TTL: cfg.LeaseTTL.D(), Renew: cfg.LeaseRenew.D()}
