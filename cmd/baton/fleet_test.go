@@ -36,6 +36,7 @@ func (r *rig) leases(q string, n int) []lock.Record {
 // end records); the queue drains, on more than one host, and every job sees
 // its host and its holder's fencing token.
 func TestFleetSharesSlots(t *testing.T) {
+	t.Parallel()
 	const slots, jobs = 2, 40
 	r := newRig(t)
 	events := filepath.Join(r.dir, "events")
@@ -207,6 +208,7 @@ func heldRecs(rs []lock.Record) (n int) {
 // its lease expires; once the lease expires a holder on another host takes
 // the slot and replays the job, which the slot (not the host) left pending.
 func TestFleetSelfFence(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	px, err := faultproxy.Start(r.redis.Addr)
 	if err != nil {
@@ -275,6 +277,7 @@ echo "end $BATON_HOST" >> `+events+"\n")
 // writes are fenced, or its renew deadline, judged on the boot clock, has
 // already passed) and exits 1.
 func TestFleetPausedHolderIsFenced(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	events := filepath.Join(r.dir, "events")
 	job := r.script("job.sh", `cat >/dev/null
@@ -336,6 +339,7 @@ func lastLine(s string) string {
 // slots exits 0 without asking Redis (here it could not: its Redis URL
 // points nowhere), while a host with room takes a lease.
 func TestFleetMaxPerHost(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	job := r.script("job.sh", "cat >/dev/null\n")
 	common := []string{"--slots", "3", "--standby-slots", "0", "--max-per-host", "1", "--lifetime", "1m", "--", job}

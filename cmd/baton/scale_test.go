@@ -99,6 +99,7 @@ func scaleArgs(q string, slots, keep int, extra ...string) []string {
 // exactly the 2 free slots, never more; when the queue is empty they leave
 // after idle_exit and the kept holder stays.
 func TestScaleUpBoundedByFreeSlots(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	t.Cleanup(func() { r.killHolders("b") })
 	job := r.script("job.sh", "cat >/dev/null; sleep 0.02\n")
@@ -152,6 +153,7 @@ func TestScaleUpBoundedByFreeSlots(t *testing.T) {
 // TestNoScaleFromDrainingHolder: a holder told to stop (SIGTERM) while a job
 // runs sees a backlog and starts no one.
 func TestNoScaleFromDrainingHolder(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	started := r.dir + "/started"
 	job := r.script("job.sh", "read p; if [ \"$p\" = slow ]; then touch "+started+"; sleep 4; fi\n")
@@ -182,6 +184,7 @@ func TestNoScaleFromDrainingHolder(t *testing.T) {
 // killed, the idle holder just above it stays (it covers k), and the top one
 // leaves.
 func TestScaleDownNeverBelowK(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	t.Cleanup(func() { r.killHolders("k") })
 	job := r.script("job.sh", "cat >/dev/null; sleep 0.02\n")
@@ -222,6 +225,7 @@ func TestScaleDownNeverBelowK(t *testing.T) {
 // its standby slot while holders scale up and down, no scale-up candidate
 // takes a standby slot, and it is promoted when the kept holder dies.
 func TestScaleKeepsStandbyPool(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	t.Cleanup(func() { r.killHolders("s") })
 	job := r.script("job.sh", "cat >/dev/null; sleep 0.02\n")
