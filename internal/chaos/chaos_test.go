@@ -7,7 +7,9 @@
 //
 // A short run is part of `go test ./...`; `make chaos` runs the full one
 // (20,000 jobs, 10 runs in a row), `make chaos-persistent` the same with
-// persistent children (TestChaosPersistent).
+// persistent children (TestChaosPersistent). TestChaosFleet (fleet_test.go)
+// is fleet mode under fire: 3 simulated hosts sharing Redis leases while
+// holders are kill -9'd; `make chaos-fleet` runs it with 20,000 jobs.
 package chaos
 
 import (
@@ -69,6 +71,8 @@ func TestMain(m *testing.M) {
 	switch {
 	case os.Getenv("BATON_PROTOCOL") != "":
 		os.Exit(worker()) // a persistent holder's child
+	case os.Getenv(asBaton) == "1" && os.Getenv(asFleet) == "1":
+		os.Exit(cli.Main(context.Background(), os.Args[1:], cli.Options{Handler: fleetHandler()}))
 	case os.Getenv(asBaton) == "1" && os.Getenv(asPersistent) == "1":
 		os.Exit(cli.Main(context.Background(), os.Args[1:], cli.Options{}))
 	case os.Getenv(asBaton) == "1":
