@@ -76,28 +76,12 @@ func TestChaosFleet(t *testing.T) {
 	rdb := srv.Client()
 	ctx := context.Background()
 	dir := t.TempDir()
-	logPath := filepath.Join(dir, "baton.log")
-	if keep := os.Getenv("CHAOS_KEEP_LOG"); keep != "" {
-		logPath = keep
-	}
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-
+	logf := runLog(t, dir)
 	ids := make([]any, jobs)
 	for i := range ids {
 		ids[i] = "job-" + strconv.Itoa(i)
 	}
-	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, id := range ids {
-			p.XAdd(ctx, &redis.XAddArgs{Stream: work.KeysFor(fleetQueue).Stream, Values: []any{work.PayloadField, id}})
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	enqueue(t, rdb, fleetQueue, ids)
 
 	mark := runMark + "=" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	hf := &hostFleet{t: t, log: logf, procs: map[int]*hostProc{}}
@@ -119,54 +103,32 @@ func TestChaosFleet(t *testing.T) {
 	var kills atomic.Int64
 	samples := &leaseSamples{last: map[int]int64{}, slotOf: map[int64]int{}}
 	for _, h := range fleetHosts { // cron on each host: one candidate a second, phases apart
+		env := append(os.Environ(), asBaton+"=1", asFleet+"=1", "BATON_REDIS_URL="+srv.URL(), "BATON_HOST="+h, mark)
+		args := append([]string{common[0], "--lock-dir", filepath.Join(dir, "locks-"+h), "--host", h}, common[1:]...)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			env := append(os.Environ(), asBaton+"=1", asFleet+"=1", "BATON_REDIS_URL="+srv.URL(), "BATON_HOST="+h, mark)
-			args := append([]string{common[0], "--lock-dir", filepath.Join(dir, "locks-"+h), "--host", h}, common[1:]...)
 			time.Sleep(time.Duration(rand.IntN(1000)) * time.Millisecond)
-			tick := time.NewTicker(time.Second)
-			defer tick.Stop()
-			for {
-				hf.fire(env, args)
-				select {
-				case <-stop:
-					return
-				case <-tick.C:
-				}
-			}
+			hf.fire(env, args)
+			every(stop, time.Second, func() { hf.fire(env, args) })
 		}()
 	}
 	wg.Add(2)
 	go func() { // the monkey: every 500ms, one time in three, kill -9 a random run-lease holder
 		defer wg.Done()
-		tick := time.NewTicker(500 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
+		every(stop, 500*time.Millisecond, func() {
 			if rand.IntN(3) == 0 && hf.killHolder(leases) {
 				kills.Add(1)
 			}
-		}
+		})
 	}()
 	go func() { // the leases, sampled from Redis every 10ms
 		defer wg.Done()
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
+		every(stop, 10*time.Millisecond, func() {
 			if recs, err := leases.Records(); err == nil {
 				samples.add(recs)
 			}
-		}
+		})
 	}()
 
 	start := time.Now()
@@ -227,6 +189,20 @@ func TestChaosFleet(t *testing.T) {
 		jobs, len(fleetHosts), elapsed.Round(time.Millisecond), len(hf.procs), kills.Load(), fenced,
 		v.tenures, len(samples.slotOf), samples.n, samples.most,
 		v.peakLive, v.peakAll, v.perHost, v.lost, v.dupJobs, v.extraRuns, v.unexplained == 0)
+}
+
+// every calls fn every d until stop is closed.
+func every(stop <-chan struct{}, d time.Duration, fn func()) {
+	tick := time.NewTicker(d)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+			fn()
+		}
+	}
 }
 
 // hostProc is one baton process the fleet's cron started.
