@@ -101,7 +101,8 @@ func TestChaosFleet(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var kills atomic.Int64
-	samples := &leaseSamples{last: map[int]int64{}, slotOf: map[int64]int{}}
+	runLeases := strings.TrimSuffix(lock.LeaseKey(fleetQueue, lock.RoleRun, 0), "0") + "*" // every run lease key
+	samples := &leaseSamples{last: map[string]int64{}, keyOf: map[int64]string{}}
 	for _, h := range fleetHosts { // cron on each host: one candidate a second, phases apart
 		env := append(os.Environ(), asBaton+"=1", asFleet+"=1", "BATON_REDIS_URL="+srv.URL(), "BATON_HOST="+h, mark)
 		args := append([]string{common[0], "--lock-dir", filepath.Join(dir, "locks-"+h), "--host", h}, common[1:]...)
@@ -125,8 +126,8 @@ func TestChaosFleet(t *testing.T) {
 	go func() { // the leases, sampled from Redis every 10ms
 		defer wg.Done()
 		every(stop, 10*time.Millisecond, func() {
-			if recs, err := leases.Records(); err == nil {
-				samples.add(recs)
+			if v, err := validLeases.Run(ctx, rdb, nil, runLeases).Slice(); err == nil {
+				samples.add(v)
 			}
 		})
 	}()
@@ -187,7 +188,7 @@ func TestChaosFleet(t *testing.T) {
 		"at most %d jobs at once (%d counting the runs of dead or fenced holders); jobs per host %v; "+
 		"lost %d; %d jobs run more than once (%d extra runs), every one explained by a killed or fenced holder: %v",
 		jobs, len(fleetHosts), elapsed.Round(time.Millisecond), len(hf.procs), kills.Load(), fenced,
-		v.tenures, len(samples.slotOf), samples.n, samples.most,
+		v.tenures, len(samples.keyOf), samples.n, samples.most,
 		v.peakLive, v.peakAll, v.perHost, v.lost, v.dupJobs, v.extraRuns, v.unexplained == 0)
 }
 
@@ -304,34 +305,57 @@ func (f *hostFleet) proc(pid int) *hostProc {
 	return f.procs[pid]
 }
 
-// leaseSamples are the run leases read from Redis all along: the most valid
-// at once, and each slot's tokens, which must only grow and never appear on
-// two slots. Owned by the sampling goroutine until it stops.
+// validLeases reads every run lease of the queue at one instant of Redis'
+// clock, apart from lock's own scripts: whatever key matches, not only
+// the slots lock knows of (it reads the lease hash's expires and token
+// fields, as lock/lease_scripts.go writes them).
+//
+// KEYS: none (a test on one server). ARGV[1]: the pattern of the run lease
+// keys. Returns: the key and token of each lease whose expiry (ms, Redis'
+// clock) has not passed, flat.
+var validLeases = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {}
+for _, k in ipairs(redis.call('KEYS', ARGV[1])) do
+  if redis.call('TYPE', k).ok == 'hash' then
+    local l = redis.call('HMGET', k, 'expires', 'token')
+    if l[1] and tonumber(l[1]) > now then
+      table.insert(out, k)
+      table.insert(out, l[2] or '0')
+    end
+  end
+end
+return out`)
+
+// leaseSamples are the valid run leases read from Redis all along: the most
+// at once, and each lease key's tokens, which must only grow and never
+// appear on two keys. Owned by the sampling goroutine until it stops.
 type leaseSamples struct {
 	n, most int
-	last    map[int]int64 // slot → the last token seen on it
-	slotOf  map[int64]int // token → the slot it was seen on
+	last    map[string]int64 // lease key → the last token seen on it
+	keyOf   map[int64]string // token → the lease key it was seen on
 	errs    []string
 }
 
-func (s *leaseSamples) add(recs []lock.Record) {
+// add takes one validLeases reply.
+func (s *leaseSamples) add(v []any) {
 	s.n++
-	held := 0
-	for _, r := range recs {
-		if !r.Held {
-			continue
+	s.most = max(s.most, len(v)/2)
+	for i := 0; i+1 < len(v); i += 2 {
+		key, _ := v[i].(string)
+		tok, _ := v[i+1].(string)
+		token, _ := strconv.ParseInt(tok, 10, 64)
+		if token < s.last[key] && len(s.errs) < 10 {
+			s.errs = append(s.errs, fmt.Sprintf("%s: token %d after %d: tokens must only grow", key, token, s.last[key]))
 		}
-		held++
-		if r.Fence < s.last[r.Slot] && len(s.errs) < 10 {
-			s.errs = append(s.errs, fmt.Sprintf("run slot %d: token %d after %d: tokens must only grow", r.Slot, r.Fence, s.last[r.Slot]))
+		s.last[key] = max(s.last[key], token)
+		if o, ok := s.keyOf[token]; !ok {
+			s.keyOf[token] = key
+		} else if o != key && len(s.errs) < 10 {
+			s.errs = append(s.errs, fmt.Sprintf("token %d on %s and %s", token, o, key))
 		}
-		s.last[r.Slot] = max(s.last[r.Slot], r.Fence)
-		if o, ok := s.slotOf[r.Fence]; ok && o != r.Slot && len(s.errs) < 10 {
-			s.errs = append(s.errs, fmt.Sprintf("token %d on run slots %d and %d", r.Fence, o, r.Slot))
-		}
-		s.slotOf[r.Fence] = r.Slot
 	}
-	s.most = max(s.most, held)
 }
 
 // fleetVerdict is what the jobs' own records say.
@@ -355,7 +379,7 @@ type jobRun struct {
 // (dead or fenced) when the monkey killed it or it exited with a code above
 // 0: baton exits 1 when it fences itself or finds its writes fenced (the
 // final kill of what is left, after the run, excuses nothing).
-func judgeFleet(t *testing.T, events []string, f *hostFleet, jobs int) fleetVerdict {
+func judgeFleet(t testing.TB, events []string, f *hostFleet, jobs int) fleetVerdict {
 	t.Helper()
 	runs := map[string]*jobRun{} // by pid, token and job: one run
 	var order []*jobRun
@@ -491,4 +515,100 @@ func judgeFleet(t *testing.T, events []string, f *hostFleet, jobs int) fleetVerd
 		}
 	}
 	return v
+}
+
+// TestLeaseSamplesCatch: the fleet run's sampler counts every valid lease
+// key, even one lock does not know of, skips expired ones, and reports a
+// token that went back on a key or shows up on two keys.
+func TestLeaseSamplesCatch(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	pattern := strings.TrimSuffix(lock.LeaseKey(fleetQueue, lock.RoleRun, 0), "0") + "*"
+	later := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
+	set := func(i int, token, expires string) {
+		t.Helper()
+		if err := rdb.HSet(ctx, lock.LeaseKey(fleetQueue, lock.RoleRun, i), "token", token, "expires", expires).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := &leaseSamples{last: map[string]int64{}, keyOf: map[int64]string{}}
+	sample := func() {
+		t.Helper()
+		v, err := validLeases.Run(ctx, rdb, nil, pattern).Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.add(v)
+	}
+	for i := range fleetSlots + 1 { // one more than the fleet has: a stray fifth
+		set(i, strconv.Itoa(10+i), later)
+	}
+	set(fleetSlots+1, "99", "1") // expired long ago
+	sample()
+	if s.most != fleetSlots+1 || len(s.errs) != 0 {
+		t.Fatalf("most %d, errs %v: want %d valid leases, no error", s.most, s.errs, fleetSlots+1)
+	}
+	set(0, "9", later)  // a token below the one seen before on run:0
+	set(1, "12", later) // run:2's token on run:1
+	sample()
+	if len(s.errs) != 2 || !strings.Contains(s.errs[0]+s.errs[1], "must only grow") || !strings.Contains(s.errs[0]+s.errs[1], "token 12 on") {
+		t.Fatalf("errs %q: want a token that went back and one on two keys", s.errs)
+	}
+}
+
+// recorder is a testing.TB that keeps the errors it is given.
+type recorder struct {
+	testing.TB
+	errs []string
+}
+
+func (r *recorder) Helper() {}
+func (r *recorder) Errorf(format string, a ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, a...))
+}
+
+// TestJudgeFleetCatches: the jobs' records judge as they should. Five jobs
+// at once on live holders, a job finished by two live holders, and a job
+// never finished are errors; an overlap or a second run explained by a
+// killed or fenced holder is not.
+func TestJudgeFleetCatches(t *testing.T) {
+	f := &hostFleet{procs: map[int]*hostProc{}}
+	for pid := 1; pid <= 7; pid++ {
+		f.procs[pid] = &hostProc{exited: true, gone: time.Unix(0, 1000)}
+	}
+	f.procs[6].killed = true // kill -9'd mid-job
+	f.procs[7].exit = 1      // fenced itself
+	rec := func(kind string, at, pid int, slot, job string) string {
+		return fmt.Sprintf("%s %d h%d fleet/run-%s %d %d %s", kind, at, pid, slot, 10*pid, pid, job)
+	}
+	run := func(pid int, slot, job string, from, to int) []string {
+		return []string{rec("s", from, pid, slot, job), rec("e", to, pid, slot, job)}
+	}
+	var ok []string // 4 at once, plus a killed holder's and a fenced one's runs over them
+	for pid := 1; pid <= 4; pid++ {
+		ok = append(ok, run(pid, strconv.Itoa(pid-1), "job-"+strconv.Itoa(pid-1), 10, 20)...)
+	}
+	ok = append(ok, rec("s", 12, 6, "0", "job-4"))   // killed before its end: job-4 runs again
+	ok = append(ok, run(7, "1", "job-4", 13, 19)...) // the fenced holder finished it, unacknowledged
+	ok = append(ok, run(5, "2", "job-4", 30, 40)...) // and a live holder ran it for good
+	ok = append(ok, run(1, "0", "job-5", 50, 60)...)
+	r := &recorder{TB: t}
+	v := judgeFleet(r, ok, f, 6)
+	if len(r.errs) != 0 || v.lost != 0 || v.dupJobs != 1 || v.extraRuns != 2 || v.peakAll != 6 || v.peakLive != 4 {
+		t.Fatalf("explained records: errs %q, verdict %+v", r.errs, v)
+	}
+
+	bad := append([]string(nil), ok...)
+	bad = append(bad, run(5, "3", "job-0", 11, 15)...) // a fifth live job at once, and job-0 twice on live holders
+	r = &recorder{TB: t}
+	v = judgeFleet(r, bad, f, 7) // job-6 never ran: lost
+	all := strings.Join(r.errs, "\n")
+	for _, want := range []string{"5 jobs of live, unfenced holders ran at once", "job job-0 ran 2 times", "1 jobs never finished a run: lost"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("errors %q lack %q", all, want)
+		}
+	}
+	if v.lost != 1 || v.unexplained != 1 {
+		t.Errorf("verdict %+v: want 1 lost, 1 unexplained", v)
+	}
 }
