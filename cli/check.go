@@ -114,7 +114,7 @@ func runCheck(ctx context.Context, e *env, args []string) error {
 	}
 	cfg := p.cfg
 	switch {
-	case o.hosts < 0 || o.hosts > 1000:
+	case fs.Changed("hosts") && (o.hosts < 1 || o.hosts > 1000):
 		return usagef("", "check: --hosts %d: must be between 1 and 1000", o.hosts)
 	case o.hosts > 0 && cfg.LockBackend != "redis":
 		return usagef(`set lock_backend = "redis" (or --lock-backend redis) to share the slots across hosts; with flock files check each host alone`,
