@@ -123,10 +123,9 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	case e.Getenv(envScale) != "":
 		sbSet = nil // started to scale up: a free run slot or nothing
 	case cfg.MinSlots < cfg.Slots:
-		// cron's candidates and the standbys keep the k lowest slots
-		// covered; the slots above are filled by scaling up (cli/scale.go)
-		runSet, err = lock.NewFileSet(cfg.LockDir, cfg.Queue, lock.RoleRun, cfg.MinSlots)
-		if err != nil {
+		// cron's candidates and the standbys keep the k lowest slots (of
+		// the fleet, with leases) covered; scaling up fills the slots above
+		if runSet, err = lock.Lowest(runSet, cfg.MinSlots); err != nil {
 			return err
 		}
 	}

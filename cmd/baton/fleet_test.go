@@ -39,6 +39,7 @@ func (r *rig) leases(q string, n int) []lock.Record {
 // end records); the queue drains, on more than one host, and every job sees
 // its host and its holder's fencing token.
 func TestFleetSharesSlots(t *testing.T) {
+	t.Parallel()
 	const slots, jobs = 2, 40
 	r := newRig(t)
 	events := filepath.Join(r.dir, "events")
@@ -215,6 +216,7 @@ func heldRecs(rs []lock.Record) (n int) {
 // Redis and are fenced: the entries stay pending for the new holder, which
 // acknowledges them; nothing is lost.
 func TestFleetSelfFence(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	px, err := faultproxy.Start(r.redis.Addr)
 	if err != nil {
@@ -466,6 +468,7 @@ echo "end $BATON_HOST $p" >> `+events+"\n")
 // writes are fenced, or its renew deadline, judged on the boot clock, has
 // already passed) and exits 1.
 func TestFleetPausedHolderIsFenced(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	events := filepath.Join(r.dir, "events")
 	job := r.script("job.sh", `cat >/dev/null
@@ -527,6 +530,7 @@ func lastLine(s string) string {
 // slots exits 0 without asking Redis (here it could not: its Redis URL
 // points nowhere), while a host with room takes a lease.
 func TestFleetMaxPerHost(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	job := r.script("job.sh", "cat >/dev/null\n")
 	common := []string{"--slots", "3", "--standby-slots", "0", "--max-per-host", "1", "--lifetime", "1m", "--", job}

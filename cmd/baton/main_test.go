@@ -42,6 +42,7 @@ func TestMain(m *testing.M) {
 // TestScripts runs the CLI scripts in testdata/script, each against its own
 // redis-server ($BATON_REDIS_URL) and lock dir ($LOCKS).
 func TestScripts(t *testing.T) {
+	t.Parallel()
 	testscript.Run(t, testscript.Params{
 		Dir: "testdata/script",
 		Setup: func(env *testscript.Env) error {

@@ -12,6 +12,7 @@ import (
 // runs a unique job does not leave the key held forever: the job is replayed,
 // and the key is freed when it is finally done.
 func TestUniqueKeyFreedAfterHolderKilled(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	once := filepath.Join(r.dir, "killed-once")
 	ran := filepath.Join(r.dir, "ran")
@@ -42,6 +43,7 @@ if [ ! -e `+once+` ]; then touch `+once+`; kill -9 $PPID; sleep 5; fi
 // holders are killed with kill -9 every 300ms (from 1s to 3s after the
 // enqueue; due at 1.5s): every job runs, none is left scheduled, none lost.
 func TestDelayedJobsSurviveKilledHolders(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	ran := filepath.Join(r.dir, "ran")
 	job := r.script("job.sh", `printf '%s\n' "$(cat)" >> `+ran+"\n")
@@ -92,6 +94,7 @@ func TestDelayedJobsSurviveKilledHolders(t *testing.T) {
 // reject_exit_codes) is dead-lettered at once as rejected; one that exits 3
 // is retried; a job's own --timeout is enforced for exec jobs too.
 func TestRejectExitCodes(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	job := r.script("job.sh", `case "$(cat)" in
 reject) echo "bad input" >&2; exit 65;;
