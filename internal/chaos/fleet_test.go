@@ -24,7 +24,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-var fleetJobsFlag = flag.Int("chaos.fleet-jobs", 1500, "jobs in the fleet chaos run (make chaos-fleet: 20000)")
+var (
+	fleetJobsFlag   = flag.Int("chaos.fleet-jobs", 1500, "jobs in the fleet chaos run (make chaos-fleet: 20000)")
+	fleetPausesFlag = flag.Bool("chaos.fleet-pauses", true, "also SIGSTOP run-lease holders past lease_ttl, then SIGCONT them")
+)
+
+// fleetPause is how long the monkey stops a holder: past lease_ttl (1.5s),
+// so its lease expires and goes to another holder.
+const fleetPause = 2500 * time.Millisecond
 
 const (
 	asFleet     = "BATON_CHAOS_FLEET" // with asBaton: the fleet handler, which records each run
@@ -64,7 +71,8 @@ func fleetHandler() work.Handler {
 // TestChaosFleet is fleet mode under fire: 3 simulated hosts on one machine,
 // each starting a candidate every second like cron, share slots =
 // standby_slots = 4 Redis leases (lease_ttl 1.5s) while a monkey kill -9s
-// run-lease holders at random. It checks, from leases sampled in Redis and
+// run-lease holders at random, and stops some (SIGSTOP) past their lease
+// TTL before it lets them go on (SIGCONT). It checks, from leases sampled in Redis and
 // from the jobs' own records: never more than 4 valid run leases, each slot's
 // fencing token only grows, never more than 4 jobs at once but where a dead
 // or fenced holder explains the overlap, no job lost, and a job run twice
@@ -100,7 +108,7 @@ func TestChaosFleet(t *testing.T) {
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	var kills atomic.Int64
+	var kills, pauses atomic.Int64
 	runLeases := strings.TrimSuffix(lock.LeaseKey(fleetQueue, lock.RoleRun, 0), "0") + "*" // every run lease key
 	samples := &leaseSamples{last: map[string]int64{}, keyOf: map[int64]string{}}
 	for _, h := range fleetHosts { // cron on each host: one candidate a second, phases apart
@@ -115,11 +123,14 @@ func TestChaosFleet(t *testing.T) {
 		}()
 	}
 	wg.Add(2)
-	go func() { // the monkey: every 500ms, one time in three, kill -9 a random run-lease holder
+	go func() { // the monkey: every 500ms, one time in three kill -9 a random run-lease holder, one in ten stop one
 		defer wg.Done()
 		every(stop, 500*time.Millisecond, func() {
-			if rand.IntN(3) == 0 && hf.killHolder(leases) {
+			switch roll := rand.IntN(30); {
+			case roll < 10 && hf.strike(leases, false):
 				kills.Add(1)
+			case roll >= 27 && *fleetPausesFlag && hf.strike(leases, true):
+				pauses.Add(1)
 			}
 		})
 	}()
@@ -137,8 +148,11 @@ func TestChaosFleet(t *testing.T) {
 	var stream, pending int64
 	for {
 		time.Sleep(200 * time.Millisecond)
-		if kills.Load() == 0 && rdb.LLen(ctx, fleetEvents).Val() > int64(jobs)/2 && hf.killHolder(leases) {
+		if kills.Load() == 0 && rdb.LLen(ctx, fleetEvents).Val() > int64(jobs)/2 && hf.strike(leases, false) {
 			kills.Add(1) // every run kills at least one holder mid-stream
+		}
+		if *fleetPausesFlag && pauses.Load() == 0 && rdb.LLen(ctx, fleetEvents).Val() > int64(jobs)/3 && hf.strike(leases, true) {
+			pauses.Add(1) // and stops one
 		}
 		stream = rdb.XLen(ctx, work.KeysFor(fleetQueue).Stream).Val()
 		pending = 0
@@ -177,17 +191,21 @@ func TestChaosFleet(t *testing.T) {
 	}
 
 	v := judgeFleet(t, rdb.LRange(ctx, fleetEvents, 0, -1).Val(), hf, jobs)
-	fenced := 0
-	for _, p := range hf.procs {
+	fenced, pausedFenced := 0, 0
+	for _, p := range hf.procs { // a stopped holder that did not exit 1 was still stopped when the run ended
 		if p.exit > 0 {
 			fenced++
+			if p.paused {
+				pausedFenced++
+			}
 		}
 	}
-	t.Logf("fleet chaos: %d jobs on %d hosts in %v; %d candidates, %d holders kill -9'd, %d exited non-zero (fenced themselves or were fenced); "+
+	t.Logf("fleet chaos: %d jobs on %d hosts in %v; %d candidates, %d holders kill -9'd, %d stopped for %v (%d of them then exited 1); "+
+		"%d exited non-zero (fenced themselves or were fenced); "+
 		"%d tenures (tokens) ran jobs, %d run leases sampled from Redis (%d samples): at most %d valid at once, tokens per slot only grew; "+
 		"at most %d jobs at once (%d counting the runs of dead or fenced holders); jobs per host %v; "+
 		"lost %d; %d jobs run more than once (%d extra runs), every one explained by a killed or fenced holder: %v",
-		jobs, len(fleetHosts), elapsed.Round(time.Millisecond), len(hf.procs), kills.Load(), fenced,
+		jobs, len(fleetHosts), elapsed.Round(time.Millisecond), len(hf.procs), kills.Load(), pauses.Load(), fleetPause, pausedFenced, fenced,
 		v.tenures, len(samples.keyOf), samples.n, samples.most,
 		v.peakLive, v.peakAll, v.perHost, v.lost, v.dupJobs, v.extraRuns, v.unexplained == 0)
 }
@@ -213,6 +231,7 @@ type hostProc struct {
 	exited bool      // Wait has returned
 	gone   time.Time // when it was killed or seen to exit; zero while running
 	killed bool      // kill -9'd by the monkey
+	paused bool      // stopped by the monkey past lease_ttl (and let go on after fleetPause)
 }
 
 // hostFleet is every host's cron stand-in: the processes it started, by pid,
@@ -247,9 +266,10 @@ func (f *hostFleet) fire(env, args []string) {
 	}()
 }
 
-// killHolder kill -9s the holder of a random valid run lease, if the fleet
-// started it: true when it did.
-func (f *hostFleet) killHolder(s *lock.LeaseSet) bool {
+// strike kill -9s (or, with pause, stops for fleetPause) the holder of a
+// random valid run lease, if the fleet started it and has not struck it
+// yet: true when it did.
+func (f *hostFleet) strike(s *lock.LeaseSet, pause bool) bool {
 	recs, err := s.Records()
 	if err != nil {
 		return false
@@ -267,7 +287,17 @@ func (f *hostFleet) killHolder(s *lock.LeaseSet) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	p := f.procs[r.PID]
-	if p == nil || !p.gone.IsZero() || p.cmd.Process.Signal(syscall.SIGKILL) != nil {
+	switch {
+	case p == nil || !p.gone.IsZero() || p.paused:
+		return false
+	case pause:
+		if p.cmd.Process.Signal(syscall.SIGSTOP) != nil {
+			return false
+		}
+		p.paused = true
+		time.AfterFunc(fleetPause, func() { _ = p.cmd.Process.Signal(syscall.SIGCONT) }) // a no-op once it was waited for
+		return true
+	case p.cmd.Process.Signal(syscall.SIGKILL) != nil:
 		return false
 	}
 	p.killed, p.gone = true, time.Now()
@@ -376,9 +406,11 @@ type jobRun struct {
 // judgeFleet checks the jobs' start and end records (see fleetHandler).
 // A run without an end record ended with its holder (kill -9, self-fence):
 // it counts as running until the holder was seen gone. A holder is excused
-// (dead or fenced) when the monkey killed it or it exited with a code above
-// 0: baton exits 1 when it fences itself or finds its writes fenced (the
-// final kill of what is left, after the run, excuses nothing).
+// (dead or fenced) when the monkey killed it, stopped it past its lease TTL
+// (its lease went to another holder meanwhile, so its late writes are
+// fenced), or it exited with a code above 0: baton exits 1 when it fences
+// itself or finds its writes fenced (the final kill of what is left, after
+// the run, excuses nothing).
 func judgeFleet(t testing.TB, events []string, f *hostFleet, jobs int) fleetVerdict {
 	t.Helper()
 	runs := map[string]*jobRun{} // by pid, token and job: one run
@@ -408,7 +440,7 @@ func judgeFleet(t testing.TB, events []string, f *hostFleet, jobs int) fleetVerd
 	}
 	excused := func(r *jobRun) bool {
 		p := f.proc(r.pid)
-		return p != nil && (p.killed || p.exit > 0)
+		return p != nil && (p.killed || p.paused || p.exit > 0)
 	}
 	v := fleetVerdict{perHost: map[string]int{}}
 
