@@ -9,7 +9,8 @@
 // (20,000 jobs, 10 runs in a row), `make chaos-persistent` the same with
 // persistent children (TestChaosPersistent). TestChaosFleet (fleet_test.go)
 // is fleet mode under fire: 3 simulated hosts sharing Redis leases while
-// holders are kill -9'd; `make chaos-fleet` runs it with 20,000 jobs.
+// holders are kill -9'd or stopped; `make chaos-fleet` runs it with 20,000
+// jobs.
 package chaos
 
 import (
