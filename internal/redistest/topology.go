@@ -168,3 +168,41 @@ func (g *Group) Demote(old, addr string) {
 		g.tb.Fatalf("REPLICAOF %s on %s: %v", addr, old, err)
 	}
 }
+
+// StartCluster starts a Redis Cluster of n masters (no replicas) on
+// loopback, the hash slots split evenly, and waits until every node says
+// the cluster is ok. It returns the nodes.
+func StartCluster(tb testing.TB, n int) []*Server {
+	tb.Helper()
+	var nodes []*Server
+	for i := 0; i < n; i++ {
+		nodes = append(nodes, Start(tb, Option{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"}))
+	}
+	ctx := context.Background()
+	for i, s := range nodes {
+		c := s.Client()
+		from, to := i*16384/n, (i+1)*16384/n-1
+		if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", from, to).Err(); err != nil {
+			tb.Fatalf("CLUSTER ADDSLOTSRANGE %d %d on %s: %v", from, to, s.Addr, err)
+		}
+		if i > 0 {
+			h, p, _ := net.SplitHostPort(s.Addr)
+			if err := nodes[0].Client().ClusterMeet(ctx, h, p).Err(); err != nil {
+				tb.Fatalf("CLUSTER MEET %s: %v", s.Addr, err)
+			}
+		}
+	}
+	for _, s := range nodes {
+		c := s.Client()
+		for end := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			info, _ := c.ClusterInfo(ctx).Result()
+			if strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(n)) {
+				break
+			}
+			if time.Now().After(end) {
+				tb.Fatalf("cluster node %s not ok: %s", s.Addr, info)
+			}
+		}
+	}
+	return nodes
+}
