@@ -89,3 +89,22 @@ func TestLeaseFailoverPause(t *testing.T) {
 	}
 	t.Logf("grant after a lost lease: %s after the restart (lease_ttl %s); a fenced itself: %s", waited.Round(time.Millisecond), opt.TTL, held.(interface{ LostReason() string }).LostReason())
 }
+
+// BenchmarkLeaseLoser: one acquire of a set whose only lease is held, the
+// losing candidate's one round trip (the failover check included).
+func BenchmarkLeaseLoser(b *testing.B) {
+	srv := redistest.Start(b)
+	rdb := srv.Client()
+	held, ok, err := leaseSet(b, rdb, "a", lock.RoleRun, 1, lock.LeaseOptions{}).TryAcquire()
+	if err != nil || !ok {
+		b.Fatal(ok, err)
+	}
+	defer held.Release()
+	s := leaseSet(b, rdb, "b", lock.RoleRun, 1, lock.LeaseOptions{})
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, ok, err := s.TryAcquire(); ok || err != nil {
+			b.Fatal(ok, err)
+		}
+	}
+}
