@@ -145,6 +145,16 @@ echo "e $(date +%s%N) $p $BATON_FENCE $BATON_SLOT $$" >> `+events+"\n")
 	failoverAt := time.Now()
 	newMaster := g.Failover()
 	tookover := time.Since(failoverAt)
+	// status shows the pause, through the Sentinels.
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		out, _, _ := r.baton(append(append([]string{"status", "--json", "--lock-backend", "redis"}, topo...), "--slots", strconv.Itoa(slots))...)
+		if strings.Contains(out, `"leases_paused_until"`) && strings.Contains(out, "leases paused after a Redis failover") {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("status never showed the pause after the failover: %s", out)
+		}
+	}
 	// The old master is still a master until it turns into the new one's
 	// replica: until then, writes that reach it are lost, and WAIT on the
 	// new master finds no replica. The Sentinels would demote it within
