@@ -175,7 +175,7 @@ type holder struct {
 	log  zerolog.Logger
 	argv []string
 	host string
-	rdb  *redis.Client
+	rdb  redis.UniversalClient
 	kids killer // the exec or persistent handler; nil in library mode
 }
 
@@ -245,7 +245,7 @@ func (h *holder) connect(ctx context.Context) error {
 	}
 	if err := work.Prepare(ctx, rdb, work.KeysFor(h.cfg.Queue)); err != nil {
 		_ = rdb.Close()
-		return fmt.Errorf("prepare queue %s on %s: %w", h.cfg.Queue, config.RedactURL(h.cfg.RedisURL), err)
+		return fmt.Errorf("prepare queue %s on %s: %w", h.cfg.Queue, h.cfg.RedisName(), err)
 	}
 	h.rdb = rdb
 	return nil

@@ -28,6 +28,10 @@ var (
 	ErrDuplicate = errors.New("a job with this unique key is already queued")
 	// ErrBadOption is a per-job option with an impossible value.
 	ErrBadOption = errors.New("bad job option")
+	// ErrNotReplicated is returned by EnqueueManyReplicated, with the ids,
+	// when fewer replicas than asked confirmed the jobs in time: they are
+	// queued on the master, but a failover now could lose them.
+	ErrNotReplicated = errors.New("not confirmed by enough replicas")
 )
 
 // DuplicateError lists the jobs of EnqueueMany refused as duplicates, by
@@ -147,6 +151,15 @@ func Enqueue(ctx context.Context, rdb redis.Cmdable, q string, payload []byte, o
 // returned error is a *DuplicateError (the other jobs are added); a Redis error
 // is returned with the ids of the jobs added ("" for the others).
 func EnqueueMany(ctx context.Context, rdb redis.Cmdable, q string, jobs []Message) ([]string, error) {
+	return EnqueueManyReplicated(ctx, rdb, q, jobs, 0, 0)
+}
+
+// EnqueueManyReplicated is EnqueueMany followed, in the same round trip and
+// on the same connection, by WAIT replicas timeout: it returns
+// ErrNotReplicated (wrapped, with every id) unless that many replicas have
+// the jobs, which a Sentinel failover then keeps. replicas 0 is
+// EnqueueMany. Not for a Cluster client (WAIT has no key to route by).
+func EnqueueManyReplicated(ctx context.Context, rdb redis.Cmdable, q string, jobs []Message, replicas int, timeout time.Duration) ([]string, error) {
 	opts := make([]jobOptions, len(jobs))
 	for i, m := range jobs {
 		for _, opt := range m.Options {
@@ -160,7 +173,8 @@ func EnqueueMany(ctx context.Context, rdb redis.Cmdable, q string, jobs []Messag
 	}
 	ids := make([]string, len(jobs))
 	sent := make([]bool, len(jobs))
-	calls, plan, err := sendJobs(ctx, rdb, KeysFor(q), jobs, opts, sent)
+	w := &waitCall{replicas: replicas, timeout: timeout}
+	calls, plan, err := sendJobs(ctx, rdb, KeysFor(q), jobs, opts, sent, w)
 	if isNoScript(err) {
 		// A Redis that lost (or never had) the script: load it, and send
 		// again only what the script did not add.
@@ -168,12 +182,33 @@ func EnqueueMany(ctx context.Context, rdb redis.Cmdable, q string, jobs []Messag
 			return nil, scriptingErr("SCRIPT LOAD", lerr)
 		}
 		dup, first := collect(calls, plan, ids, sent, true)
-		again, plan, _ := sendJobs(ctx, rdb, KeysFor(q), jobs, opts, sent)
+		again, plan, _ := sendJobs(ctx, rdb, KeysFor(q), jobs, opts, sent, w)
 		dup2, first2 := collect(again, plan, ids, sent, false)
-		return ids, cmp.Or(first, first2, dupErr(append(dup, dup2...)))
+		return ids, cmp.Or(first, first2, w.err(), dupErr(append(dup, dup2...)))
 	}
 	dup, first := collect(calls, plan, ids, sent, false)
-	return ids, cmp.Or(first, dupErr(dup))
+	return ids, cmp.Or(first, w.err(), dupErr(dup))
+}
+
+// waitCall is the WAIT that ends each pipeline of EnqueueManyReplicated
+// (WAIT counts the replicas that have this connection's writes), and the
+// fewest replicas any of them saw.
+type waitCall struct {
+	replicas int
+	timeout  time.Duration
+	cmds     []*redis.IntCmd
+}
+
+// err is ErrNotReplicated when a WAIT saw fewer replicas than asked.
+func (w *waitCall) err() error {
+	for _, c := range w.cmds {
+		if n, err := c.Result(); err != nil {
+			return fmt.Errorf("%w: WAIT: %v", ErrNotReplicated, err)
+		} else if n < int64(w.replicas) {
+			return fmt.Errorf("%w: %d of %d replicas within %s", ErrNotReplicated, n, w.replicas, w.timeout)
+		}
+	}
+	return nil
 }
 
 // scriptBatch is the most jobs with options one script call adds.
@@ -183,7 +218,7 @@ const scriptBatch = 200
 // options is one XADD; runs of jobs with options go in script calls of up
 // to scriptBatch jobs. It marks what it sent; the replies are in the
 // returned commands, and plan says which jobs each command carries.
-func sendJobs(ctx context.Context, rdb redis.Cmdable, k Keys, jobs []Message, opts []jobOptions, sent []bool) (cmds []redis.Cmder, plan []carried, err error) {
+func sendJobs(ctx context.Context, rdb redis.Cmdable, k Keys, jobs []Message, opts []jobOptions, sent []bool, w *waitCall) (cmds []redis.Cmder, plan []carried, err error) {
 	now := time.Now()
 	cmds, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		var batch scriptCall
@@ -212,8 +247,16 @@ func sendJobs(ctx context.Context, rdb redis.Cmdable, k Keys, jobs []Message, op
 			}
 		}
 		flush()
+		if w.replicas > 0 {
+			c := redis.NewIntCmd(ctx, "wait", w.replicas, w.timeout.Milliseconds())
+			_ = p.Process(ctx, c)
+			w.cmds = append(w.cmds, c)
+		}
 		return nil
 	})
+	if w.replicas > 0 && len(cmds) > 0 {
+		cmds = cmds[:len(cmds)-1] // the WAIT, read by w.err
+	}
 	return cmds, plan, err
 }
 

@@ -76,7 +76,12 @@ type process struct {
 }
 
 func newRig(t *testing.T, opts ...redistest.Option) *rig {
-	r := &rig{t: t, redis: redistest.Start(t, opts...), dir: t.TempDir()}
+	return rigOn(t, redistest.Start(t, opts...))
+}
+
+// rigOn is a rig on a Redis already started.
+func rigOn(t *testing.T, srv *redistest.Server) *rig {
+	r := &rig{t: t, redis: srv, dir: t.TempDir()}
 	r.locks = filepath.Join(r.dir, "locks")
 	t.Cleanup(func() {
 		r.mu.Lock()
