@@ -17,6 +17,7 @@ import (
 // (its scripts and its leases stay in the queue's hash slot); status reads
 // the leases and the counts.
 func TestCluster(t *testing.T) {
+	t.Parallel()
 	nodes := redistest.StartCluster(t, 3)
 	r := rigOn(t, nodes[0])
 	r.extraEnv = []string{"BATON_REDIS_URL=redis:///0"}

@@ -28,6 +28,7 @@ import (
 // SENTINEL_TEST_NO_WAIT=1 enqueues without WAIT and reports the confirmed
 // jobs the failover lost instead of failing: what WAIT buys (docs/fleet.md).
 func TestFleetSentinelFailover(t *testing.T) {
+	t.Parallel()
 	const slots = 2
 	noWait := os.Getenv("SENTINEL_TEST_NO_WAIT") == "1"
 	replicas := "1"
