@@ -241,27 +241,82 @@ func (c *scriptCall) add(i int, payload []byte, o *jobOptions, now time.Time, k 
 	if o.due.After(now) {
 		due = o.due.UnixMilli()
 	}
-	ui := 0
+	unique := 0
 	if o.unique != "" {
 		c.unique = append(c.unique, k.Unique(o.unique))
-		ui = 5 + len(c.unique)
+		unique = 1
 	}
 	fields := []any{PayloadField, payload}
 	if o.unique != "" {
 		fields = append(fields, uniqueField, o.unique)
 	}
 	if o.maxAttempts > 0 {
-		fields = append(fields, maxAttemptsField, o.maxAttempts)
+		fields = append(fields, maxAttemptsField, strconv.Itoa(o.maxAttempts))
 	}
 	if o.timeout > 0 {
-		fields = append(fields, timeoutField, o.timeout.Milliseconds())
+		fields = append(fields, timeoutField, strconv.FormatInt(o.timeout.Milliseconds(), 10))
 	}
 	if o.priority != PriorityNormal {
 		fields = append(fields, priorityField, o.priority.String())
 	}
-	c.args = append(c.args, due, ui, o.uniqueFor.Milliseconds(), int(o.priority), len(fields))
-	c.args = append(c.args, fields...)
+	if due > 0 {
+		// A delayed job's record, packed here: the script appends its id.
+		c.args = append(c.args, due, unique, o.uniqueFor.Milliseconds(), int(o.priority), 1, packRecord(fields, 2))
+	} else {
+		c.args = append(c.args, due, unique, o.uniqueFor.Milliseconds(), int(o.priority), len(fields))
+		c.args = append(c.args, fields...)
+	}
 	c.jobs = append(c.jobs, i)
+}
+
+// packRecord packs fields (strings and []byte) as a MessagePack array of
+// strings, the form of retry and scheduled records (cmsgpack.pack of a Lua
+// table of strings), with room counted for more strings that the
+// caller appends packed.
+func packRecord(fields []any, more int) []byte {
+	size := 5
+	for _, f := range fields {
+		switch f := f.(type) {
+		case string:
+			size += 5 + len(f)
+		case []byte:
+			size += 5 + len(f)
+		}
+	}
+	b := make([]byte, 0, size)
+	switch n := len(fields) + more; {
+	case n < 16:
+		b = append(b, 0x90|byte(n))
+	case n < 1<<16:
+		b = append(b, 0xdc, byte(n>>8), byte(n))
+	default:
+		b = append(b, 0xdd, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+	}
+	for _, f := range fields {
+		switch f := f.(type) {
+		case string:
+			b = appendPackedString(b, f)
+		case []byte:
+			b = appendPackedString(b, f)
+		}
+	}
+	return b
+}
+
+// appendPackedString appends s as a MessagePack string, in the smallest
+// form, as cmsgpack does.
+func appendPackedString[S string | []byte](b []byte, s S) []byte {
+	switch n := len(s); {
+	case n < 32:
+		b = append(b, 0xa0|byte(n))
+	case n < 1<<8:
+		b = append(b, 0xd9, byte(n))
+	case n < 1<<16:
+		b = append(b, 0xda, byte(n>>8), byte(n))
+	default:
+		b = append(b, 0xdb, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+	}
+	return append(b, s...)
 }
 
 // send queues the call on p.
@@ -296,25 +351,31 @@ func collect(cmds []redis.Cmder, plan []carried, ids []string, sent []bool, noSc
 				continue
 			}
 			res, _ := c.Slice()
-			for n, i := range jobs {
-				var r []any
-				if n < len(res) {
-					r, _ = res[n].([]any)
+			if len(res) < len(jobs) {
+				first = cmp.Or(first, fmt.Errorf("enqueue script replied %d items for %d jobs", len(res), len(jobs)))
+				continue
+			}
+			// After one text per job: the duplicates' numbers, and minus
+			// the failed jobs' numbers.
+			var failed map[int]bool
+			for _, v := range res[len(jobs):] {
+				switch v, _ := v.(int64); {
+				case v > 0 && int(v) <= len(jobs):
+					dup = append(dup, jobs[v-1])
+				case v < 0 && int(-v) <= len(jobs):
+					if failed == nil {
+						failed = map[int]bool{}
+					}
+					failed[int(-v)-1] = true
 				}
-				if len(r) != 2 {
-					first = cmp.Or(first, fmt.Errorf("enqueue script replied %v", res))
+			}
+			for n, i := range jobs {
+				text, _ := res[n].(string)
+				if failed[n] {
+					first = cmp.Or(first, fmt.Errorf("job %d: %s", i+1, text))
 					continue
 				}
-				text, _ := r[0].(string)
-				switch code, _ := r[1].(int64); code {
-				case 0:
-					ids[i] = text
-				case 1:
-					ids[i] = text
-					dup = append(dup, i)
-				default:
-					first = cmp.Or(first, fmt.Errorf("job %d: %s", i+1, text))
-				}
+				ids[i] = text
 			}
 		}
 	}
