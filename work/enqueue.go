@@ -179,10 +179,14 @@ func EnqueueMany(ctx context.Context, rdb redis.Cmdable, q string, jobs []Messag
 // scriptBatch is the most jobs with options one script call adds.
 const scriptBatch = 200
 
-// sendJobs sends, in one pipeline, the jobs not yet sent: a job without
-// options is one XADD; runs of jobs with options go in script calls of up
-// to scriptBatch jobs. It marks what it sent; the replies are in the
-// returned commands, and plan says which jobs each command carries.
+// sendJobs sends, in one pipeline, the jobs not yet sent: jobs without
+// options before the first job with options are one XADD each; from the
+// first job with options on, every job goes in script calls of up to
+// scriptBatch jobs. Ids then grow in job order even when Redis lost the
+// script: every script call fails alike (NOSCRIPT), and all the jobs they
+// carried are sent again, after the XADDs. It marks what it sent; the
+// replies are in the returned commands, and plan says which jobs each
+// command carries.
 func sendJobs(ctx context.Context, rdb redis.Cmdable, k Keys, jobs []Message, opts []jobOptions, sent []bool) (cmds []redis.Cmder, plan []carried, err error) {
 	now := time.Now()
 	cmds, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -194,14 +198,15 @@ func sendJobs(ctx context.Context, rdb redis.Cmdable, k Keys, jobs []Message, op
 				batch = scriptCall{}
 			}
 		}
+		scripted := false
 		for i, m := range jobs {
 			if sent[i] {
 				continue
 			}
 			sent[i] = true
 			o := &opts[i]
-			if o.plain() {
-				flush()
+			scripted = scripted || !o.plain()
+			if !scripted {
 				p.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: []any{PayloadField, m.Payload}})
 				plan = append(plan, carried{one: i})
 				continue

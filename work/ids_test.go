@@ -61,13 +61,14 @@ func mixedJobs(tag string, n int) []Message {
 }
 
 // Job ids never collide, whatever the level and delay, when several clients
-// enqueue at once; they grow in enqueue order within a call and from one
-// call to the next; a later entry of the normal stream sorts after them
-// all; and Locate finds each job by the id enqueue returned.
+// enqueue at once; they grow in enqueue order within a call (the first
+// calls included, which find the script missing and send their jobs with
+// options again) and from one call to the next; a later entry of the
+// normal stream sorts after them all; and Locate finds each job by the id
+// enqueue returned.
 func TestJobIDsUniqueAndOrdered(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	loadEnqueueScript(t, srv.Client())
 	const producers, calls, perCall = 4, 15, 90
 	var (
 		mu  sync.Mutex
@@ -150,23 +151,12 @@ func TestJobIDsUniqueAndOrdered(t *testing.T) {
 	}
 }
 
-// loadEnqueueScript loads the enqueue script: the first call that finds it
-// missing (NOSCRIPT) sends its jobs with options again after its plain ones,
-// whose ids then sort before theirs.
-func loadEnqueueScript(tb testing.TB, rdb *redis.Client) {
-	tb.Helper()
-	if err := enqueueScript.Load(context.Background(), rdb).Err(); err != nil {
-		tb.Fatal(err)
-	}
-}
-
 // A stream whose sequence numbers are too large for Lua's numbers (a
 // producer's own explicit ids) still gets distinct, growing ids: one XADD
 // and XDEL each.
 func TestJobIDsAfterHugeSequence(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	loadEnqueueScript(t, rdb)
 	k := KeysFor("q")
 	huge := fmt.Sprintf("%d-%d", time.Now().Add(time.Hour).UnixMilli(), uint64(1)<<62)
 	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, ID: huge, Values: []any{PayloadField, "own"}}).Err(); err != nil {
