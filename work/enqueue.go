@@ -147,8 +147,14 @@ func Enqueue(ctx context.Context, rdb redis.Cmdable, q string, payload []byte, o
 // returned error is a *DuplicateError (the other jobs are added); a Redis error
 // is returned with the ids of the jobs added ("" for the others).
 func EnqueueMany(ctx context.Context, rdb redis.Cmdable, q string, jobs []Message) ([]string, error) {
-	opts := make([]jobOptions, len(jobs))
+	var opts []jobOptions // nil while no job has options
 	for i, m := range jobs {
+		if len(m.Options) == 0 {
+			continue
+		}
+		if opts == nil {
+			opts = make([]jobOptions, len(jobs))
+		}
 		for _, opt := range m.Options {
 			if err := opt(&opts[i]); err != nil {
 				return nil, fmt.Errorf("job %d: %w", i+1, err)
@@ -189,6 +195,8 @@ const scriptBatch = 200
 // command carries.
 func sendJobs(ctx context.Context, rdb redis.Cmdable, k Keys, jobs []Message, opts []jobOptions, sent []bool) (cmds []redis.Cmder, plan []carried, err error) {
 	now := time.Now()
+	plan = make([]carried, 0, len(jobs))
+	var none jobOptions
 	cmds, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		var batch scriptCall
 		flush := func() {
@@ -204,7 +212,10 @@ func sendJobs(ctx context.Context, rdb redis.Cmdable, k Keys, jobs []Message, op
 				continue
 			}
 			sent[i] = true
-			o := &opts[i]
+			o := &none
+			if opts != nil {
+				o = &opts[i]
+			}
 			scripted = scripted || !o.plain()
 			if !scripted {
 				p.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: []any{PayloadField, m.Payload}})
@@ -246,13 +257,18 @@ func (c *scriptCall) add(i int, payload []byte, o *jobOptions, now time.Time, k 
 	if o.due.After(now) {
 		due = o.due.UnixMilli()
 	}
-	unique := 0
-	if o.unique != "" {
-		c.unique = append(c.unique, k.Unique(o.unique))
-		unique = 1
+	// Its due time, its kind and, with a unique key that has a TTL, the TTL.
+	switch {
+	case o.unique == "":
+		c.args = append(c.args, due, jobKind[o.priority][0])
+	case o.uniqueFor > 0:
+		c.args = append(c.args, due, jobKind[o.priority][2], o.uniqueFor.Milliseconds())
+	default:
+		c.args = append(c.args, due, jobKind[o.priority][1])
 	}
 	fields := []any{PayloadField, payload}
 	if o.unique != "" {
+		c.unique = append(c.unique, k.Unique(o.unique))
 		fields = append(fields, uniqueField, o.unique)
 	}
 	if o.maxAttempts > 0 {
@@ -266,9 +282,9 @@ func (c *scriptCall) add(i int, payload []byte, o *jobOptions, now time.Time, k 
 	}
 	if due > 0 {
 		// A delayed job's record, packed here: the script appends its id.
-		c.args = append(c.args, due, unique, o.uniqueFor.Milliseconds(), int(o.priority), 1, packRecord(fields, 2))
+		c.args = append(c.args, 1, packRecord(fields, 2))
 	} else {
-		c.args = append(c.args, due, unique, o.uniqueFor.Milliseconds(), int(o.priority), len(fields))
+		c.args = append(c.args, len(fields))
 		c.args = append(c.args, fields...)
 	}
 	c.jobs = append(c.jobs, i)
@@ -322,6 +338,14 @@ func appendPackedString[S string | []byte](b []byte, s S) []byte {
 		b = append(b, 0xdb, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
 	}
 	return append(b, s...)
+}
+
+// jobKind is a job's kind in enqueueScript's arguments, by priority: without
+// a unique key, with one, with one that has a TTL.
+var jobKind = [...][3]string{
+	PriorityNormal: {"0", "0u", "0t"},
+	PriorityHigh:   {"1", "1u", "1t"},
+	PriorityLow:    {"2", "2u", "2t"},
 }
 
 // send queues the call on p.

@@ -32,7 +32,8 @@ func (a streamID) less(b streamID) bool { return a.ms < b.ms || a.ms == b.ms && 
 
 // mixedJobs is n jobs of every kind the enqueue script handles, in turn:
 // plain, delayed, high, low, delayed high, unique (a key of their own),
-// normal with options, at a past time, delayed low with a unique key.
+// normal with options, at a past time, delayed low with a unique key held
+// for an hour at most.
 func mixedJobs(tag string, n int) []Message {
 	msgs := make([]Message, n)
 	for i := range msgs {
@@ -54,7 +55,7 @@ func mixedJobs(tag string, n int) []Message {
 		case 7:
 			m.Options = []Option{At(time.Now().Add(-time.Hour))}
 		case 8:
-			m.Options = []Option{In(time.Hour), WithPriority(PriorityLow), UniqueKey(tag + "-" + strconv.Itoa(i))}
+			m.Options = []Option{In(time.Hour), WithPriority(PriorityLow), UniqueKey(tag + "-" + strconv.Itoa(i)), UniqueFor(time.Hour)}
 		}
 	}
 	return msgs
@@ -176,6 +177,12 @@ func TestJobIDsAfterHugeSequence(t *testing.T) {
 	}
 	if c, _ := ReadCounts(ctx, rdb, "q"); c.Scheduled != 9 || c.Waiting != 19 {
 		t.Fatalf("counts %+v, want 9 scheduled and 19 waiting", c)
+	}
+	for i, ttl := range map[int]time.Duration{5: -1, 8: time.Hour} {
+		key := k.Unique("j-" + strconv.Itoa(i))
+		if got, held := rdb.TTL(ctx, key).Val(), rdb.Get(ctx, key).Val(); got > ttl || got < ttl-time.Minute || held != ids[i] {
+			t.Fatalf("unique key of job %d names %q with TTL %v, want %s and %v", i, held, got, ids[i], ttl)
+		}
 	}
 }
 

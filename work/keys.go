@@ -264,13 +264,14 @@ return {moved, stuck, redis.call('EXISTS', KEYS[2], KEYS[3]) > 0 and 1 or 0}
 //
 // KEYS[1] stream, KEYS[2] scheduled, KEYS[3] scheduled jobs, KEYS[4] high
 // stream, KEYS[5] low stream, KEYS[6..] unique keys (one per job that has
-// one, in job order); ARGV per job: due (unix ms, "0": now), "1" when it
-// has a unique key (the next of KEYS[6..]) else "0", the unique key's TTL
-// (ms, "0": until done or dead), its priority ("0" normal, "1" high, "2"
-// low), n, then n strings: its field/value pairs, or for a delayed job (due
-// > 0) one string, its record: a MessagePack array of its field/value
-// strings whose length counts the "orig" pair the script appends. (Strings
-// are compared, not converted to numbers: tonumber costs.) Returns one
+// one, in job order); ARGV per job: due (unix ms, "0": now); its kind: its
+// priority ("0" normal, "1" high, "2" low), then "u" when it has a unique
+// key (the next of KEYS[6..]), or "t" when it has one with a TTL, which
+// comes next (ms); n; then n strings: its field/value pairs, or for a
+// delayed job (due > 0) one string, its record: a MessagePack array of its
+// field/value strings whose length counts the "orig" pair the script
+// appends. (Few arguments per job, and strings compared rather than
+// converted to numbers: each costs.) Returns one
 // string per job, in order: its id when added, the queued job's id for a
 // duplicate, or the error text when its writes failed; then the number of
 // each duplicate job (1 for the call's first) and minus the number of each
@@ -356,12 +357,27 @@ local function add(i, due, to, n)
   end
   return id
 end
+-- kinds: a job's kind (see ARGV above) → its stream, and whether it has a
+-- unique key (u) with a TTL (t).
+local kinds = {}
+for l, to in pairs(level) do
+  kinds[l] = {to = to}
+  kinds[l .. 'u'] = {to = to, u = true}
+  kinds[l .. 't'] = {to = to, u = true, t = true}
+end
 local out, codes, jobs, u, i, nargs = {}, {}, 0, 5, 1, #ARGV
 while i <= nargs do
-  local due, to, n = ARGV[i], level[ARGV[i + 3]], tonumber(ARGV[i + 4])
+  local due, kind, ttl = ARGV[i], kinds[ARGV[i + 1]], nil
+  i = i + 2
+  if kind.t then
+    ttl = ARGV[i]
+    i = i + 1
+  end
+  local n = tonumber(ARGV[i])
+  i = i + 1
   jobs = jobs + 1
   local ukey, old
-  if ARGV[i + 1] == '1' then
+  if kind.u then
     u = u + 1
     ukey = KEYS[u]
     old = taken[ukey] or held[u - 5]
@@ -370,13 +386,13 @@ while i <= nargs do
     out[jobs] = old
     codes[#codes + 1] = jobs
   else
-    local ok, res = pcall(add, i + 5, due, to, n)
+    local ok, res = pcall(add, i, due, kind.to, n)
     if ok then
       out[jobs] = res
       if ukey then
         taken[ukey] = res
-        if ARGV[i + 2] ~= '0' then
-          redis.call('SET', ukey, res, 'PX', ARGV[i + 2])
+        if ttl then
+          redis.call('SET', ukey, res, 'PX', ttl)
         else
           keep[nkeep + 1] = ukey
           keep[nkeep + 2] = res
@@ -390,7 +406,7 @@ while i <= nargs do
       codes[#codes + 1] = -jobs
     end
   end
-  i = i + 5 + n
+  i = i + n
 end
 if nd > 0 then
   redis.call('HSET', KEYS[3], unpack(records))
