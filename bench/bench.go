@@ -28,7 +28,9 @@ func (b *bench) measure(ctx context.Context, sel []string) error {
 		case "throughput":
 			err = b.rounds(ctx, b.throughput(ctx))
 		case "enqueue":
-			err = b.rounds(ctx, b.enqueue(ctx))
+			if err = b.plainVsXaddRuns(ctx); err == nil {
+				err = b.rounds(ctx, b.enqueue(ctx))
+			}
 		case "producers":
 			err = b.producers(ctx)
 		case "exec":
