@@ -259,8 +259,9 @@ return {moved, stuck, redis.call('EXISTS', KEYS[2], KEYS[3]) > 0 and 1 or 0}
 //
 // For speed, delayed jobs' records come packed by the client and are
 // written together at the end (their keys' types are checked first, so
-// those writes cannot fail), unique keys are read with one MGET, and unique
-// keys without a TTL are taken with one MSET.
+// those writes cannot fail), unique keys are read with one MGET (a unique
+// key that holds another type reads as free, and is overwritten), and
+// unique keys without a TTL are taken with one MSET.
 //
 // KEYS[1] stream, KEYS[2] scheduled, KEYS[3] scheduled jobs, KEYS[4] high
 // stream, KEYS[5] low stream, KEYS[6..] unique keys (one per job that has
