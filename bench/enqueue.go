@@ -115,21 +115,6 @@ func plainVsXadd(ctx context.Context, srv *redisServer, n int) (plain, xadd floa
 	return rate(tPlain), rate(tXadd), nil
 }
 
-// plainVsXaddRuns records plainVsXadd once per run, over 5 × Jobs jobs
-// each: 100 chunks apiece, for a steady median.
-func (b *bench) plainVsXaddRuns(ctx context.Context) error {
-	for r := 1; r <= b.cfg.Runs; r++ {
-		plain, xadd, err := plainVsXadd(ctx, b.srv, 5*b.cfg.Jobs)
-		if err != nil {
-			return fmt.Errorf("enqueue_plain, run %d: %w", r, err)
-		}
-		b.res.add("xadd_batch", "jobs/s", xadd)
-		b.res.add("enqueue_plain", "jobs/s", plain)
-		progress("run %d/%d  enqueue_plain %s jobs/s, xadd_batch %s jobs/s (in turns)", r, b.cfg.Runs, num(plain), num(xadd))
-	}
-	return nil
-}
-
 // batonEnqueue adds n jobs with work.EnqueueMany, 1,000 per call.
 func batonEnqueue(ctx context.Context, srv *redisServer, n int, k enqueueKind) error {
 	rdb := srv.Client(0)
