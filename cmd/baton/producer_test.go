@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -119,5 +120,35 @@ esac
 	}
 	if d := reasons["timeout"]; d.Attempts != 1 {
 		t.Fatalf("timeout: %+v, want 1 attempt after its own 200ms timeout", d)
+	}
+}
+
+// TestJobFindsDelayedAndPriorityJobs: `baton job ID` finds a delayed job and
+// jobs of every level by the id `baton enqueue` printed.
+func TestJobFindsDelayedAndPriorityJobs(t *testing.T) {
+	r := newRig(t)
+	for _, c := range []struct {
+		args            []string
+		state, priority string
+	}{
+		{[]string{"--in", "1h"}, "scheduled", ""},
+		{[]string{"--priority", "high"}, "waiting", "high"},
+		{[]string{"--priority", "low", "--in", "1h"}, "scheduled", ""},
+		{[]string{"--priority", "low"}, "waiting", "low"},
+		{nil, "waiting", ""},
+	} {
+		out, errOut, code := r.baton(append(append([]string{"enqueue"}, c.args...), "payload")...)
+		id := strings.TrimSpace(out)
+		if code != 0 || id == "" {
+			t.Fatalf("enqueue %v: exit %d %s", c.args, code, errOut)
+		}
+		out, errOut, code = r.baton("job", "--lock-dir", r.locks, "--json", id)
+		var loc struct{ ID, State, Priority string }
+		if err := json.Unmarshal([]byte(out), &loc); code != 0 || err != nil {
+			t.Fatalf("job %s: exit %d %v %s", id, code, err, errOut)
+		}
+		if loc.ID != id || loc.State != c.state || loc.Priority != c.priority {
+			t.Fatalf("enqueue %v, then job %s: %+v, want %s %q", c.args, id, loc, c.state, c.priority)
+		}
 	}
 }
