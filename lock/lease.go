@@ -32,6 +32,25 @@ type LeaseOptions struct {
 	// suspended included) closes Lost. Must be below TTL, so the holder
 	// stops before its lease can be granted again. Default 2/3 of TTL.
 	Deadline time.Duration
+	// Agree are the settings every holder of the queue must share, e.g.
+	// slots, standby_slots, lease_ttl, lease_renew, by their config names:
+	// TryAcquire refuses with a *ConfigMismatchError while leases granted
+	// under other values may still be valid (docs/fleet.md). Default none.
+	Agree []Setting
+}
+
+// Setting is one named value of LeaseOptions.Agree, as the config spells it.
+type Setting struct{ Name, Value string }
+
+// ConfigMismatchError is a candidate refused because one of its settings
+// differs from the fleet's: Name is the setting, Ours this host's value and
+// Fleet the value of the leases in force.
+type ConfigMismatchError struct {
+	Queue, Name, Ours, Fleet string
+}
+
+func (e *ConfigMismatchError) Error() string {
+	return fmt.Sprintf("queue %s: %s is %s here but %s in the fleet's leases in force: every host must use the same value", e.Queue, e.Name, e.Ours, e.Fleet)
 }
 
 // DeadlineFor is the default renew deadline for a lease TTL: two thirds of it
@@ -68,6 +87,7 @@ type LeaseSet struct {
 	n           int
 	keys        []string
 	fence       string
+	config      string
 	channel     string
 	opt         LeaseOptions
 	pid         int
@@ -95,6 +115,10 @@ func LeaseKey(queue, role string, i int) string {
 // FenceKey is the Redis key of queue's fencing counter.
 func FenceKey(queue string) string { return "baton:{" + queue + "}:lease:fence" }
 
+// ConfigKey is the Redis key of the settings queue's leases were granted
+// under (LeaseOptions.Agree).
+func ConfigKey(queue string) string { return "baton:{" + queue + "}:lease:config" }
+
 // NewLeaseSet describes a set of n leases; it touches nothing in Redis.
 func NewLeaseSet(rdb redis.UniversalClient, queue, role string, n int, opt LeaseOptions) (*LeaseSet, error) {
 	if role != RoleRun && role != RoleStandby {
@@ -118,7 +142,7 @@ func NewLeaseSet(rdb redis.UniversalClient, queue, role string, n int, opt Lease
 	if err := CheckLeaseOrder(opt.TTL, opt.Deadline, opt.Renew); err != nil {
 		return nil, err
 	}
-	s := &LeaseSet{rdb: rdb, queue: queue, role: role, n: n, fence: FenceKey(queue),
+	s := &LeaseSet{rdb: rdb, queue: queue, role: role, n: n, fence: FenceKey(queue), config: ConfigKey(queue),
 		channel: "baton:{" + queue + "}:lease:" + role + ":freed", opt: opt, pid: os.Getpid()}
 	for i := 0; i < n; i++ {
 		s.keys = append(s.keys, LeaseKey(queue, role, i))
@@ -146,13 +170,19 @@ func (s *LeaseSet) TryAcquire() (Slot, bool, error) {
 	defer cancel()
 	owner := newOwner()
 	sent := boottime()
-	keys := append([]string{s.fence}, s.keys...)
-	v, err := script.Run(ctx, s.rdb, acquireScript, keys,
-		s.opt.TTL.Milliseconds(), owner, s.opt.Host, s.pid, mrand.IntN(s.n)).Slice()
+	keys := append([]string{s.fence, s.config}, s.keys...)
+	args := []any{s.opt.TTL.Milliseconds(), owner, s.opt.Host, s.pid, mrand.IntN(s.n)}
+	for _, a := range s.opt.Agree {
+		args = append(args, a.Name, a.Value)
+	}
+	v, err := script.Run(ctx, s.rdb, acquireScript, keys, args...).Slice()
 	if err != nil {
 		return nil, false, fmt.Errorf("acquire %s lease: %w", s.role, err)
 	}
 	i := toInt(v[0])
+	if i == -2 {
+		return nil, false, s.mismatch(v)
+	}
 	if i < 0 {
 		return nil, false, nil
 	}
@@ -168,6 +198,19 @@ func (s *LeaseSet) TryAcquire() (Slot, bool, error) {
 	}
 	sl.start()
 	return sl, true, nil
+}
+
+// mismatch is the error of acquireScript's {-2, name, the fleet's value}.
+func (s *LeaseSet) mismatch(v []any) error {
+	e := &ConfigMismatchError{Queue: s.queue}
+	e.Name, _ = v[1].(string)
+	e.Fleet, _ = v[2].(string)
+	for _, a := range s.opt.Agree {
+		if a.Name == e.Name {
+			e.Ours = a.Value
+		}
+	}
+	return e
 }
 
 // Records implements Set: every lease at one instant of Redis' clock, in one
@@ -318,7 +361,7 @@ func (sl *leaseSlot) start() {
 			}
 			sent := boottime()
 			ctx, cancel := sl.set.call()
-			exp, err := script.Run(ctx, sl.set.rdb, renewScript, []string{sl.key}, sl.owner, opt.TTL.Milliseconds()).Int64()
+			exp, err := script.Run(ctx, sl.set.rdb, renewScript, []string{sl.key, sl.set.config}, sl.owner, opt.TTL.Milliseconds()).Int64()
 			cancel()
 			switch {
 			case err != nil:

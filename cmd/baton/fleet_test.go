@@ -349,3 +349,46 @@ func TestFleetMaxPerHost(t *testing.T) {
 	eventually(t, 10*time.Second, "h2 holds a lease too", func() bool { return published(r.leases("default", 3)) == 2 })
 	r.drainAll(0)
 }
+
+// TestFleetConfigMustAgree: two simulated hosts. While h1 holds a lease
+// granted under slots = 2 and lease_ttl 1.5s, a candidate on h2 with other
+// values exits 2 naming the setting and both values, and takes nothing.
+// Once h1 has left and its lease's TTL has passed, h2's new values are
+// accepted (a deploy that changes them).
+func TestFleetConfigMustAgree(t *testing.T) {
+	r := newRig(t)
+	job := r.script("job.sh", "cat >/dev/null\n")
+	common := func(extra ...string) []string {
+		return append([]string{"--standby-slots", "0", "--lease-renew", "200ms", "--lifetime", "1m"}, append(extra, "--", job)...)
+	}
+	h1 := r.start(r.fleetArgs("h1", common("--slots", "2", "--lease-ttl", "1500ms")...)...)
+	eventually(t, 10*time.Second, "h1 holds a lease", func() bool { return published(r.leases("default", 2)) == 1 })
+	for _, tc := range []struct {
+		args         []string
+		name, values string
+	}{
+		{[]string{"--slots", "3", "--lease-ttl", "1500ms"}, "slots", "slots is 3 here but 2 in the fleet"},
+		{[]string{"--slots", "2", "--lease-ttl", "3s"}, "lease_ttl", "lease_ttl is 3s here but 1.5s in the fleet"},
+	} {
+		_, errOut, code := r.baton(r.fleetArgs("h2", common(tc.args...)...)...)
+		if code != 2 || !strings.Contains(errOut, tc.values) {
+			t.Errorf("h2 with another %s: exit %d, stderr %q; want 2 naming %q", tc.name, code, errOut, tc.values)
+		}
+	}
+	if n := heldRecs(r.leases("default", 3)); n != 1 {
+		t.Errorf("%d run leases held, want h1's alone", n)
+	}
+	// The deploy: h1 leaves; once its lease's TTL has passed, h2's values win.
+	_ = h1.cmd.Process.Signal(syscall.SIGTERM)
+	if code := h1.wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("h1 exit %d: %s", code, h1.log())
+	}
+	time.Sleep(1500*time.Millisecond + 200*time.Millisecond)
+	r.start(r.fleetArgs("h2", common("--slots", "3", "--lease-ttl", "1500ms")...)...)
+	eventually(t, 10*time.Second, "h2 holds a lease under slots = 3", func() bool { return published(r.leases("default", 3)) == 1 })
+	_, errOut, code := r.baton(r.fleetArgs("h1", common("--slots", "2", "--lease-ttl", "1500ms")...)...)
+	if code != 2 || !strings.Contains(errOut, "slots is 2 here but 3 in the fleet") {
+		t.Errorf("h1 with the old slots after the deploy: exit %d, stderr %q; want 2", code, errOut)
+	}
+	r.drainAll(1)
+}
