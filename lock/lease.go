@@ -88,15 +88,14 @@ type LeaseSet struct {
 	keys        []string
 	fence       string
 	config      string
-	channel     string
+	sb          *LeaseSet // standbys that run leases are handed to (HandOverTo); nil: none
 	opt         LeaseOptions
 	pid         int
 }
 
 var (
-	_ Set     = (*LeaseSet)(nil)
-	_ Watcher = (*LeaseSet)(nil)
-	_ Fencer  = (*leaseSlot)(nil)
+	_ Set    = (*LeaseSet)(nil)
+	_ Fencer = (*leaseSlot)(nil)
 )
 
 // Fencer is a Slot whose writes can be fenced: Fence is the Redis key of its
@@ -143,7 +142,7 @@ func NewLeaseSet(rdb redis.UniversalClient, queue, role string, n int, opt Lease
 		return nil, err
 	}
 	s := &LeaseSet{rdb: rdb, queue: queue, role: role, n: n, fence: FenceKey(queue), config: ConfigKey(queue),
-		channel: "baton:{" + queue + "}:lease:" + role + ":freed", opt: opt, pid: os.Getpid()}
+		opt: opt, pid: os.Getpid()}
 	for i := 0; i < n; i++ {
 		s.keys = append(s.keys, LeaseKey(queue, role, i))
 	}
@@ -247,30 +246,6 @@ func (s *LeaseSet) Records() ([]Record, error) {
 	return out, nil
 }
 
-// Watch implements Watcher with Redis pub/sub: a holder that releases its
-// lease publishes on the set's channel, so a standby on any host wakes at
-// once. A lease that expires publishes nothing: callers poll too.
-func (s *LeaseSet) Watch() (<-chan struct{}, func(), error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	ps := s.rdb.Subscribe(ctx, s.channel)
-	if _, err := ps.Receive(ctx); err != nil { // the subscription is in place
-		cancel()
-		_ = ps.Close()
-		return nil, nil, err
-	}
-	c := make(chan struct{}, 1)
-	msgs := ps.Channel()
-	go func() {
-		for range msgs {
-			select {
-			case c <- struct{}{}:
-			default:
-			}
-		}
-	}()
-	return c, func() { cancel(); _ = ps.Close() }, nil
-}
-
 // leaseSlot is one held lease. Its renew and watchdog goroutines are
 // started by TryAcquire and stopped by Release.
 type leaseSlot struct {
@@ -326,8 +301,9 @@ func (sl *leaseSlot) Publish(r Record) error {
 	return nil
 }
 
-// Release implements Slot: it stops renewing and deletes the lease if it is
-// still ours. Safe to call twice.
+// Release implements Slot: it stops renewing and, if the lease is still
+// ours, hands it to the oldest standby in line (HandOverTo) or deletes it.
+// Safe to call twice.
 func (sl *leaseSlot) Release() error {
 	var err error
 	sl.once.Do(func() {
@@ -335,7 +311,7 @@ func (sl *leaseSlot) Release() error {
 		sl.wg.Wait()
 		ctx, cancel := sl.set.call()
 		defer cancel()
-		err = script.Run(ctx, sl.set.rdb, releaseScript, []string{sl.key}, sl.owner, sl.set.channel).Err()
+		err = sl.set.release(ctx, sl)
 	})
 	return err
 }

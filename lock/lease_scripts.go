@@ -100,16 +100,121 @@ cfgExtend(KEYS[2], exp)
 return exp
 `)
 
-// releaseScript deletes a lease that is still this owner's and tells the
-// set's watchers (PUBLISH), so a standby on any host wakes at once.
+// releaseScript deletes a lease that is still this owner's.
 //
-// KEYS[1] lease; ARGV[1] owner, ARGV[2] channel.
+// KEYS[1] lease; ARGV[1] owner.
 // Returns 1 when released, 0 when it was not ours.
 var releaseScript = redis.NewScript(`
 if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[2], KEYS[1])
 return 1
+`)
+
+// The line of standbys, baton:{queue}:lease:waiting, is a sorted set: a
+// member "<standby slot>:<owner>" per standby waiting for a run slot, its
+// score the Redis time (µs) it joined, or just after the last to join. A run lease is handed to the oldest
+// member whose standby lease is live and still its own (members left by a
+// standby that died or timed out are dropped as they come up): a new token,
+// the standby as owner (its standby lease's owner id, host and pid), TTL
+// from now, and a PUBLISH on baton:{queue}:lease:wake:<owner> that wakes it
+// at once. The member leaves the line in the same step, so a standby is
+// handed at most one run lease per turn in line. The grant replaces a lease
+// that is its releasing holder's own or has expired: never a valid one of
+// anyone else, so no more than N run leases are ever valid.
+
+// lineLua defines handOver(runKey, i, ttl, prev): it hands run lease i
+// (KEYS of the line's scripts: see lineKeys) to the oldest live standby in
+// line and returns its owner, or nil when nobody live is waiting.
+// The caller sets LINE (the line), FENCE, CFG, SB (index in KEYS of standby
+// lease 0), NSB (standby leases) and WAKE (the wake channel prefix).
+const lineLua = `
+local function handOver(runKey, i, ttl, prev)
+  while true do
+    local m = redis.call('ZRANGE', LINE, 0, 0)[1]
+    if not m then return nil end
+    redis.call('ZREM', LINE, m)
+    local j, owner = string.match(m, '^(%d+):(.+)$')
+    j = tonumber(j)
+    if j and j < NSB then
+      local s = redis.call('HMGET', KEYS[SB + j], 'owner', 'expires', 'host', 'pid')
+      if s[1] == owner and s[2] and tonumber(s[2]) > now then
+        local token = redis.call('INCR', FENCE)
+        redis.call('DEL', runKey)
+        redis.call('HSET', runKey, 'owner', owner, 'token', token, 'host', s[3] or '', 'pid', s[4] or '0',
+          'since', string.format('%d', now), 'expires', string.format('%d', now + ttl))
+        if prev and prev ~= '' then redis.call('HSET', runKey, 'prev', prev) end
+        cfgExtend(CFG, now + ttl)
+        redis.call('PUBLISH', WAKE .. owner, i)
+        return owner
+      end
+    end
+  end
+end
+`
+
+// handOverScript is a run lease's release: when the lease is still this
+// owner's it goes to the oldest live standby in line, in this one step;
+// with nobody live waiting it is deleted (free for any candidate).
+//
+// KEYS[1] the run lease, KEYS[2] the fence counter, KEYS[3] the line,
+// KEYS[4] the fleet's config, KEYS[5..] the standby leases in slot order;
+// ARGV[1] owner, ARGV[2] TTL (ms), ARGV[3] the wake channel prefix,
+// ARGV[4] the run lease's slot.
+// Returns 2 when handed over, 1 when released, 0 when it was not ours.
+var handOverScript = redis.NewScript(leaseNow + configLua + `
+local LINE, FENCE, CFG, SB, NSB, WAKE = KEYS[3], KEYS[2], KEYS[4], 5, #KEYS - 4, ARGV[3]
+` + lineLua + `
+if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
+if handOver(KEYS[1], ARGV[4], tonumber(ARGV[2])) then return 2 end
+redis.call('DEL', KEYS[1])
+return 1
+`)
+
+// turnScript is a standby's turn in line: it joins the line (ARGV[4]
+// "join"), looks ("look") or leaves it ("leave"); unless leaving, it hands
+// every free run lease (expired or missing) to the oldest live standbys in
+// line; then, if a run lease is this standby's, it renews it (TTL from now)
+// and returns it.
+//
+// KEYS[1] the fence counter, KEYS[2] the line, KEYS[3] the fleet's config,
+// KEYS[4..3+ARGV[5]] the run leases in slot order, then the standby leases
+// in slot order; ARGV[1] TTL (ms), ARGV[2] the wake channel prefix,
+// ARGV[3] this standby's member ("<standby slot>:<owner>"), ARGV[4] the
+// mode, ARGV[5] the number of run leases, ARGV[6] this standby's owner.
+// Returns {run slot, token, since, expires, previous holder's rec or ""}
+// when a run lease is this standby's, else {-1}.
+var turnScript = redis.NewScript(leaseNow + configLua + `
+local nrun = tonumber(ARGV[5])
+local LINE, FENCE, CFG, SB, NSB, WAKE = KEYS[2], KEYS[1], KEYS[3], 4 + nrun, #KEYS - 3 - nrun, ARGV[2]
+local ttl = tonumber(ARGV[1])
+` + lineLua + `
+if ARGV[4] == 'join' then
+  -- in µs of Redis' clock, and after the last to join: a strict order
+  local t = redis.call('TIME')
+  local at = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local last = redis.call('ZRANGE', LINE, -1, -1, 'WITHSCORES')[2]
+  if last and tonumber(last) >= at then at = tonumber(last) + 1 end
+  redis.call('ZADD', LINE, 'NX', string.format('%d', at), ARGV[3])
+elseif ARGV[4] == 'leave' then
+  redis.call('ZREM', LINE, ARGV[3])
+end
+if ARGV[4] ~= 'leave' then
+  for i = 0, nrun - 1 do
+    local l = redis.call('HMGET', KEYS[4 + i], 'expires', 'rec')
+    if not l[1] or tonumber(l[1]) <= now then
+      if not handOver(KEYS[4 + i], i, ttl, l[2]) then break end
+    end
+  end
+end
+for i = 0, nrun - 1 do
+  local l = redis.call('HMGET', KEYS[4 + i], 'owner', 'expires', 'token', 'since', 'prev')
+  if l[1] == ARGV[6] and tonumber(l[2]) > now then
+    redis.call('HSET', KEYS[4 + i], 'expires', string.format('%d', now + ttl))
+    cfgExtend(CFG, now + ttl)
+    return {i, tonumber(l[3]), tonumber(l[4]), now + ttl, l[5] or ''}
+  end
+end
+return {-1}
 `)
 
 // publishScript stores the holder's record in a lease that is still this

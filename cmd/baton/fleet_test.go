@@ -392,3 +392,48 @@ func TestFleetConfigMustAgree(t *testing.T) {
 	}
 	r.drainAll(1)
 }
+
+// TestFleetHandOver: three simulated hosts, one run lease and two standby
+// leases, standbys that poll only once a minute. A holder retiring at the
+// end of its lifetime hands its lease to the standby that came first (h2,
+// not h3), which is woken at once: well before a poll, and before the
+// lease could have expired. h2 retires in turn and hands it to h3.
+func TestFleetHandOver(t *testing.T) {
+	r := newRig(t)
+	job := r.script("job.sh", "cat >/dev/null\n")
+	args := func(h, lifetime string) []string {
+		return r.fleetArgs(h, "--slots", "1", "--standby-slots", "2", "--lease-ttl", "6s", "--lease-renew", "500ms",
+			"--poll-interval", "1m", "--standby-wait", "1m", "--lifetime", lifetime, "--jitter", "0s", "--", job)
+	}
+	standbys := func() []lock.Record {
+		return r.recordsOf(lock.NewLeaseSet(r.redis.Client(), "default", lock.RoleStandby, 2, lock.LeaseOptions{}))
+	}
+	holder := func() lock.Record { return r.leases("default", 1)[0] }
+	h1 := r.start(args("h1", "3s")...)
+	eventually(t, 10*time.Second, "h1 holds the run lease", func() bool { return published(r.leases("default", 1)) == 1 })
+	h2 := r.start(args("h2", "3s")...)
+	eventually(t, 10*time.Second, "h2 stands by", func() bool { return published(standbys()) == 1 })
+	r.start(args("h3", "1m")...)
+	eventually(t, 10*time.Second, "h3 stands by", func() bool { return published(standbys()) == 2 })
+	first := holder()
+	for i, tc := range []struct {
+		leaving *process
+		next    string
+	}{{h1, "h2"}, {h2, "h3"}} {
+		if code := tc.leaving.wait(t, 20*time.Second); code != 0 {
+			t.Fatalf("retiring holder exit %d: %s", code, tc.leaving.log())
+		}
+		left := time.Now()
+		eventually(t, 5*time.Second, tc.next+" holds the run lease", func() bool {
+			l := holder()
+			return l.Held && l.Host == tc.next && l.Fence > first.Fence
+		})
+		if took := time.Since(left); took > 3*time.Second {
+			t.Errorf("hand-over %d took %s: not a wake-up (polls are a minute apart, the lease lasts 6s)", i+1, took)
+		}
+	}
+	if !strings.Contains(h2.log(), "promoted") {
+		t.Errorf("h2's log does not say promoted:\n%s", h2.log())
+	}
+	r.drainAll(2)
+}

@@ -83,7 +83,11 @@ func SlotSets(cfg *config.Config, rdb redis.UniversalClient) (run, sb lock.Set, 
 			return lr, nil, err
 		}
 		ls, err := lock.NewLeaseSet(rdb, cfg.Queue, lock.RoleStandby, cfg.StandbySlots, opt)
-		return lr, ls, err
+		if err != nil {
+			return nil, nil, err
+		}
+		lr.HandOverTo(ls) // a retiring holder hands its lease to the oldest standby
+		return lr, ls, nil
 	}
 	fr, err := lock.NewFileSet(cfg.LockDir, cfg.Queue, lock.RoleRun, cfg.Slots)
 	if err != nil || cfg.StandbySlots == 0 {
