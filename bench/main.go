@@ -34,12 +34,13 @@ type runConfig struct {
 	PromotionSamples int    `json:"promotion_samples"`       // hand-overs per promotion run
 	RecoverySamples  int    `json:"recovery_samples"`        // kills per recovery run
 	LoserSamples     int    `json:"loser_samples"`           // losing candidates per loser run
+	FleetSamples     int    `json:"fleet_samples"`           // hand-overs, and losing candidates, per fleet run
 	HolderJobs       int    `json:"holder_jobs"`             // jobs before holder_rss is read
 	PollInterval     string `json:"poll_interval,omitempty"` // set by -poll-interval; else baton's default
 	Quick            bool   `json:"quick"`
 }
 
-var groups = []string{"throughput", "enqueue", "producers", "exec", "pickup", "promotion", "recovery", "loser", "holder", "workers"}
+var groups = []string{"throughput", "enqueue", "producers", "exec", "pickup", "promotion", "recovery", "loser", "holder", "workers", "fleet"}
 
 func main() {
 	var (
@@ -70,10 +71,10 @@ func main() {
 		return
 	}
 	cfg := runConfig{Runs: *runs, Jobs: 20000, ExecJobs: 1000, PickupSamples: 300,
-		PromotionSamples: 10, RecoverySamples: 3, LoserSamples: 20, HolderJobs: 100000}
+		PromotionSamples: 10, RecoverySamples: 3, LoserSamples: 20, FleetSamples: 200, HolderJobs: 100000}
 	if *quick {
 		cfg = runConfig{Runs: 1, Jobs: 2000, ExecJobs: 100, PickupSamples: 50,
-			PromotionSamples: 2, RecoverySamples: 1, LoserSamples: 5, HolderJobs: 100000, Quick: true}
+			PromotionSamples: 2, RecoverySamples: 1, LoserSamples: 5, FleetSamples: 3, HolderJobs: 100000, Quick: true}
 	}
 	sel := groups
 	if *only != "" {

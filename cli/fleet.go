@@ -39,6 +39,10 @@ func leaseClient(cfg *config.Config) (*redis.Client, error) {
 	step := max(lock.DeadlineFor(cfg.LeaseTTL.D())/4, 50*time.Millisecond)
 	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = step, step, step
 	opt.MaxRetries = 1
+	// A losing candidate's whole conversation with Redis is the handshake
+	// and one script: HELLO alone (RESP2: no maintenance-notification
+	// handshake), no CLIENT SETINFO.
+	opt.Protocol, opt.DisableIdentity = 2, true
 	return redis.NewClient(opt), nil
 }
 

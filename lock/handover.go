@@ -37,7 +37,19 @@ type Waiting interface {
 	Leave() (Slot, bool, error)
 }
 
-var _ Handover = (*LeaseSet)(nil)
+// Pair is a run Set that can try a standby set in the same call.
+type Pair interface {
+	Set
+	// TryAcquireOr takes a free run slot or, when every run slot is taken,
+	// a free slot of sb: role is RoleRun or RoleStandby, "" when every slot
+	// of both is taken. When something broke, err says so and slot is nil.
+	TryAcquireOr(sb Set) (slot Slot, role string, err error)
+}
+
+var (
+	_ Handover = (*LeaseSet)(nil)
+	_ Pair     = (*LeaseSet)(nil)
+)
 
 // LineKey is the Redis key of queue's line of standbys waiting for a run
 // lease (a sorted set by the Redis time each joined).

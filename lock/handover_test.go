@@ -2,6 +2,10 @@ package lock_test
 
 import (
 	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -167,4 +171,99 @@ func TestLeaseHandOverExpiredAndLeave(t *testing.T) {
 	_ = sbNew.Release()
 	_ = s.Release()
 	_ = dead.Release()
+}
+
+// A run set paired with its standbys tries both in one script call: the
+// first candidate gets the run lease, the second the standby lease, and
+// the third, a loser, gets nothing for one call to Redis.
+func TestLeaseTryAcquireOr(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	opt := lock.LeaseOptions{Agree: []lock.Setting{{Name: "slots", Value: "1"}}}
+	h := newFleetHost(t, rdb, "a", 1, 1, opt)
+	for _, want := range []string{lock.RoleRun, lock.RoleStandby} {
+		s, role, err := h.run.TryAcquireOr(h.sb)
+		if err != nil || role != want || s == nil {
+			t.Fatalf("got %v %q %v, want a %s lease", s, role, err, want)
+		}
+		defer s.Release()
+		if rs, _ := map[string]*lock.LeaseSet{lock.RoleRun: h.run, lock.RoleStandby: h.sb}[want].Records(); !rs[s.Index()].Held {
+			t.Errorf("%s lease %d not held", want, s.Index())
+		}
+	}
+	calls := func() int64 { // scripts run so far
+		v, err := rdb.Do(ctx, "INFO", "commandstats").Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return statCalls(v, "evalsha") + statCalls(v, "eval")
+	}
+	before := calls()
+	s, role, err := h.run.TryAcquireOr(h.sb)
+	if s != nil || role != "" || err != nil {
+		t.Fatalf("loser got %v %q %v, want nothing", s, role, err)
+	}
+	if n := calls() - before; n != 1 {
+		t.Errorf("a loser ran %d scripts, want 1", n)
+	}
+	other := newFleetHost(t, rdb, "b", 1, 1, lock.LeaseOptions{Agree: []lock.Setting{{Name: "slots", Value: "2"}}})
+	var mis *lock.ConfigMismatchError
+	if _, _, err := other.run.TryAcquireOr(other.sb); !errors.As(err, &mis) {
+		t.Errorf("other settings: %v, want a mismatch", err)
+	}
+}
+
+// statCalls reads cmdstat_<cmd>'s calls from INFO commandstats.
+func statCalls(info, cmd string) int64 {
+	for _, l := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(l), "cmdstat_"+cmd+":calls="); ok {
+			n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// BenchmarkLeaseHandOver times hand-overs between two simulated hosts, each
+// with its own Redis client: from a holder's Release on one host to the
+// standby on the other having its run lease (woken, Take returned, renewals
+// started). It reports the median and 99th percentile in ms; run at least
+// 200 hand-overs:
+//
+//	go test ./lock -run '^$' -bench LeaseHandOver -benchtime 300x
+func BenchmarkLeaseHandOver(b *testing.B) {
+	srv := redistest.Start(b)
+	opt := lock.LeaseOptions{TTL: 15 * time.Second, Renew: 2 * time.Second}
+	var hosts [2]fleetHost
+	for i, name := range []string{"h1", "h2"} {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: 2, DisableIdentity: true})
+		b.Cleanup(func() { _ = c.Close() })
+		hosts[i] = newFleetHost(b, c, name, 1, 1, opt)
+	}
+	held, ok, err := hosts[0].run.TryAcquire()
+	if err != nil || !ok {
+		b.Fatal(ok, err)
+	}
+	took := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for n := 0; n < b.N; n++ {
+		b.StopTimer()
+		sb, w := hosts[(n+1)%2].inLine(b)
+		b.StartTimer()
+		start := time.Now()
+		if err := held.Release(); err != nil {
+			b.Fatal(err)
+		}
+		held = woken(b, w)
+		took = append(took, time.Since(start))
+		b.StopTimer()
+		_ = sb.Release()
+		b.StartTimer()
+	}
+	b.StopTimer()
+	_ = held.Release()
+	slices.Sort(took)
+	ms := func(p int) float64 { return float64(took[(len(took)-1)*p/100]) / float64(time.Millisecond) }
+	b.ReportMetric(ms(50), "p50-ms")
+	b.ReportMetric(ms(99), "p99-ms")
 }

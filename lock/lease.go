@@ -165,27 +165,69 @@ func (s *LeaseSet) call() (context.Context, context.CancelFunc) {
 // random one. A reply lost after a grant leaves a lease that nobody renews:
 // it expires after TTL.
 func (s *LeaseSet) TryAcquire() (Slot, bool, error) {
+	sl, err := s.acquire(nil)
+	if sl == nil {
+		return nil, false, err
+	}
+	return sl, true, nil
+}
+
+// TryAcquireOr implements Pair: with sb the standby set s hands over to
+// (HandOverTo), both sets are tried in one script call, so a candidate that
+// wins nothing asks Redis once; with any other set, one call per set.
+func (s *LeaseSet) TryAcquireOr(sb Set) (Slot, string, error) {
+	if other, ok := sb.(*LeaseSet); !ok || other != s.sb {
+		if sl, ok, err := s.TryAcquire(); ok || err != nil {
+			return sl, s.role, err
+		}
+		if sl, ok, err := sb.TryAcquire(); ok || err != nil {
+			return sl, RoleStandby, err
+		}
+		return nil, "", nil
+	}
+	sl, err := s.acquire(s.sb)
+	if sl == nil {
+		return nil, "", err
+	}
+	return sl, sl.set.role, nil
+}
+
+// acquire runs acquireScript on s's leases and then, when not nil, or's:
+// the slot won, or nil.
+func (s *LeaseSet) acquire(or *LeaseSet) (*leaseSlot, error) {
 	ctx, cancel := s.call()
 	defer cancel()
 	owner := newOwner()
 	sent := boottime()
 	keys := append([]string{s.fence, s.config}, s.keys...)
-	args := []any{s.opt.TTL.Milliseconds(), owner, s.opt.Host, s.pid, mrand.IntN(s.n)}
+	firstOr := 0
+	if or != nil {
+		keys = append(keys, or.keys...)
+		firstOr = mrand.IntN(or.n)
+	}
+	args := []any{s.opt.TTL.Milliseconds(), owner, s.opt.Host, s.pid, mrand.IntN(s.n), s.n, firstOr}
 	for _, a := range s.opt.Agree {
 		args = append(args, a.Name, a.Value)
 	}
 	v, err := script.Run(ctx, s.rdb, acquireScript, keys, args...).Slice()
 	if err != nil {
-		return nil, false, fmt.Errorf("acquire %s lease: %w", s.role, err)
+		if or != nil {
+			return nil, fmt.Errorf("acquire %s or %s lease: %w", s.role, or.role, err)
+		}
+		return nil, fmt.Errorf("acquire %s lease: %w", s.role, err)
 	}
 	i := toInt(v[0])
 	if i == -2 {
-		return nil, false, s.mismatch(v)
+		return nil, s.mismatch(v)
 	}
 	if i < 0 {
-		return nil, false, nil
+		return nil, nil
 	}
-	sl := &leaseSlot{set: s, i: int(i), key: s.keys[i], owner: owner, token: toInt(v[1]),
+	set := s
+	if toInt(v[6]) == 1 && or != nil {
+		set = or
+	}
+	sl := &leaseSlot{set: set, i: int(i), key: set.keys[i], owner: owner, token: toInt(v[1]),
 		since: time.UnixMilli(toInt(v[2])), lost: make(chan struct{}), stop: make(chan struct{})}
 	sl.okAt.Store(int64(sent))
 	if prev, _ := v[4].(string); prev != "" {
@@ -196,7 +238,7 @@ func (s *LeaseSet) TryAcquire() (Slot, bool, error) {
 		}
 	}
 	sl.start()
-	return sl, true, nil
+	return sl, nil
 }
 
 // mismatch is the error of acquireScript's {-2, name, the fleet's value}.

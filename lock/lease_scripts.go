@@ -45,41 +45,48 @@ end
 `
 
 // acquireScript grants the first free lease of a set, trying every slot once
-// from ARGV[5]: a losing candidate makes this one call. A candidate whose
-// settings differ from the fleet's config in force is refused first, free
-// lease or not; the first grant after the config lapsed writes the
-// candidate's settings.
+// from ARGV[5], or, when every lease of the set is live, of a second set
+// (a run set's standbys) from ARGV[7]: a losing candidate makes this one
+// call. A candidate whose settings differ from the fleet's config in force
+// is refused first, free lease or not; the first grant after the config
+// lapsed writes the candidate's settings.
 //
-// KEYS[1] the fence counter, KEYS[2] the fleet's config, KEYS[3..] the set's
-// lease keys in slot order; ARGV[1] TTL (ms), ARGV[2] owner, ARGV[3] host,
-// ARGV[4] pid, ARGV[5] first slot to try (0-based), ARGV[6..] the
-// candidate's settings as name, value pairs.
+// KEYS[1] the fence counter, KEYS[2] the fleet's config, KEYS[3..] the
+// first set's lease keys in slot order, then the second set's (none for a
+// single set); ARGV[1] TTL (ms), ARGV[2] owner, ARGV[3] host, ARGV[4] pid,
+// ARGV[5] first slot to try (0-based), ARGV[6] the first set's size,
+// ARGV[7] the second set's first slot to try, ARGV[8..] the candidate's
+// settings as name, value pairs.
 // Returns {slot, token, since, expires, previous rec or "", previous host
-// or ""} when granted, {-1} when every lease is live, {-2, name, the fleet's
-// value} when a setting differs from the fleet's config in force.
+// or "", set (0 first, 1 second)} when granted, {-1} when every lease is
+// live, {-2, name, the fleet's value} when a setting differs from the
+// fleet's config in force.
 var acquireScript = redis.NewScript(leaseNow + configLua + `
-local n = #KEYS - 2
-local first, ttl = tonumber(ARGV[5]), tonumber(ARGV[1])
+local ttl, nfirst = tonumber(ARGV[1]), tonumber(ARGV[6])
 local live = cfgLive(KEYS[2])
 if live then
-  for j = 6, #ARGV, 2 do
+  for j = 8, #ARGV, 2 do
     local v = redis.call('HGET', KEYS[2], ARGV[j])
     if v and v ~= ARGV[j + 1] then return {-2, ARGV[j], v} end
   end
 end
-for k = 0, n - 1 do
-  local i = (first + k) % n
-  local key = KEYS[3 + i]
-  local l = redis.call('HMGET', key, 'expires', 'rec', 'host')
-  if not l[1] or tonumber(l[1]) <= now then
-    local token = redis.call('INCR', KEYS[1])
-    redis.call('DEL', key)
-    redis.call('HSET', key, 'owner', ARGV[2], 'token', token, 'host', ARGV[3], 'pid', ARGV[4],
-      'since', string.format('%d', now), 'expires', string.format('%d', now + ttl))
-    if not live then redis.call('DEL', KEYS[2]) end
-    for j = 6, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[j], ARGV[j + 1]) end
-    cfgExtend(KEYS[2], now + ttl)
-    return {i, token, now, now + ttl, l[2] or '', l[3] or ''}
+local sets = {{3, nfirst, tonumber(ARGV[5])}, {3 + nfirst, #KEYS - 2 - nfirst, tonumber(ARGV[7])}}
+for s = 1, 2 do
+  local base, n, first = sets[s][1], sets[s][2], sets[s][3]
+  for k = 0, n - 1 do
+    local i = (first + k) % n
+    local key = KEYS[base + i]
+    local l = redis.call('HMGET', key, 'expires', 'rec', 'host')
+    if not l[1] or tonumber(l[1]) <= now then
+      local token = redis.call('INCR', KEYS[1])
+      redis.call('DEL', key)
+      redis.call('HSET', key, 'owner', ARGV[2], 'token', token, 'host', ARGV[3], 'pid', ARGV[4],
+        'since', string.format('%d', now), 'expires', string.format('%d', now + ttl))
+      if not live then redis.call('DEL', KEYS[2]) end
+      for j = 8, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[j], ARGV[j + 1]) end
+      cfgExtend(KEYS[2], now + ttl)
+      return {i, token, now, now + ttl, l[2] or '', l[3] or '', s - 1}
+    end
   end
 end
 return {-1}

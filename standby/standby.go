@@ -78,7 +78,18 @@ type Protocol struct {
 
 // Enter tries a run slot, then a standby slot. When every slot of a set is
 // taken and one's holder is overdue, it kills that holder and tries again.
+// A run set that is a lock.Pair (fleet leases) tries both in one call.
 func (p *Protocol) Enter() (Role, lock.Slot, error) {
+	if pr, ok := p.Run.(lock.Pair); ok && p.Standby != nil {
+		s, role, err := pr.TryAcquireOr(p.Standby)
+		switch {
+		case role == lock.RoleRun:
+			return Run, s, err
+		case role == lock.RoleStandby:
+			return Standby, s, err
+		}
+		return None, nil, err
+	}
 	if s, ok, err := p.Run.TryAcquire(); err != nil || ok {
 		return Run, s, err
 	}
