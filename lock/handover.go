@@ -2,11 +2,9 @@ package lock
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/baton-run/baton/internal/script"
 )
@@ -166,16 +164,5 @@ func (w *waiting) turn(mode string) (Slot, bool, error) {
 	if i < 0 || int(i) >= s.n {
 		return nil, false, nil
 	}
-	sl := &leaseSlot{set: s, i: int(i), key: s.keys[i], owner: w.sb.owner, token: toInt(v[1]),
-		since: time.UnixMilli(toInt(v[2])), lost: make(chan struct{}), stop: make(chan struct{})}
-	sl.okAt.Store(int64(sent))
-	if prev, _ := v[4].(string); prev != "" {
-		var r Record
-		if json.Unmarshal([]byte(prev), &r) == nil && r.Held {
-			r.Slot = sl.i
-			sl.prev = &r
-		}
-	}
-	sl.start()
-	return sl, true, nil
+	return s.held(v, w.sb.owner, sent), true, nil
 }

@@ -227,7 +227,16 @@ func (s *LeaseSet) acquire(or *LeaseSet) (*leaseSlot, error) {
 	if toInt(v[6]) == 1 && or != nil {
 		set = or
 	}
-	sl := &leaseSlot{set: set, i: int(i), key: set.keys[i], owner: owner, token: toInt(v[1]),
+	return set.held(v, owner, sent), nil
+}
+
+// held starts holding the lease a script granted: v is its reply {slot,
+// token, since, expires, previous holder's rec or ""}, owner the tenure's
+// id, sent the boot clock when the call was sent (the renew deadline counts
+// from there).
+func (s *LeaseSet) held(v []any, owner string, sent time.Duration) *leaseSlot {
+	i := int(toInt(v[0]))
+	sl := &leaseSlot{set: s, i: i, key: s.keys[i], owner: owner, token: toInt(v[1]),
 		since: time.UnixMilli(toInt(v[2])), lost: make(chan struct{}), stop: make(chan struct{})}
 	sl.okAt.Store(int64(sent))
 	if prev, _ := v[4].(string); prev != "" {
@@ -238,7 +247,7 @@ func (s *LeaseSet) acquire(or *LeaseSet) (*leaseSlot, error) {
 		}
 	}
 	sl.start()
-	return sl, nil
+	return sl
 }
 
 // mismatch is the error of acquireScript's {-2, name, the fleet's value}.
