@@ -119,7 +119,8 @@ return 1
 
 // The line of standbys, baton:{queue}:lease:waiting, is a sorted set: a
 // member "<standby slot>:<owner>" per standby waiting for a run slot, its
-// score the Redis time (µs) it joined, or just after the last to join. A run lease is handed to the oldest
+// score the Redis time (µs) it joined, or just after the last to join. A
+// run lease is handed to the oldest
 // member whose standby lease is live and still its own (members left by a
 // standby that died or timed out are dropped as they come up): a new token,
 // the standby as owner (its standby lease's owner id, host and pid), TTL
@@ -129,11 +130,13 @@ return 1
 // that is its releasing holder's own or has expired: never a valid one of
 // anyone else, so no more than N run leases are ever valid.
 
-// lineLua defines handOver(runKey, i, ttl, prev): it hands run lease i
-// (KEYS of the line's scripts: see lineKeys) to the oldest live standby in
-// line and returns its owner, or nil when nobody live is waiting.
-// The caller sets LINE (the line), FENCE, CFG, SB (index in KEYS of standby
-// lease 0), NSB (standby leases) and WAKE (the wake channel prefix).
+// lineLua defines handOver(runKey, i, ttl, prev): it hands run lease i (key
+// runKey) to the oldest live standby in line, with prev, the previous
+// holder's record, when it died holding the lease, and returns the
+// standby's owner, or nil when nobody live is waiting. The script sets
+// LINE (the line's key), FENCE, CFG (the fleet's config), SB (the index in
+// KEYS of standby lease 0), NSB (the number of standby leases) and WAKE
+// (the wake channel prefix) first.
 const lineLua = `
 local function handOver(runKey, i, ttl, prev)
   while true do
