@@ -57,6 +57,7 @@ var figureOrder = []string{
 	"py_persistent_c1", "py_persistent_cmds_per_job", "rq_simple_c1", "rq_simple_cmds_per_job",
 	"celery_prefork_c1", "celery_prefork_cmds_per_job", "node_persistent_c1", "node_persistent_cmds_per_job",
 	"bullmq_c1", "bullmq_cmds_per_job", "go_1ms_c1", "persistent_1ms_c1", "protocol_p50_us", "protocol_p99_us",
+	"fleet_handover_p50_ms", "fleet_handover_p99_ms", "fleet_loser_p50_ms", "fleet_loser_p99_ms",
 }
 
 func newResults() *results {
@@ -111,6 +112,10 @@ func (r *results) targets() []target {
 	below("promotion_p99_ms < 50", "promotion_p99_ms", 50)
 	below("recovery_ms < 1000", "recovery_ms", 1000)
 	below("loser_wall_ms < 20", "loser_wall_ms", 20)
+	if _, ok := r.median("fleet_handover_p99_ms"); ok { // the fleet group runs with -only alone
+		below("fleet_handover_p99_ms <= 50", "fleet_handover_p99_ms", 50.001)
+		below("fleet_loser_p99_ms <= 50", "fleet_loser_p99_ms", 50.001)
+	}
 	below("loser_rss_kb < 15360", "loser_rss_kb", 15*1024)
 	below("holder_rss_kb < 30720", "holder_rss_kb", 30*1024)
 	ratio("enqueue_plain >= 0.9 x xadd_batch", "enqueue_plain", "xadd_batch", 0.9)

@@ -34,12 +34,17 @@ func (b *bench) loser(ctx context.Context) error {
 	return nil
 }
 
-func loserRun(ctx context.Context, srv *redisServer, bins *binaries, n int) (walls, rss []float64, err error) {
+// loserRun measures n losing candidates; with hosts, in a fleet of those
+// simulated hosts (lock_backend redis), where a loser asks Redis.
+func loserRun(ctx context.Context, srv *redisServer, bins *binaries, n int, hosts ...string) (walls, rss []float64, err error) {
 	s, err := newScene(srv, "loser")
 	if err != nil {
 		return nil, nil, err
 	}
 	defer s.close()
+	if len(hosts) > 0 {
+		s.fleet(hosts...)
+	}
 	rdb := srv.Client(1)
 	defer rdb.Close()
 	if err := fill(ctx, rdb, s.queue, 0); err != nil {
@@ -56,7 +61,7 @@ func loserRun(ctx context.Context, srv *redisServer, bins *binaries, n int) (wal
 			return nil, nil, fmt.Errorf("%w\n%s", err, s.logTail(i))
 		}
 	}
-	argv := append([]string{bins.baton}, append(args, "--", trueCmd)...)
+	argv := append([]string{bins.baton}, withFlags(append(args, "--", trueCmd), s.hostArgs(len(s.procs)))...)
 	for i := 0; i < n; i++ {
 		if err := ctx.Err(); err != nil {
 			return nil, nil, err

@@ -10,10 +10,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/baton-run/baton/lock"
+	"github.com/redis/go-redis/v9"
 )
 
 // binaries are the programs the process-level groups start: the real baton
@@ -62,6 +66,11 @@ type scene struct {
 	srv               *redisServer
 	procs             []*exec.Cmd
 	logs              []*os.File
+	// hosts, when set, makes the scene a fleet (lock_backend redis): the
+	// i-th candidate started runs as simulated host hosts[i % len(hosts)],
+	// with its own lock dir, and holderPID reads the leases in Redis.
+	hosts  []string
+	leases *redis.Client
 }
 
 func newScene(srv *redisServer, queue string) (*scene, error) {
@@ -79,12 +88,29 @@ func (s *scene) args(extra ...string) []string {
 		"--lock-dir", filepath.Join(s.dir, "locks")}, extra...)
 }
 
+// fleet makes s a fleet of the simulated hosts.
+func (s *scene) fleet(hosts ...string) {
+	s.hosts = hosts
+	s.leases = s.srv.Client(2)
+}
+
+// hostArgs are the flags of the n-th candidate's host in a fleet scene
+// (none otherwise); they go before the extra args' "--".
+func (s *scene) hostArgs(n int) []string {
+	if len(s.hosts) == 0 {
+		return nil
+	}
+	h := s.hosts[n%len(s.hosts)]
+	return []string{"--lock-backend", "redis", "--host", h, "--lock-dir", filepath.Join(s.dir, "locks-"+h)}
+}
+
 // start starts bin with args; its stderr goes to a log file in the scene.
 func (s *scene) start(bin string, args []string) (*exec.Cmd, error) {
 	log, err := os.Create(filepath.Join(s.dir, "proc-"+strconv.Itoa(len(s.procs))+".log"))
 	if err != nil {
 		return nil, err
 	}
+	args = withFlags(args, s.hostArgs(len(s.procs)))
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "BATON_BENCH_MARKS="+s.marks)
 	cmd.Stdout, cmd.Stderr = log, log
@@ -109,7 +135,22 @@ func (s *scene) close() {
 	for _, l := range s.logs {
 		_ = l.Close()
 	}
+	if s.leases != nil {
+		_ = s.leases.Close()
+	}
 	_ = os.RemoveAll(s.dir)
+}
+
+// withFlags puts flags into args before a "--" (or at the end).
+func withFlags(args, flags []string) []string {
+	if len(flags) == 0 {
+		return args
+	}
+	i := slices.Index(args, "--")
+	if i < 0 {
+		i = len(args)
+	}
+	return slices.Concat(args[:i], flags, args[i:])
 }
 
 // stop sends SIGTERM (drain) and waits up to 30 s, then SIGKILL.
@@ -142,6 +183,17 @@ func (s *scene) logTail(i int) string {
 // holderPID reads the pid in slot i's record of role ("run" or "standby"),
 // without locking, as baton status does; 0 when free.
 func (s *scene) holderPID(role string, i int) int {
+	if s.leases != nil {
+		set, err := lock.NewLeaseSet(s.leases, s.queue, role, i+1, lock.LeaseOptions{})
+		if err != nil {
+			return 0
+		}
+		rs, err := set.Records()
+		if err != nil || !rs[i].Held {
+			return 0
+		}
+		return rs[i].PID
+	}
 	b, err := os.ReadFile(filepath.Join(s.dir, "locks", s.queue+"."+role+"."+strconv.Itoa(i)+".json"))
 	if err != nil {
 		return 0

@@ -30,12 +30,17 @@ func (b *bench) promotion(ctx context.Context) error {
 	return nil
 }
 
-func promotionRun(ctx context.Context, srv *redisServer, bins *binaries, samples int, poll []string) ([]float64, error) {
+// promotionRun measures samples hand-overs; with hosts, in a fleet of those
+// simulated hosts (lock_backend redis), candidates alternating between them.
+func promotionRun(ctx context.Context, srv *redisServer, bins *binaries, samples int, poll []string, hosts ...string) ([]float64, error) {
 	s, err := newScene(srv, "promo")
 	if err != nil {
 		return nil, err
 	}
 	defer s.close()
+	if len(hosts) > 0 {
+		s.fleet(hosts...)
+	}
 	rdb := srv.Client(1)
 	defer rdb.Close()
 	// About 1,000 jobs per lifetime are taken; keep the queue from running dry.

@@ -31,7 +31,7 @@ func slotSets(cfg *config.Config) (run, sb lock.Set, err error) {
 // the renew deadline, and a dead connection is not retried for long.
 func leaseClient(cfg *config.Config) (redis.UniversalClient, error) {
 	step := max(lock.DeadlineFor(cfg.LeaseTTL.D())/4, 50*time.Millisecond)
-	return newClient(cfg, clientOpts{pool: 4, dial: step, io: step, retries: 1})
+	return newClient(cfg, clientOpts{pool: 4, dial: step, io: step, retries: 1, lean: true})
 }
 
 // hostCap takes one of this host's max_per_host permits (flock files

@@ -58,6 +58,10 @@ type clientOpts struct {
 	pool     int
 	dial, io time.Duration
 	retries  int
+	// lean: the handshake is HELLO alone (RESP2: no maintenance-notification
+	// handshake) and no CLIENT SETINFO, for a losing candidate whose whole
+	// conversation with Redis is the handshake and one script.
+	lean bool
 }
 
 // newClient is the one place a client for c's Redis is built: one server
@@ -72,10 +76,16 @@ func newClient(c *config.Config, t clientOpts) (redis.UniversalClient, error) {
 	case config.Sentinel:
 		o := u.Failover()
 		o.PoolSize, o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.MaxRetries = t.pool, t.dial, t.io, t.io, t.retries
+		if t.lean {
+			o.Protocol, o.DisableIdentity = 2, true
+		}
 		return redis.NewFailoverClient(o), nil
 	case config.Cluster:
 		o := u.Cluster()
 		o.PoolSize, o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.MaxRetries = t.pool, t.dial, t.io, t.io, t.retries
+		if t.lean {
+			o.Protocol, o.DisableIdentity = 2, true
+		}
 		return redis.NewClusterClient(o), nil
 	}
 	o, err := redis.ParseURL(c.RedisURL)
@@ -85,6 +95,9 @@ func newClient(c *config.Config, t clientOpts) (redis.UniversalClient, error) {
 	o.PoolSize, o.DialTimeout, o.MaxRetries = t.pool, t.dial, t.retries
 	if t.io > 0 {
 		o.ReadTimeout, o.WriteTimeout = t.io, t.io
+	}
+	if t.lean {
+		o.Protocol, o.DisableIdentity = 2, true
 	}
 	return redis.NewClient(o), nil
 }

@@ -137,6 +137,9 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		p.Standby = sbSet
 	}
 	role, slot, err := p.Enter()
+	if mis := (*lock.ConfigMismatchError)(nil); errors.As(err, &mis) {
+		return usagef("use the same value on every host; a new value is accepted once no lease granted under the old one is left (docs/fleet.md)", "%s", mis)
+	}
 	if err != nil {
 		return fmt.Errorf("take a slot: %w", err)
 	}

@@ -32,6 +32,25 @@ type LeaseOptions struct {
 	// suspended included) closes Lost. Must be below TTL, so the holder
 	// stops before its lease can be granted again. Default 2/3 of TTL.
 	Deadline time.Duration
+	// Agree are the settings every holder of the queue must share, e.g.
+	// slots, standby_slots, lease_ttl, lease_renew, by their config names:
+	// TryAcquire refuses with a *ConfigMismatchError while leases granted
+	// under other values may still be valid (docs/fleet.md). Default none.
+	Agree []Setting
+}
+
+// Setting is one named value of LeaseOptions.Agree, as the config spells it.
+type Setting struct{ Name, Value string }
+
+// ConfigMismatchError is a candidate refused because one of its settings
+// differs from the fleet's: Name is the setting, Ours this host's value and
+// Fleet the value of the leases in force.
+type ConfigMismatchError struct {
+	Queue, Name, Ours, Fleet string
+}
+
+func (e *ConfigMismatchError) Error() string {
+	return fmt.Sprintf("queue %s: %s is %s here but %s in the fleet's leases in force: every host must use the same value", e.Queue, e.Name, e.Ours, e.Fleet)
 }
 
 // DeadlineFor is the default renew deadline for a lease TTL: two thirds of it
@@ -68,15 +87,16 @@ type LeaseSet struct {
 	n           int
 	keys        []string
 	fence       string
-	channel     string
+	config      string
+	sb          *LeaseSet // standbys that run leases are handed to (HandOverTo); nil: none
+	handBelow   int       // only slots below this are handed to standbys
 	opt         LeaseOptions
 	pid         int
 }
 
 var (
-	_ Set     = (*LeaseSet)(nil)
-	_ Watcher = (*LeaseSet)(nil)
-	_ Fencer  = (*leaseSlot)(nil)
+	_ Set    = (*LeaseSet)(nil)
+	_ Fencer = (*leaseSlot)(nil)
 )
 
 // Fencer is a Slot whose writes can be fenced: Fence is the Redis key of its
@@ -98,6 +118,10 @@ func FenceKey(queue string) string { return "baton:{" + queue + "}:lease:fence" 
 // EpochKey is the Redis key that records which server last granted queue's
 // leases, and until when grants are paused after a failover.
 func EpochKey(queue string) string { return "baton:{" + queue + "}:lease:epoch" }
+
+// ConfigKey is the Redis key of the settings queue's leases were granted
+// under (LeaseOptions.Agree).
+func ConfigKey(queue string) string { return "baton:{" + queue + "}:lease:config" }
 
 // NewLeaseSet describes a set of n leases; it touches nothing in Redis.
 func NewLeaseSet(rdb redis.UniversalClient, queue, role string, n int, opt LeaseOptions) (*LeaseSet, error) {
@@ -122,8 +146,8 @@ func NewLeaseSet(rdb redis.UniversalClient, queue, role string, n int, opt Lease
 	if err := CheckLeaseOrder(opt.TTL, opt.Deadline, opt.Renew); err != nil {
 		return nil, err
 	}
-	s := &LeaseSet{rdb: rdb, queue: queue, role: role, n: n, fence: FenceKey(queue),
-		channel: "baton:{" + queue + "}:lease:" + role + ":freed", opt: opt, pid: os.Getpid()}
+	s := &LeaseSet{rdb: rdb, queue: queue, role: role, n: n, fence: FenceKey(queue), config: ConfigKey(queue),
+		opt: opt, pid: os.Getpid()}
 	for i := 0; i < n; i++ {
 		s.keys = append(s.keys, LeaseKey(queue, role, i))
 	}
@@ -146,21 +170,78 @@ func (s *LeaseSet) call() (context.Context, context.CancelFunc) {
 // random one. A reply lost after a grant leaves a lease that nobody renews:
 // it expires after TTL.
 func (s *LeaseSet) TryAcquire() (Slot, bool, error) {
+	sl, err := s.acquire(nil)
+	if sl == nil {
+		return nil, false, err
+	}
+	return sl, true, nil
+}
+
+// TryAcquireOr implements Pair: with sb the standby set s hands over to
+// (HandOverTo), both sets are tried in one script call, so a candidate that
+// wins nothing asks Redis once; with any other set, one call per set.
+func (s *LeaseSet) TryAcquireOr(sb Set) (Slot, string, error) {
+	if other, ok := sb.(*LeaseSet); !ok || other != s.sb {
+		if sl, ok, err := s.TryAcquire(); ok || err != nil {
+			return sl, s.role, err
+		}
+		if sl, ok, err := sb.TryAcquire(); ok || err != nil {
+			return sl, RoleStandby, err
+		}
+		return nil, "", nil
+	}
+	sl, err := s.acquire(s.sb)
+	if sl == nil {
+		return nil, "", err
+	}
+	return sl, sl.set.role, nil
+}
+
+// acquire runs acquireScript on s's leases and then, when not nil, or's:
+// the slot won, or nil.
+func (s *LeaseSet) acquire(or *LeaseSet) (*leaseSlot, error) {
 	ctx, cancel := s.call()
 	defer cancel()
 	owner := newOwner()
 	sent := boottime()
-	keys := append(append([]string{s.fence}, s.keys...), EpochKey(s.queue))
-	v, err := script.Run(ctx, s.rdb, acquireScript, keys,
-		s.opt.TTL.Milliseconds(), owner, s.opt.Host, s.pid, mrand.IntN(s.n)).Slice()
+	keys := append([]string{s.fence, s.config, EpochKey(s.queue)}, s.keys...)
+	firstOr := 0
+	if or != nil {
+		keys = append(keys, or.keys...)
+		firstOr = mrand.IntN(or.n)
+	}
+	args := []any{s.opt.TTL.Milliseconds(), owner, s.opt.Host, s.pid, mrand.IntN(s.n), s.n, firstOr}
+	for _, a := range s.opt.Agree {
+		args = append(args, a.Name, a.Value)
+	}
+	v, err := script.Run(ctx, s.rdb, acquireScript, keys, args...).Slice()
 	if err != nil {
-		return nil, false, fmt.Errorf("acquire %s lease: %w", s.role, err)
+		if or != nil {
+			return nil, fmt.Errorf("acquire %s or %s lease: %w", s.role, or.role, err)
+		}
+		return nil, fmt.Errorf("acquire %s lease: %w", s.role, err)
 	}
 	i := toInt(v[0])
-	if i < 0 {
-		return nil, false, nil
+	if i == -2 {
+		return nil, s.mismatch(v)
 	}
-	sl := &leaseSlot{set: s, i: int(i), key: s.keys[i], owner: owner, token: toInt(v[1]),
+	if i < 0 {
+		return nil, nil
+	}
+	set := s
+	if toInt(v[6]) == 1 && or != nil {
+		set = or
+	}
+	return set.held(v, owner, sent), nil
+}
+
+// held starts holding the lease a script granted: v is its reply {slot,
+// token, since, expires, previous holder's rec or ""}, owner the tenure's
+// id, sent the boot clock when the call was sent (the renew deadline counts
+// from there).
+func (s *LeaseSet) held(v []any, owner string, sent time.Duration) *leaseSlot {
+	i := int(toInt(v[0]))
+	sl := &leaseSlot{set: s, i: i, key: s.keys[i], owner: owner, token: toInt(v[1]),
 		since: time.UnixMilli(toInt(v[2])), lost: make(chan struct{}), stop: make(chan struct{})}
 	sl.okAt.Store(int64(sent))
 	if prev, _ := v[4].(string); prev != "" {
@@ -171,7 +252,20 @@ func (s *LeaseSet) TryAcquire() (Slot, bool, error) {
 		}
 	}
 	sl.start()
-	return sl, true, nil
+	return sl
+}
+
+// mismatch is the error of acquireScript's {-2, name, the fleet's value}.
+func (s *LeaseSet) mismatch(v []any) error {
+	e := &ConfigMismatchError{Queue: s.queue}
+	e.Name, _ = v[1].(string)
+	e.Fleet, _ = v[2].(string)
+	for _, a := range s.opt.Agree {
+		if a.Name == e.Name {
+			e.Ours = a.Value
+		}
+	}
+	return e
 }
 
 // Records implements Set: every lease at one instant of Redis' clock, in one
@@ -218,30 +312,6 @@ func (s *LeaseSet) PausedFor() (time.Duration, error) {
 		return 0, fmt.Errorf("read %s lease pause: %w", s.role, err)
 	}
 	return time.Duration(max(0, toInt(v[1])-toInt(v[0]))) * time.Millisecond, nil
-}
-
-// Watch implements Watcher with Redis pub/sub: a holder that releases its
-// lease publishes on the set's channel, so a standby on any host wakes at
-// once. A lease that expires publishes nothing: callers poll too.
-func (s *LeaseSet) Watch() (<-chan struct{}, func(), error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	ps := s.rdb.Subscribe(ctx, s.channel)
-	if _, err := ps.Receive(ctx); err != nil { // the subscription is in place
-		cancel()
-		_ = ps.Close()
-		return nil, nil, err
-	}
-	c := make(chan struct{}, 1)
-	msgs := ps.Channel()
-	go func() {
-		for range msgs {
-			select {
-			case c <- struct{}{}:
-			default:
-			}
-		}
-	}()
-	return c, func() { cancel(); _ = ps.Close() }, nil
 }
 
 // leaseSlot is one held lease. Its renew and watchdog goroutines are
@@ -299,8 +369,9 @@ func (sl *leaseSlot) Publish(r Record) error {
 	return nil
 }
 
-// Release implements Slot: it stops renewing and deletes the lease if it is
-// still ours. Safe to call twice.
+// Release implements Slot: it stops renewing and, if the lease is still
+// ours, hands it to the oldest standby in line (HandOverTo) or deletes it.
+// Safe to call twice.
 func (sl *leaseSlot) Release() error {
 	var err error
 	sl.once.Do(func() {
@@ -308,7 +379,7 @@ func (sl *leaseSlot) Release() error {
 		sl.wg.Wait()
 		ctx, cancel := sl.set.call()
 		defer cancel()
-		err = script.Run(ctx, sl.set.rdb, releaseScript, []string{sl.key}, sl.owner, sl.set.channel).Err()
+		err = sl.set.release(ctx, sl)
 	})
 	return err
 }
@@ -334,7 +405,7 @@ func (sl *leaseSlot) start() {
 			}
 			sent := boottime()
 			ctx, cancel := sl.set.call()
-			exp, err := script.Run(ctx, sl.set.rdb, renewScript, []string{sl.key}, sl.owner, opt.TTL.Milliseconds()).Int64()
+			exp, err := script.Run(ctx, sl.set.rdb, renewScript, []string{sl.key, sl.set.config}, sl.owner, opt.TTL.Milliseconds()).Int64()
 			cancel()
 			switch {
 			case err != nil:

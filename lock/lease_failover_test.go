@@ -108,3 +108,152 @@ func BenchmarkLeaseLoser(b *testing.B) {
 		}
 	}
 }
+
+// The hand-over paths keep the failover rule too. After a restart with the
+// data (a new run id) and a fence counter that lost its last increments, a
+// live lease's release still goes to the standby in line, with a token
+// above every token before; a lease lost with the old server is not handed
+// to a standby that looks during the pause, only after it, again with a
+// larger token. Holding both sets to kept slots only (HandOverTo's k), a
+// slot at or above k is freed, not handed over.
+func TestLeaseHandOverKeepsFailoverRule(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t, redistest.Appendonly)
+	rdb := srv.Client()
+	opt := lock.LeaseOptions{TTL: 3 * time.Second, Renew: 200 * time.Millisecond}
+	a := newFleetHost(t, rdb, "a", 1, 2, opt)
+	b := newFleetHost(t, rdb, "b", 1, 2, opt)
+	held, ok, err := a.run.TryAcquire()
+	if err != nil || !ok {
+		t.Fatal("run lease:", ok, err)
+	}
+	_, tok0 := held.(lock.Fencer).Fence()
+	sb1, w1 := b.inLine(t)
+	defer sb1.Release()
+	sb2, w2 := b.inLine(t) // second in line
+	defer sb2.Release()
+
+	// 1. A live lease is handed over through the pause, above every token.
+	srv.Restart()
+	if err := rdb.Set(ctx, lock.FenceKey("q"), 1, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := held.Release(); err != nil {
+		t.Fatal(err)
+	}
+	// Polled, as a standby does: the wake-up may be lost while its
+	// subscription reconnects after the restart.
+	got := polled(t, w1, time.Second)
+	_, tok1 := got.(lock.Fencer).Fence()
+	if tok1 <= tok0 {
+		t.Fatalf("handed over with token %d after %d: tokens must keep growing across a failover", tok1, tok0)
+	}
+
+	// 2. A grant lost with the old server is handed out only after a TTL.
+	srv.Restart()
+	if err := rdb.Del(ctx, lock.LeaseKey("q", lock.RoleRun, 0)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Set(ctx, lock.FenceKey("q"), 1, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var again lock.Slot
+	for again == nil {
+		s, ok, err := w2.Take()
+		switch {
+		case err != nil:
+			t.Fatal(err)
+		case ok:
+			again = s
+		case time.Since(start) > 4*opt.TTL:
+			t.Fatal("no hand-over after the pause")
+		default:
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	defer again.Release()
+	if waited := time.Since(start); waited < opt.TTL-100*time.Millisecond {
+		t.Errorf("a lost lease was handed to a standby %s after the restart, before a TTL (%s)", waited, opt.TTL)
+	}
+	if _, tok2 := again.(lock.Fencer).Fence(); tok2 <= tok1 {
+		t.Errorf("token %d after %d: tokens must keep growing", tok2, tok1)
+	}
+	select {
+	case <-got.Lost():
+	default:
+		t.Error("the holder whose lease was lost still holds it")
+	}
+}
+
+// A release of a slot at or above HandOverTo's k (a holder started by
+// scaling up) frees the lease instead of handing it to a standby: the
+// standbys keep the k lowest slots covered.
+func TestLeaseHandOverOnlyBelowK(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	opt := lock.LeaseOptions{TTL: 2 * time.Second, Renew: 200 * time.Millisecond}
+	run := leaseSet(t, rdb, "a", lock.RoleRun, 2, opt)
+	sb := leaseSet(t, rdb, "a", lock.RoleStandby, 1, opt)
+	run.HandOverTo(sb, 1)
+	first, ok, err := run.TryAcquire()
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	defer first.Release()
+	second, ok, err := run.TryAcquire()
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	low, high := first, second
+	if low.Index() != 0 {
+		low, high = second, first
+	}
+	s, ok, err := sb.TryAcquire()
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	defer s.Release()
+	w, err := run.Await(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Leave()
+	if _, ok, err := w.Take(); ok || err != nil {
+		t.Fatalf("joining the line: %v %v", ok, err)
+	}
+	if err := high.Release(); err != nil {
+		t.Fatal(err)
+	}
+	notWoken(t, w)
+	rs, err := run.Records()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs[1].Held {
+		t.Fatalf("slot 1 (at k) went to %+v: want it freed", rs[1])
+	}
+	if err := low.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if got := woken(t, w); got.Index() != 0 {
+		t.Fatalf("handed slot %d, want 0", got.Index())
+	} else {
+		_ = got.Release()
+	}
+}
+
+// polled takes the run lease handed to w, looking every 20ms for at most d.
+func polled(tb testing.TB, w lock.Waiting, d time.Duration) lock.Slot {
+	tb.Helper()
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		s, ok, err := w.Take()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if ok {
+			return s
+		}
+	}
+	tb.Fatalf("nothing handed over in %s", d)
+	return nil
+}

@@ -83,19 +83,14 @@ func TestLeaseAtMostN(t *testing.T) {
 	}
 }
 
-// Renewals keep a lease past its TTL; a release frees it at once and wakes
-// watchers; every grant of a slot has a larger token than the one before.
+// Renewals keep a lease past its TTL; a release frees it at once; every
+// grant of a slot has a larger token than the one before.
 func TestLeaseRenewReleaseTokens(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client()
 	opt := lock.LeaseOptions{TTL: 300 * time.Millisecond, Renew: 50 * time.Millisecond}
 	a := leaseSet(t, rdb, "a", lock.RoleRun, 1, opt)
 	b := leaseSet(t, rdb, "b", lock.RoleRun, 1, opt)
-	changed, stop, err := b.Watch()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
 	var last int64
 	for round := 0; round < 3; round++ {
 		sl, ok, err := a.TryAcquire()
@@ -119,16 +114,11 @@ func TestLeaseRenewReleaseTokens(t *testing.T) {
 			t.Fatalf("round %d: a healthy lease was lost", round)
 		default:
 		}
-		for len(changed) > 0 {
-			<-changed
-		}
 		if err := sl.Release(); err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case <-changed:
-		case <-time.After(2 * time.Second):
-			t.Fatalf("round %d: no wake-up after release", round)
+		if rs, _ := b.Records(); rs[0].Held {
+			t.Fatalf("round %d: held after release: %+v", round, rs[0])
 		}
 		if sl.Inherited() != nil {
 			t.Errorf("round %d: inherited a cleanly released lease", round)
@@ -240,4 +230,57 @@ func TestLeaseOrder(t *testing.T) {
 	if _, err := lock.NewLeaseSet(nil, "q", lock.RoleRun, 1, lock.LeaseOptions{TTL: 3 * time.Second, Renew: 2 * time.Second}); err == nil {
 		t.Error("renew 2s with a 2s deadline accepted")
 	}
+}
+
+// Holders must agree on the fleet's settings: while a lease granted under
+// slots = 2 may be valid, a candidate with slots = 3 is refused (a free
+// lease or not), naming the setting and both values; the same settings are
+// granted. Once every lease of the old settings has ended (released, and its
+// last expiry passed on Redis' clock) the new settings are accepted, and
+// the old ones are refused in turn.
+func TestLeaseConfigAgreement(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	agree := func(slots string) []lock.Setting {
+		return []lock.Setting{{Name: "slots", Value: slots}, {Name: "lease_ttl", Value: "600ms"}}
+	}
+	opt := func(slots string) lock.LeaseOptions {
+		return lock.LeaseOptions{TTL: 600 * time.Millisecond, Renew: 100 * time.Millisecond, Agree: agree(slots)}
+	}
+	two := leaseSet(t, rdb, "a", lock.RoleRun, 2, opt("2"))
+	three := leaseSet(t, rdb, "b", lock.RoleRun, 3, opt("3"))
+	held, ok, err := two.TryAcquire()
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	refused := func(s *lock.LeaseSet, ours, fleet string) {
+		t.Helper()
+		_, ok, err := s.TryAcquire()
+		var mis *lock.ConfigMismatchError
+		if ok || !errors.As(err, &mis) || mis.Name != "slots" || mis.Ours != ours || mis.Fleet != fleet || mis.Queue != "q" {
+			t.Fatalf("acquire with slots = %s against the fleet's %s: %v, %v; want a mismatch naming both", ours, fleet, ok, err)
+		}
+	}
+	refused(three, "3", "2")
+	if sl, ok, err := leaseSet(t, rdb, "c", lock.RoleRun, 2, opt("2")).TryAcquire(); err != nil || !ok {
+		t.Fatalf("same settings: %v %v", ok, err)
+	} else {
+		defer sl.Release()
+		time.Sleep(300 * time.Millisecond) // renewed meanwhile
+		if err := sl.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := held.Release(); err != nil {
+		t.Fatal(err)
+	}
+	// Released, but leases of the old settings were valid moments ago.
+	refused(three, "3", "2")
+	time.Sleep(700 * time.Millisecond) // past the last expiry
+	sl, ok, err := three.TryAcquire()
+	if err != nil || !ok {
+		t.Fatalf("new settings after every old lease ended: %v %v", ok, err)
+	}
+	defer sl.Release()
+	refused(two, "2", "3")
 }

@@ -20,7 +20,9 @@
 // LeaseSet (NewLeaseSet) is the fleet backend: slots are Redis leases shared
 // by every host of a queue, with expiry judged on Redis' clock, a fencing
 // token per grant (Fencer) and a renew deadline after which a holder's slot
-// closes Lost before its lease can expire (docs/fleet.md).
+// closes Lost before its lease can expire. A run LeaseSet paired with its
+// standby set (HandOverTo) is a Handover: a release grants the lease to the
+// standby first in the fleet's line in the same script (docs/fleet.md).
 package lock
 
 import (

@@ -2,7 +2,8 @@
 // IPC::ConcurrencyLimit::WithStandby: a candidate takes a run slot, or else a
 // standby slot from which it waits for a run slot until promoted or timed
 // out. A freed run slot wakes the standbys (inotify, with polling as the
-// fallback), and the one that has waited longest takes it.
+// fallback), and the one that has waited longest takes it; with fleet
+// leases (lock.Handover) the retiring holder hands the slot to it directly.
 //
 // Most callers need Protocol.Enter and, for a standby, Protocol.Promote:
 //
@@ -77,7 +78,18 @@ type Protocol struct {
 
 // Enter tries a run slot, then a standby slot. When every slot of a set is
 // taken and one's holder is overdue, it kills that holder and tries again.
+// A run set that is a lock.Pair (fleet leases) tries both in one call.
 func (p *Protocol) Enter() (Role, lock.Slot, error) {
+	if pr, ok := p.Run.(lock.Pair); ok && p.Standby != nil {
+		s, role, err := pr.TryAcquireOr(p.Standby)
+		switch {
+		case role == lock.RoleRun:
+			return Run, s, err
+		case role == lock.RoleStandby:
+			return Standby, s, err
+		}
+		return None, nil, err
+	}
 	if s, ok, err := p.Run.TryAcquire(); err != nil || ok {
 		return Run, s, err
 	}
@@ -115,7 +127,14 @@ func (p *Protocol) Enter() (Role, lock.Slot, error) {
 // an older standby does not take it (hung, stopped, still starting) is tried
 // anyway. Records also keep a standby from trying on every wake-up: a try
 // closes lock files, and closes are what the watcher reports.
+//
+// When the run set is a lock.Handover (fleet leases), the standby waits in
+// the fleet's line instead: a retiring holder hands its run slot to the
+// standby that joined first, on any host, and wakes it (awaitHandOver).
 func (p *Protocol) Promote(ctx context.Context, sb lock.Slot) (lock.Slot, bool, error) {
+	if h, ok := p.Run.(lock.Handover); ok {
+		return p.awaitHandOver(ctx, sb, h)
+	}
 	defer sb.Release()
 	// Why fair: standbys that arrive together and lose handovers at random
 	// can all time out together and leave the run slots short. Served
@@ -166,6 +185,51 @@ func (p *Protocol) Promote(ctx context.Context, sb lock.Slot) (lock.Slot, bool, 
 			//  - we defer to an older standby: it may leave without the
 			//    slot (a second slot freed, it timed out, it is stuck).
 			soon, quiet = time.After(w.pause()), try
+		}
+	}
+}
+
+// awaitHandOver is Promote in line for a run slot of h: a retiring holder
+// hands its slot to the oldest standby in line, and each look (at once,
+// when woken, and every Poll) hands free run slots (a dead holder's
+// expired lease) to the oldest too. The run slot is granted before sb is
+// released. Whatever ends the wait, a run slot handed over at that moment
+// is taken (the wait is over) or, when told to stop or sb was lost, handed
+// on by its release.
+func (p *Protocol) awaitHandOver(ctx context.Context, sb lock.Slot, h lock.Handover) (lock.Slot, bool, error) {
+	defer sb.Release()
+	w, err := h.Await(sb)
+	if err != nil {
+		return nil, false, err
+	}
+	handOn := func() {
+		if s, ok, _ := w.Leave(); ok {
+			_ = s.Release()
+		}
+	}
+	deadline := time.NewTimer(p.Wait)
+	defer deadline.Stop()
+	tick := time.NewTimer(0) // join the line at once
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			handOn()
+			return nil, false, ctx.Err()
+		case <-sb.Lost():
+			handOn()
+			return nil, false, nil
+		case <-deadline.C:
+			s, ok, err := w.Leave()
+			return s, ok && err == nil, nil
+		case <-w.Woken():
+		case <-tick.C:
+			tick.Reset(jitter(p.Poll))
+		}
+		// An error (Redis away for a moment) is tried again at the next
+		// look; a standby cut off for long loses sb.
+		if s, ok, err := w.Take(); err == nil && ok {
+			return s, true, nil
 		}
 	}
 }

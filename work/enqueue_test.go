@@ -256,7 +256,7 @@ func TestLocate(t *testing.T) {
 	}
 	// A retried job back in the stream is found under its new entry.
 	rdb.ZAdd(ctx, KeysFor("q").Retry, redis.Z{Score: 0, Member: ids[0]})
-	runScript(ctx, rdb, dueScript, KeysFor("q").due(), time.Now().UnixMilli(), 10)
+	runScript(ctx, rdb, dueScript, KeysFor("q").due(), 10)
 	if l := state(ids[0]); l.State != StateWaiting || l.Entry == ids[0] || l.Entry == "" {
 		t.Fatalf("retried, back in the stream: %+v", l)
 	}

@@ -10,8 +10,8 @@ import (
 
 // Fence is a holder's lease in fleet mode (lock_backend redis): the Redis
 // key of its lease and the fencing token of its tenure. Every write the
-// holder makes for a job (ack, retry, dead letter, keeping an entry fresh)
-// checks, in the same script, that the lease still carries Token and has not
+// holder makes for a job (ack, retry, dead letter, keeping an entry fresh,
+// giving an unstarted entry back) checks, in the same script, that the lease still carries Token and has not
 // expired on Redis' clock; a fenced write does nothing, and the entry stays
 // pending for the slot's next holder.
 type Fence struct {
@@ -47,7 +47,12 @@ var fenced = map[*redis.Script]*redis.Script{
 	retryScript:     redis.NewScript(fenceLua + retryLua),
 	deadScript:      redis.NewScript(fenceLua + deadLua),
 	heartbeatScript: redis.NewScript(fenceLua + heartbeatLua),
+	backScript:      redis.NewScript(fenceLua + backLua),
 }
+
+// dueScript is not fenced: it moves due retries and scheduled jobs, which
+// any running holder may move (a stale one too: each member moves once),
+// and touches no pending entry.
 
 // write runs one of the holder's write scripts: as it is without a fence
 // (one machine, flock slots), else its fenced form with the lease key and

@@ -3,6 +3,8 @@ package work
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,19 +14,22 @@ import (
 )
 
 // A holder whose lease is taken over mid-job (its lease expired and another
-// holder was granted it, with a larger token): its ack, or its retry, is
-// fenced by Redis and does nothing; the entry stays pending for the slot's
-// new holder. With the lease intact the same writes go through, and every
-// job carries the token.
+// holder was granted it, with a larger token): its ack, its retry, or the
+// give-back of entries it read ahead when it drains, is fenced by Redis and
+// does nothing; the entries stay pending for the slot's new holder, which
+// shares the slot's consumer. With the lease intact the same writes go
+// through, and every job carries the token.
 func TestFencedWrites(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		takeOver bool
 		fail     bool
+		drain    bool // drain mid-job: entries read ahead are given back
 	}{
-		{"ack, lease intact", false, false},
-		{"ack after takeover", true, false},
-		{"retry after takeover", true, true},
+		{"ack, lease intact", false, false, false},
+		{"ack after takeover", true, false, false},
+		{"retry after takeover", true, true, false},
+		{"give-back after takeover", true, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.Start(t)
@@ -40,12 +45,20 @@ func TestFencedWrites(t *testing.T) {
 			}
 			defer sl.Release()
 			key, token := sl.(lock.Fencer).Fence()
-			enqueue(t, rdb, "q", 1)
+			jobs := 1
+			if tc.drain {
+				jobs = 5
+			}
+			ids := enqueue(t, rdb, "q", jobs)
 			var ran atomic.Int64
 			var seen atomic.Int64
+			var once sync.Once
 			h := HandlerFunc(func(ctx context.Context, j *Job) error {
 				seen.Store(j.Fence)
-				if tc.takeOver {
+				once.Do(func() {
+					if !tc.takeOver {
+						return
+					}
 					rdb.HSet(ctx, key, "expires", 1) // expired on Redis' clock
 					other, _ := lock.NewLeaseSet(rdb, "q", lock.RoleRun, 1, lock.LeaseOptions{Host: "b"})
 					if s, ok, err := other.TryAcquire(); err != nil || !ok {
@@ -53,8 +66,11 @@ func TestFencedWrites(t *testing.T) {
 					} else {
 						t.Cleanup(func() { _ = s.Release() })
 					}
-				}
+				})
 				ran.Add(1)
+				if tc.drain {
+					time.Sleep(300 * time.Millisecond) // the drain begins meanwhile
+				}
 				if tc.fail {
 					return errors.New("boom")
 				}
@@ -68,6 +84,10 @@ func TestFencedWrites(t *testing.T) {
 			_ = runUntil(t, c, st, func() bool {
 				if ran.Load() == 0 {
 					return false
+				}
+				if tc.drain {
+					// drain once the reader has read ahead of the running job
+					return pending(t, rdb, "q") >= 2
 				}
 				if after.IsZero() {
 					after = time.Now()
@@ -87,11 +107,26 @@ func TestFencedWrites(t *testing.T) {
 			if st.Done.Load() != 0 {
 				t.Errorf("a fenced ack counted %d done", st.Done.Load())
 			}
-			if n := pending(t, rdb, "q"); n != 1 {
-				t.Errorf("%d entries pending after a fenced write, want 1 (left for the new holder)", n)
-			}
 			if n := rdb.ZCard(context.Background(), KeysFor("q").Retry).Val(); n != 0 {
 				t.Errorf("a fenced retry scheduled %d jobs", n)
+			}
+			if tc.drain {
+				// Nothing was given back: every entry is the one enqueued,
+				// and the running one and those read ahead stay pending.
+				var left []string
+				for _, m := range rdb.XRange(context.Background(), KeysFor("q").Stream, "-", "+").Val() {
+					left = append(left, m.ID)
+				}
+				if !slices.Equal(left, ids) {
+					t.Errorf("stream holds %v after a fenced give-back, want the enqueued %v", left, ids)
+				}
+				if n := pending(t, rdb, "q"); n < 2 {
+					t.Errorf("%d entries pending after a fenced give-back, want the running one and those read ahead", n)
+				}
+				return
+			}
+			if n := pending(t, rdb, "q"); n != 1 {
+				t.Errorf("%d entries pending after a fenced write, want 1 (left for the new holder)", n)
 			}
 			if n := rdb.XLen(context.Background(), KeysFor("q").Stream).Val(); n != 1 {
 				t.Errorf("stream holds %d entries, want the 1 pending", n)

@@ -39,7 +39,7 @@ func (r *runner) keep(stop <-chan struct{}) {
 // moveDue moves due retries and scheduled jobs into the streams, and
 // learns from the same call whether the queue has high or low jobs.
 func (r *runner) moveDue(ctx context.Context) {
-	v, err := runScript(ctx, r.c.Client, dueScript, r.keys.due(), time.Now().UnixMilli(), 100).Int64Slice()
+	v, err := runScript(ctx, r.c.Client, dueScript, r.keys.due(), 100).Int64Slice()
 	if err == nil && len(v) != 3 {
 		err = fmt.Errorf("due script replied %v", v)
 	}

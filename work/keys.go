@@ -150,8 +150,11 @@ var ackScript = redis.NewScript(ackLua)
 // producer's own included) under its job id in the retry hash, the job id in
 // the sorted set at its due time, then the acknowledgement.
 //
+// The due time is the backoff from now on Redis' clock, the clock
+// dueScript judges it by.
+//
 // KEYS[1] stream, KEYS[2] retry, KEYS[3] retry jobs, KEYS[4] stats;
-// ARGV[1] group, ARGV[2] entry id, ARGV[3] consumer, ARGV[4] due (unix ms),
+// ARGV[1] group, ARGV[2] entry id, ARGV[3] consumer, ARGV[4] backoff (ms),
 // ARGV[5] job id, ARGV[6] runs made, ARGV[7] the stats field of the failure
 // ("failed:error", "failed:timeout").
 // Returns 1 when scheduled, 0 when the entry is no longer pending for this
@@ -168,7 +171,9 @@ end
 put(f, 'attempts', ARGV[6])
 put(f, 'orig', ARGV[5])
 redis.call('HSET', KEYS[3], ARGV[5], cmsgpack.pack(f))
-redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
+local t = redis.call('TIME')
+local due = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[4])
+redis.call('ZADD', KEYS[2], string.format('%d', due), ARGV[5])
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
 redis.pcall('HINCRBY', KEYS[4], 'retried', 1)
@@ -186,11 +191,18 @@ var retryScript = redis.NewScript(retryLua)
 // large to unpack, a stream of the wrong type) is put back a minute later,
 // so it never blocks the members behind it; OOM stops the script.
 //
+// Due is judged on Redis' clock (TIME), never the caller's: in a fleet, a
+// host whose clock runs ahead would otherwise move jobs early. The script
+// is not fenced: any running holder may move due jobs (a stale one too),
+// each member moves once (XADD and ZREM in one step), and it touches no
+// pending entry.
+//
 // KEYS[1] stream, KEYS[2] high stream, KEYS[3] low stream, then pairs: a
-// sorted set and its hash of records; ARGV[1] now (unix ms), ARGV[2] most
-// to move per set. Returns {moved, could not move, 1 when the high or low
-// stream exists}.
+// sorted set and its hash of records; ARGV[1] most to move per set.
+// Returns {moved, could not move, 1 when the high or low stream exists}.
 var dueScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local level = {high = KEYS[2], low = KEYS[3]}
 local function move(set, records, m)
   local packed = redis.call('HGET', records, m)
@@ -221,7 +233,7 @@ local function move(set, records, m)
 end
 local moved, stuck = 0, 0
 for k = 4, #KEYS, 2 do
-  local due = redis.call('ZRANGEBYSCORE', KEYS[k], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+  local due = redis.call('ZRANGEBYSCORE', KEYS[k], '-inf', string.format('%d', now), 'LIMIT', 0, tonumber(ARGV[1]))
   for _, m in ipairs(due) do
     local ok, err = pcall(move, KEYS[k], KEYS[k + 1], m)
     if ok then
@@ -229,7 +241,7 @@ for k = 4, #KEYS, 2 do
     else
       local msg = type(err) == 'table' and err.err or tostring(err)
       if string.find(msg, 'OOM', 1, true) then return redis.error_reply(msg) end
-      redis.pcall('ZADD', KEYS[k], 'XX', tonumber(ARGV[1]) + 60000, m)
+      redis.pcall('ZADD', KEYS[k], 'XX', string.format('%d', now + 60000), m)
       stuck = stuck + 1
     end
   end
@@ -523,7 +535,11 @@ var heartbeatScript = redis.NewScript(heartbeatLua)
 //
 // KEYS[1] stream; ARGV[1] group, ARGV[2] consumer, then per entry: entry
 // id, runs made, job id. Returns how many were given back.
-var backScript = redis.NewScript(entryLua + `
+//
+// In fleet mode the consumer is the slot (fleet/run-i), which the slot's
+// next holder shares: a stale holder's give-back could take back an entry
+// the new holder is running, so a holder runs it fenced (work/fence.go).
+const backLua = entryLua + `
 local n = 0
 for i = 3, #ARGV, 3 do
   if pending(KEYS[1], ARGV[1], ARGV[i], ARGV[2]) then
@@ -539,4 +555,6 @@ for i = 3, #ARGV, 3 do
   end
 end
 return n
-`)
+`
+
+var backScript = redis.NewScript(backLua)

@@ -140,7 +140,7 @@ func (r *runner) giveBack(level Priority, back []any) {
 	}
 	args := append([]any{Group, r.c.Consumer}, back...)
 	err := r.redisRetry(func(ctx context.Context) error {
-		return runScript(ctx, r.c.Client, backScript, []string{r.keys.StreamOf(level)}, args...).Err()
+		return r.write(ctx, backScript, []string{r.keys.StreamOf(level)}, args...).Err()
 	})
 	if err != nil {
 		r.moveFailed(err, len(back)/3, "could not give unstarted jobs back; they stay pending for this slot's next holder")
@@ -184,7 +184,6 @@ func (r *runner) fail(j *Job, err error) {
 		return
 	}
 	delay := r.backoff(j.Attempt)
-	due := time.Now().Add(delay).UnixMilli()
 	kind := StatFailedPrefix + "error"
 	if timedOut(err) {
 		kind = StatFailedPrefix + "timeout"
@@ -193,7 +192,7 @@ func (r *runner) fail(j *Job, err error) {
 	rerr := r.redisRetry(func(ctx context.Context) error {
 		var err error
 		n, err = r.write(ctx, retryScript, []string{r.keys.StreamOf(j.Priority), r.keys.Retry, r.keys.RetryJobs, r.keys.Stats},
-			Group, j.Entry, r.c.Consumer, due, j.ID, j.Attempt, kind).Int64()
+			Group, j.Entry, r.c.Consumer, delay.Milliseconds(), j.ID, j.Attempt, kind).Int64()
 		return err
 	})
 	log := r.c.Logger.Warn().Str("job", j.ID).Str("entry", j.Entry).Int("attempt", j.Attempt).Err(err)

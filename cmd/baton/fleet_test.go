@@ -548,3 +548,91 @@ func TestFleetMaxPerHost(t *testing.T) {
 	eventually(t, 10*time.Second, "h2 holds a lease too", func() bool { return published(r.leases("default", 3)) == 2 })
 	r.drainAll(0)
 }
+
+// TestFleetConfigMustAgree: two simulated hosts. While h1 holds a lease
+// granted under slots = 2 and lease_ttl 1.5s, a candidate on h2 with other
+// values exits 2 naming the setting and both values, and takes nothing.
+// Once h1 has left and its lease's TTL has passed, h2's new values are
+// accepted (a deploy that changes them).
+func TestFleetConfigMustAgree(t *testing.T) {
+	r := newRig(t)
+	job := r.script("job.sh", "cat >/dev/null\n")
+	common := func(extra ...string) []string {
+		return append([]string{"--standby-slots", "0", "--lease-renew", "200ms", "--lifetime", "1m"}, append(extra, "--", job)...)
+	}
+	h1 := r.start(r.fleetArgs("h1", common("--slots", "2", "--lease-ttl", "1500ms")...)...)
+	eventually(t, 10*time.Second, "h1 holds a lease", func() bool { return published(r.leases("default", 2)) == 1 })
+	for _, tc := range []struct {
+		args         []string
+		name, values string
+	}{
+		{[]string{"--slots", "3", "--lease-ttl", "1500ms"}, "slots", "slots is 3 here but 2 in the fleet"},
+		{[]string{"--slots", "2", "--lease-ttl", "3s"}, "lease_ttl", "lease_ttl is 3s here but 1.5s in the fleet"},
+	} {
+		_, errOut, code := r.baton(r.fleetArgs("h2", common(tc.args...)...)...)
+		if code != 2 || !strings.Contains(errOut, tc.values) {
+			t.Errorf("h2 with another %s: exit %d, stderr %q; want 2 naming %q", tc.name, code, errOut, tc.values)
+		}
+	}
+	if n := heldRecs(r.leases("default", 3)); n != 1 {
+		t.Errorf("%d run leases held, want h1's alone", n)
+	}
+	// The deploy: h1 leaves; once its lease's TTL has passed, h2's values win.
+	_ = h1.cmd.Process.Signal(syscall.SIGTERM)
+	if code := h1.wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("h1 exit %d: %s", code, h1.log())
+	}
+	time.Sleep(1500*time.Millisecond + 200*time.Millisecond)
+	r.start(r.fleetArgs("h2", common("--slots", "3", "--lease-ttl", "1500ms")...)...)
+	eventually(t, 10*time.Second, "h2 holds a lease under slots = 3", func() bool { return published(r.leases("default", 3)) == 1 })
+	_, errOut, code := r.baton(r.fleetArgs("h1", common("--slots", "2", "--lease-ttl", "1500ms")...)...)
+	if code != 2 || !strings.Contains(errOut, "slots is 2 here but 3 in the fleet") {
+		t.Errorf("h1 with the old slots after the deploy: exit %d, stderr %q; want 2", code, errOut)
+	}
+	r.drainAll(1)
+}
+
+// TestFleetHandOver: three simulated hosts, one run lease and two standby
+// leases, standbys that poll only once a minute. A holder retiring at the
+// end of its lifetime hands its lease to the standby that came first (h2,
+// not h3), which is woken at once: well before a poll, and before the
+// lease could have expired. h2 retires in turn and hands it to h3.
+func TestFleetHandOver(t *testing.T) {
+	r := newRig(t)
+	job := r.script("job.sh", "cat >/dev/null\n")
+	args := func(h, lifetime string) []string {
+		return r.fleetArgs(h, "--slots", "1", "--standby-slots", "2", "--lease-ttl", "6s", "--lease-renew", "500ms",
+			"--poll-interval", "1m", "--standby-wait", "1m", "--lifetime", lifetime, "--jitter", "0s", "--", job)
+	}
+	standbys := func() []lock.Record {
+		return r.recordsOf(lock.NewLeaseSet(r.redis.Client(), "default", lock.RoleStandby, 2, lock.LeaseOptions{}))
+	}
+	holder := func() lock.Record { return r.leases("default", 1)[0] }
+	h1 := r.start(args("h1", "3s")...)
+	eventually(t, 10*time.Second, "h1 holds the run lease", func() bool { return published(r.leases("default", 1)) == 1 })
+	h2 := r.start(args("h2", "3s")...)
+	eventually(t, 10*time.Second, "h2 stands by", func() bool { return published(standbys()) == 1 })
+	r.start(args("h3", "1m")...)
+	eventually(t, 10*time.Second, "h3 stands by", func() bool { return published(standbys()) == 2 })
+	first := holder()
+	for i, tc := range []struct {
+		leaving *process
+		next    string
+	}{{h1, "h2"}, {h2, "h3"}} {
+		if code := tc.leaving.wait(t, 20*time.Second); code != 0 {
+			t.Fatalf("retiring holder exit %d: %s", code, tc.leaving.log())
+		}
+		left := time.Now()
+		eventually(t, 5*time.Second, tc.next+" holds the run lease", func() bool {
+			l := holder()
+			return l.Held && l.Host == tc.next && l.Fence > first.Fence
+		})
+		if took := time.Since(left); took > 3*time.Second {
+			t.Errorf("hand-over %d took %s: not a wake-up (polls are a minute apart, the lease lasts 6s)", i+1, took)
+		}
+	}
+	if !strings.Contains(h2.log(), "promoted") {
+		t.Errorf("h2's log does not say promoted:\n%s", h2.log())
+	}
+	r.drainAll(2)
+}

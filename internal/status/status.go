@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -80,13 +81,17 @@ type Report struct {
 // takes its slots from them too.
 func SlotSets(cfg *config.Config, rdb redis.UniversalClient) (run, sb lock.Set, err error) {
 	if cfg.LockBackend == "redis" && rdb != nil {
-		opt := lock.LeaseOptions{Host: cfg.Host, TTL: cfg.LeaseTTL.D(), Renew: cfg.LeaseRenew.D()}
+		opt := lock.LeaseOptions{Host: cfg.Host, TTL: cfg.LeaseTTL.D(), Renew: cfg.LeaseRenew.D(), Agree: FleetSettings(cfg)}
 		lr, err := lock.NewLeaseSet(rdb, cfg.Queue, lock.RoleRun, cfg.Slots, opt)
 		if err != nil || cfg.StandbySlots == 0 {
 			return lr, nil, err
 		}
 		ls, err := lock.NewLeaseSet(rdb, cfg.Queue, lock.RoleStandby, cfg.StandbySlots, opt)
-		return lr, ls, err
+		if err != nil {
+			return nil, nil, err
+		}
+		lr.HandOverTo(ls, cfg.MinSlots) // a retiring holder of a kept slot hands its lease to the oldest standby
+		return lr, ls, nil
 	}
 	fr, err := lock.NewFileSet(cfg.LockDir, cfg.Queue, lock.RoleRun, cfg.Slots)
 	if err != nil || cfg.StandbySlots == 0 {
@@ -94,6 +99,17 @@ func SlotSets(cfg *config.Config, rdb redis.UniversalClient) (run, sb lock.Set, 
 	}
 	fs, err := lock.NewFileSet(cfg.LockDir, cfg.Queue, lock.RoleStandby, cfg.StandbySlots)
 	return fr, fs, err
+}
+
+// FleetSettings are the settings every host of a fleet must share on one
+// queue (lock.LeaseOptions.Agree), by their config names.
+func FleetSettings(cfg *config.Config) []lock.Setting {
+	return []lock.Setting{
+		{Name: "slots", Value: strconv.Itoa(cfg.Slots)},
+		{Name: "standby_slots", Value: strconv.Itoa(cfg.StandbySlots)},
+		{Name: "lease_ttl", Value: cfg.LeaseTTL.D().String()},
+		{Name: "lease_renew", Value: cfg.LeaseRenew.D().String()},
+	}
 }
 
 // Read reads cfg's queue once: its slots from the lock dir, and, when rdb
