@@ -32,6 +32,53 @@ func (r *rig) leases(q string, n int) []lock.Record {
 	return r.recordsOf(lock.NewLeaseSet(r.redis.Client(), q, lock.RoleRun, n, lock.LeaseOptions{}))
 }
 
+// sampleLeases counts q's run leases held (of n), read from Redis every
+// 20ms, until stop; stop returns the most seen at once. Safe to call twice.
+func (r *rig) sampleLeases(q string, n int) (stop func() int64) {
+	var most atomic.Int64
+	quit, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			if h := int64(heldRecs(r.leases(q, n))); h > most.Load() {
+				most.Store(h)
+			}
+			select {
+			case <-quit:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	var once sync.Once
+	return func() int64 {
+		once.Do(func() { close(quit); <-sampled })
+		return most.Load()
+	}
+}
+
+// jobEvent is a job's start or end, from the job's own record.
+type jobEvent struct {
+	at    int64 // unix ns
+	start bool
+}
+
+// mostAtOnce is the most jobs running at once in evs (an end and a start
+// at the same instant do not overlap).
+func mostAtOnce(evs []jobEvent) int {
+	sort.Slice(evs, func(i, j int) bool { return evs[i].at < evs[j].at || evs[i].at == evs[j].at && !evs[i].start })
+	running, peak := 0, 0
+	for _, e := range evs {
+		if e.start {
+			running++
+		} else {
+			running--
+		}
+		peak = max(peak, running)
+	}
+	return peak
+}
+
 // TestFleetSharesSlots: three simulated hosts (each its own lock dir and
 // host name) start candidates like cron against 2 run and 2 standby leases
 // in one Redis. At no instant do more than 2 hold a run lease (sampled from
@@ -50,22 +97,7 @@ echo "e $(date +%s%N) $BATON_HOST $BATON_FENCE $$" >> `+events+"\n")
 	common := []string{"--slots", strconv.Itoa(slots), "--lease-ttl", "6s", "--lease-renew", "500ms",
 		"--lifetime", "1500ms", "--jitter", "1s", "--standby-wait", "10s", "--poll-interval", "50ms", "--", job}
 
-	// Sample the leases from Redis all along.
-	var most atomic.Int64
-	quit, sampled := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			select {
-			case <-quit:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			if n := int64(heldRecs(r.leases("default", slots))); n > most.Load() {
-				most.Store(n)
-			}
-		}
-	}()
+	stopSampling := r.sampleLeases("default", slots) // all along
 	var stops []func()
 	for _, h := range []string{"h1", "h2", "h3"} {
 		stops = append(stops, r.cron(400*time.Millisecond, r.fleetArgs(h, common...)...))
@@ -83,8 +115,7 @@ echo "e $(date +%s%N) $BATON_HOST $BATON_FENCE $$" >> `+events+"\n")
 			break
 		}
 		if time.Now().After(end) {
-			close(quit)
-			<-sampled
+			stopSampling()
 			r.mu.Lock()
 			for _, p := range r.procs {
 				if done, code := p.exited(); done && code != 0 {
@@ -99,17 +130,12 @@ echo "e $(date +%s%N) $BATON_HOST $BATON_FENCE $$" >> `+events+"\n")
 		stop()
 	}
 	time.Sleep(time.Second) // the last candidates set up their signal handlers
-	close(quit)
-	<-sampled
-	if m := most.Load(); m > slots || m < 1 {
-		t.Errorf("at most %d run leases held at once (sampled from Redis), want 1..%d", m, slots)
+	most := stopSampling()
+	if most > slots || most < 1 {
+		t.Errorf("at most %d run leases held at once (sampled from Redis), want 1..%d", most, slots)
 	}
 
-	type ev struct {
-		at    int64
-		start bool
-	}
-	var evs []ev
+	var evs []jobEvent
 	hosts, fences := map[string]int{}, map[string]bool{}
 	lines := readLines(t, events)
 	ended := map[string]bool{} // pids of jobs that wrote their end
@@ -131,7 +157,7 @@ echo "e $(date +%s%N) $BATON_HOST $BATON_FENCE $$" >> `+events+"\n")
 			continue
 		}
 		at, _ := strconv.ParseInt(f[1], 10, 64)
-		evs = append(evs, ev{at, f[0] == "s"})
+		evs = append(evs, jobEvent{at, f[0] == "s"})
 		if f[0] == "s" {
 			hosts[f[2]]++
 			fences[f[3]] = true
@@ -140,23 +166,13 @@ echo "e $(date +%s%N) $BATON_HOST $BATON_FENCE $$" >> `+events+"\n")
 			}
 		}
 	}
-	sort.Slice(evs, func(i, j int) bool { return evs[i].at < evs[j].at || evs[i].at == evs[j].at && !evs[i].start })
-	running, peak := 0, 0
-	for _, e := range evs {
-		if e.start {
-			running++
-		} else {
-			running--
-		}
-		peak = max(peak, running)
-	}
-	if peak > slots {
+	if peak := mostAtOnce(evs); peak > slots {
 		t.Errorf("%d jobs ran at once across the fleet, want at most %d", peak, slots)
 	}
 	if len(hosts) < 2 {
 		t.Errorf("jobs ran on hosts %v: want the slots shared by more than one host", hosts)
 	}
-	t.Logf("jobs per host %v; %d tenures (fencing tokens); at most %d leases held at once; at most %d jobs at once; %d killed mid-job", hosts, len(fences), most.Load(), peak, killed)
+	t.Logf("jobs per host %v; %d tenures (fencing tokens); at most %d leases held at once; at most %d jobs at once; %d killed mid-job", hosts, len(fences), most, mostAtOnce(evs), killed)
 
 	r.drainAll(0)
 }

@@ -4,11 +4,9 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -293,31 +291,17 @@ echo "e $(date +%s%N) $BATON_SLOT" >> `+events+"\n")
 		}
 	}
 
-	var most atomic.Int64
-	quit, sampled := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			if n := int64(heldRecs(r.leases("default", slots))); n > most.Load() {
-				most.Store(n)
-			}
-			select {
-			case <-quit:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}()
+	stopSampling := r.sampleLeases("default", slots)
+	defer stopSampling()
 	r.enqueueN("default", jobs)
 	eventually(t, 15*time.Second, "every run lease held", func() bool { return heldRecs(r.leases("default", slots)) == slots })
 	eventually(t, 60*time.Second, "the queue drained", func() bool {
 		return r.status("--lock-backend", "redis", "--slots", strconv.Itoa(slots)).Jobs.Done == jobs
 	})
 	eventually(t, 15*time.Second, "back to the kept holder", func() bool { return heldRecs(r.leases("default", slots)) == 1 })
-	close(quit)
-	<-sampled
-	if m := most.Load(); m > slots {
-		t.Errorf("%d run leases held at once, want at most %d", m, slots)
+	most := stopSampling()
+	if most > slots {
+		t.Errorf("%d run leases held at once, want at most %d", most, slots)
 	}
 	if rs := r.leases("default", slots); !rs[0].Held || rs[0].PID != kept.cmd.Process.Pid {
 		t.Errorf("run-0 lease %+v: want the kept holder (pid %d)", rs[0], kept.cmd.Process.Pid)
@@ -329,28 +313,15 @@ echo "e $(date +%s%N) $BATON_SLOT" >> `+events+"\n")
 		t.Errorf("no scale-up logged:\n%s", kept.log())
 	}
 
-	type ev struct {
-		at    int64
-		start bool
-	}
-	var evs []ev
+	var evs []jobEvent
 	for _, l := range readLines(t, events) {
 		f := strings.Fields(l)
 		at, _ := strconv.ParseInt(f[1], 10, 64)
-		evs = append(evs, ev{at, f[0] == "s"})
+		evs = append(evs, jobEvent{at, f[0] == "s"})
 	}
-	sort.Slice(evs, func(i, j int) bool { return evs[i].at < evs[j].at || evs[i].at == evs[j].at && !evs[i].start })
-	running, peak := 0, 0
-	for _, e := range evs {
-		if e.start {
-			running++
-		} else {
-			running--
-		}
-		peak = max(peak, running)
-	}
+	peak := mostAtOnce(evs)
 	if peak > slots {
 		t.Errorf("%d jobs ran at once across the fleet, want at most %d", peak, slots)
 	}
-	t.Logf("at most %d leases and %d jobs at once", most.Load(), peak)
+	t.Logf("at most %d leases and %d jobs at once", most, peak)
 }
