@@ -179,9 +179,11 @@ type holder struct {
 	host string
 	rdb  *redis.Client
 	kids killer // the exec or persistent handler; nil in library mode
-	// by is who took the run slot: history.ByStandby once promoted.
-	by   string
-	hist *history.Recorder // set by connect; nil when it cannot be built
+	// by is who took the run slot: history.ByStandby once promoted, with
+	// freeSince, since when the standby saw the slot free.
+	by        string
+	freeSince time.Time
+	hist      *history.Recorder // set by connect; nil when it cannot be built
 }
 
 // killer is a handler that starts processes: KillAll kills them all.
@@ -229,6 +231,7 @@ func (h *holder) standBy(ctx context.Context, p *standby.Protocol, sb lock.Slot)
 	}
 	log.Debug().Dur("standby_wait", p.Wait).Msg("standing by")
 	stopWatch := h.watchSlots(sb.Name(), nil)
+	p.Took = func(_ int, freeSince time.Time) { h.freeSince = freeSince }
 	run, ok, err := p.Promote(ctx, sb)
 	stopWatch()
 	switch {
@@ -283,13 +286,16 @@ func (h *holder) took(slot lock.Slot) {
 	if h.hist == nil {
 		return
 	}
-	by := h.by
+	by, free := h.by, time.Duration(-1)
 	if by == "" {
 		by = history.ByCandidate
 	}
+	if !h.freeSince.IsZero() {
+		free = time.Since(h.freeSince)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	gap, known, err := h.hist.Took(ctx, slot.Index(), by, slot.Inherited())
+	gap, known, err := h.hist.Took(ctx, slot.Index(), by, slot.Inherited(), free)
 	switch {
 	case err != nil:
 		h.log.Warn().Err(err).Msg("cannot record the take in the slot history")

@@ -8,7 +8,7 @@
 // Holders and standbys record; a Recorder is the one type they need:
 //
 //	r := &history.Recorder{Client: rdb, Queue: "thumbs", Keep: 4, Run: run, PID: os.Getpid(), Host: host}
-//	gap, _ := r.Took(ctx, slot.Index(), history.ByStandby, slot.Inherited())
+//	gap, _, _ := r.Took(ctx, slot.Index(), history.ByStandby, slot.Inherited(), freeFor)
 //	stop := r.Watch(slot.Name(), func() int64 { return deadLetters }, onErr)
 //	defer stop()
 //	defer r.Left(ctx, slot.Index(), history.WhyLifetime, jobsDone)
@@ -115,14 +115,21 @@ func (r *Recorder) keys() []string {
 
 // Took records that this process took run slot slot, by ByStandby or
 // ByCandidate; died is the record it inherited from a holder that died
-// holding the slot (lock.Slot.Inherited), or nil. It returns the slot's
-// gap since its previous holder left, and false when that is unknown.
-func (r *Recorder) Took(ctx context.Context, slot int, by string, died *lock.Record) (time.Duration, bool, error) {
+// holding the slot (lock.Slot.Inherited), or nil; free is how long this
+// process saw the slot free before it took it (a promoted standby's looks:
+// standby.Protocol.Took), negative when it does not know. It returns the
+// slot's gap since its previous holder left, and false when that is
+// unknown.
+func (r *Recorder) Took(ctx context.Context, slot int, by string, died *lock.Record, free time.Duration) (time.Duration, bool, error) {
 	dead := 0
 	if died != nil {
 		dead = max(died.PID, 1)
 	}
-	args := append([]any{r.Keep, r.Run.Size(), slot, by, r.PID, r.Host, dead, EventsKept}, gapBoundsMS...)
+	freeMS := int64(-1)
+	if free >= 0 {
+		freeMS = free.Milliseconds()
+	}
+	args := append([]any{r.Keep, r.Run.Size(), slot, by, r.PID, r.Host, dead, EventsKept, freeMS}, gapBoundsMS...)
 	ms, err := script.Run(ctx, r.Client, takeScript, r.keys(), args...).Int64()
 	if err != nil {
 		return 0, false, fmt.Errorf("record the take of run-%d: %w", slot, err)

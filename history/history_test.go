@@ -13,6 +13,18 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// newRecorder is a recorder of queue q with k kept of n run slots (files in
+// a temp dir), on a fresh Redis.
+func newRecorder(t *testing.T, k, n int) (*Recorder, *redis.Client, *lock.FileSet) {
+	t.Helper()
+	rdb := redistest.Start(t).Client()
+	run, err := lock.NewFileSet(t.TempDir(), "q", lock.RoleRun, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Recorder{Client: rdb, Queue: "q", Keep: k, Run: run, PID: 100, Host: "h"}, rdb, run
+}
+
 func stats(t *testing.T, rdb *redis.Client, q string) map[string]int64 {
 	t.Helper()
 	c, err := work.ReadCounts(context.Background(), rdb, q)
@@ -45,16 +57,11 @@ func events(t *testing.T, rdb *redis.Client, q string) []Event {
 // slot's gap; each step adds its event.
 func TestGapsAndBelowK(t *testing.T) {
 	ctx := context.Background()
-	rdb := redistest.Start(t).Client()
-	run, err := lock.NewFileSet(t.TempDir(), "q", lock.RoleRun, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &Recorder{Client: rdb, Queue: "q", Keep: 2, Run: run, PID: 100, Host: "h"}
+	a, rdb, _ := newRecorder(t, 2, 2)
 	b := *a
 	b.PID = 200
 
-	if _, known, err := a.Took(ctx, 0, ByCandidate, nil); err != nil || known {
+	if _, known, err := a.Took(ctx, 0, ByCandidate, nil, -1); err != nil || known {
 		t.Fatalf("first take: gap known %v, %v; want unknown", known, err)
 	}
 	time.Sleep(300 * time.Millisecond)
@@ -62,7 +69,7 @@ func TestGapsAndBelowK(t *testing.T) {
 	if c := coverage(t, rdb, "q", 2); c.Held != 1 || c.BelowK < 250*time.Millisecond || c.BelowK > 5*time.Second {
 		t.Fatalf("one holder of k=2 for 300ms: %+v", c)
 	}
-	if _, _, err := b.Took(ctx, 1, ByCandidate, nil); err != nil {
+	if _, _, err := b.Took(ctx, 1, ByCandidate, nil, -1); err != nil {
 		t.Fatal(err)
 	}
 	charged := stats(t, rdb, "q")[StatBelowKMS]
@@ -81,7 +88,7 @@ func TestGapsAndBelowK(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	c := *a
 	c.PID = 300
-	gap, known, err := c.Took(ctx, 1, ByStandby, nil)
+	gap, known, err := c.Took(ctx, 1, ByStandby, nil, -1)
 	if err != nil || !known || gap < 150*time.Millisecond || gap > 5*time.Second {
 		t.Fatalf("promotion 200ms after a retirement: gap %v known %v, %v", gap, known, err)
 	}
@@ -114,11 +121,8 @@ func TestGapsAndBelowK(t *testing.T) {
 // the time below k from then.
 func TestLookNoticesDeath(t *testing.T) {
 	ctx := context.Background()
-	rdb := redistest.Start(t).Client()
-	run, err := lock.NewFileSet(t.TempDir(), "q", lock.RoleRun, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	me, rdb, run := newRecorder(t, 2, 2)
+	me.PID = os.Getpid()
 	s0, ok, err := run.TryAcquire()
 	if err != nil || !ok {
 		t.Fatal(ok, err)
@@ -127,9 +131,8 @@ func TestLookNoticesDeath(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatal(ok, err)
 	}
-	me := &Recorder{Client: rdb, Queue: "q", Keep: 2, Run: run, PID: os.Getpid(), Host: "h"}
 	for _, s := range []lock.Slot{s0, s1} {
-		if _, _, err := me.Took(ctx, s.Index(), ByCandidate, nil); err != nil {
+		if _, _, err := me.Took(ctx, s.Index(), ByCandidate, nil, -1); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -154,7 +157,7 @@ func TestLookNoticesDeath(t *testing.T) {
 		t.Fatalf("after the death: last event %+v", last)
 	}
 	time.Sleep(300 * time.Millisecond)
-	gap, known, err := me.Took(ctx, s1.Index(), ByStandby, &lock.Record{PID: 4242})
+	gap, known, err := me.Took(ctx, s1.Index(), ByStandby, &lock.Record{PID: 4242}, -1)
 	if err != nil || !known || gap < 250*time.Millisecond || gap > 5*time.Second {
 		t.Fatalf("take 300ms after the death was noticed: gap %v %v %v", gap, known, err)
 	}
@@ -172,34 +175,36 @@ func TestLookNoticesDeath(t *testing.T) {
 // next taker charges the time since the last look as below k and as gap.
 func TestUnnoticedDeath(t *testing.T) {
 	ctx := context.Background()
-	rdb := redistest.Start(t).Client()
-	run, err := lock.NewFileSet(t.TempDir(), "q", lock.RoleRun, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &Recorder{Client: rdb, Queue: "q", Keep: 1, Run: run, PID: 1, Host: "h"}
-	if _, _, err := r.Took(ctx, 0, ByCandidate, nil); err != nil {
+	r, rdb, _ := newRecorder(t, 1, 1)
+	if _, _, err := r.Took(ctx, 0, ByCandidate, nil, -1); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond)
-	gap, known, err := r.Took(ctx, 0, ByCandidate, &lock.Record{PID: 1})
+	gap, known, err := r.Took(ctx, 0, ByCandidate, &lock.Record{PID: 1}, -1)
 	if err != nil || !known || gap < 250*time.Millisecond || gap > 5*time.Second {
 		t.Fatalf("gap %v %v %v", gap, known, err)
 	}
-	if c := coverage(t, rdb, "q", 1); c.BelowK < 250*time.Millisecond || c.Held != 1 || c.Gaps[ByCandidate].Count != 1 {
+	c := coverage(t, rdb, "q", 1)
+	if c.BelowK < 250*time.Millisecond || c.Held != 1 || c.Gaps[ByCandidate].Count != 1 {
 		t.Errorf("coverage %+v", c)
+	}
+
+	// A standby that saw the slot free for 50ms of the 300ms since the
+	// last look knows better: the gap and the time below k are its 50ms.
+	time.Sleep(300 * time.Millisecond)
+	gap, known, err = r.Took(ctx, 0, ByStandby, &lock.Record{PID: 2}, 50*time.Millisecond)
+	if err != nil || !known || gap != 50*time.Millisecond {
+		t.Fatalf("gap %v %v %v; want the standby's 50ms", gap, known, err)
+	}
+	if d := coverage(t, rdb, "q", 1).BelowK - c.BelowK; d != 50*time.Millisecond {
+		t.Errorf("below k grew %v; want the standby's 50ms", d)
 	}
 }
 
 // TestEventsCapped: the stream stays near EventsKept however many events.
 func TestEventsCapped(t *testing.T) {
 	ctx := context.Background()
-	rdb := redistest.Start(t).Client()
-	run, err := lock.NewFileSet(t.TempDir(), "q", lock.RoleRun, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &Recorder{Client: rdb, Queue: "q", Keep: 1, Run: run, PID: 1, Host: "h"}
+	r, rdb, _ := newRecorder(t, 1, 1)
 	for range 3 * EventsKept {
 		if err := r.DeadLetters(ctx, "run-0", 1); err != nil {
 			t.Fatal(err)

@@ -26,12 +26,11 @@ local function setbit(s, i, n, c)
   if #s < n then s = s .. string.rep('0', n - #s) end
   return string.sub(s, 1, i) .. c .. string.sub(s, i + 2)
 end
-local function charge(k, held)
-  if at and now > at and held < k then
-    redis.call('HINCRBY', KEYS[2], 'below_k_ms', now - at)
-    return now - at
+local function charge(k, held, from, to)
+  from, to = from or at, to or now
+  if from and to > from and held < k then
+    redis.call('HINCRBY', KEYS[2], 'below_k_ms', to - from)
   end
-  return 0
 end
 local function event(keep, ...)
   redis.call('XADD', KEYS[3], 'MAXLEN', '~', keep, '*', ...)
@@ -46,24 +45,26 @@ end
 // KEYS as above. ARGV[1] k, ARGV[2] N (run slots), ARGV[3] the slot taken,
 // ARGV[4] by: "standby" or "candidate", ARGV[5] pid, ARGV[6] host,
 // ARGV[7] the pid of a previous holder that died holding the slot (its
-// record was inherited), 0 when none, ARGV[8] events kept, ARGV[9..] the
-// gap buckets' upper bounds in ms. Returns the gap in ms, -1 when unknown
-// (the slot's first take, or its last holder's leave was not recorded).
+// record was inherited), 0 when none, ARGV[8] events kept, ARGV[9] how
+// long the taker saw the slot free, ms (a promoted standby's looks), -1
+// when it does not know, ARGV[10..] the gap buckets' upper bounds in ms.
+// Returns the gap in ms, -1 when unknown (the slot's first take, or its
+// last holder's leave was not recorded).
 var takeScript = redis.NewScript(prelude + `
 local k, n, slot, by = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local died = tonumber(ARGV[7])
--- a holder that died unnoticed held nothing since the last change: its death
--- came after it (it looked at least every few seconds while alive)
-local unnoticed = died > 0 and bit(prev, slot)
-local held = count(prev)
-if unnoticed then held = held - 1 end
-charge(k, held)
+local died, free = tonumber(ARGV[7]), tonumber(ARGV[9])
 local gap = -1
 local left = tonumber(redis.call('HGET', KEYS[1], 'left:' .. slot) or '')
-if left then
-  gap = math.max(0, now - left)
-elseif unnoticed and at then
+if died > 0 and bit(prev, slot) and at then
+  -- its holder died unnoticed, after the last change (it looked every few
+  -- seconds while alive); the taker may know when
   gap = math.max(0, now - at)
+  if free >= 0 then gap = math.min(gap, free) end
+  charge(k, count(prev), at, now - gap)
+  charge(k, count(prev) - 1, now - gap, now)
+else
+  charge(k, count(prev))
+  if left then gap = math.max(0, now - left, free) end
 end
 redis.call('HDEL', KEYS[1], 'left:' .. slot)
 redis.call('HSET', KEYS[1], 'at', now, 'held', setbit(prev, slot, n, '1'), 't:' .. slot, now, 'pid:' .. slot, ARGV[5])
@@ -73,9 +74,9 @@ local ev = {'kind', kind, 'slot', 'run-' .. slot, 'pid', ARGV[5], 'host', ARGV[6
 if gap >= 0 then
   table.insert(ev, 'gap_ms') table.insert(ev, gap)
   if slot < k then
-    local b = #ARGV - 8
-    for i = 9, #ARGV do
-      if gap <= tonumber(ARGV[i]) then b = i - 9 break end
+    local b = #ARGV - 9
+    for i = 10, #ARGV do
+      if gap <= tonumber(ARGV[i]) then b = i - 10 break end
     end
     redis.call('HINCRBY', KEYS[2], 'gap:' .. by .. ':' .. b, 1)
     redis.call('HINCRBY', KEYS[2], 'gap_sum_ms:' .. by, gap)

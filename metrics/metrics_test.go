@@ -197,14 +197,14 @@ func TestMetricsCoverage(t *testing.T) {
 	ctx := context.Background()
 	run, _ := lock.NewFileSet(t.TempDir(), "q", lock.RoleRun, 2)
 	r := &history.Recorder{Client: rdb, Queue: "q", Keep: 2, Run: run, PID: 1, Host: "h"}
-	if _, _, err := r.Took(ctx, 0, history.ByCandidate, nil); err != nil {
+	if _, _, err := r.Took(ctx, 0, history.ByCandidate, nil, -1); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.Left(ctx, 0, history.WhyLifetime, 5); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond)
-	if _, _, err := r.Took(ctx, 0, history.ByStandby, nil); err != nil {
+	if _, _, err := r.Took(ctx, 0, history.ByStandby, nil, -1); err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewPedanticRegistry()

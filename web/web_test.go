@@ -124,7 +124,7 @@ func newFixture(tb testing.TB) *fixture {
 	}
 	// The slot's history: taken, one of k=2 held since.
 	hr := &history.Recorder{Client: f.rdb, Queue: "q", Keep: 2, Run: run, PID: os.Getpid(), Host: "testhost"}
-	if _, _, err := hr.Took(ctx, slot.Index(), history.ByCandidate, nil); err != nil {
+	if _, _, err := hr.Took(ctx, slot.Index(), history.ByCandidate, nil, -1); err != nil {
 		tb.Fatal(err)
 	}
 	return f

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"regexp"
 	"strconv"
 	"strings"
@@ -33,14 +32,8 @@ type historyJSON struct {
 
 func (r *rig) history(args ...string) historyJSON {
 	r.t.Helper()
-	out, errOut, code := r.baton(append([]string{"status", "--json"}, args...)...)
-	if code != 0 {
-		r.t.Fatalf("status exit %d: %s", code, errOut)
-	}
 	var h historyJSON
-	if err := json.Unmarshal([]byte(out), &h); err != nil {
-		r.t.Fatalf("status json: %v\n%s", err, out)
-	}
+	r.statusInto(&h, args...)
 	return h
 }
 
@@ -92,6 +85,11 @@ func TestPromotionGaps(t *testing.T) {
 	last = h.Events[len(h.Events)-1]
 	if last.DiedPID != b.cmd.Process.Pid && !strings.Contains(h.kinds(), "died promoted") {
 		t.Errorf("the take after b's death does not say so: %s, %+v", h.kinds(), last)
+	}
+	for _, e := range h.Events {
+		if e.Gap != nil {
+			t.Logf("%s %s by pid %d: the slot was free for %v", e.Kind, e.Slot, e.PID, time.Duration(*e.Gap))
+		}
 	}
 	g := h.Coverage.Gaps["standby"]
 	if g.Count != 2 || time.Duration(g.Sum) > 10*time.Second {
