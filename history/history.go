@@ -101,12 +101,12 @@ var gapBoundsMS = func() []any {
 
 // Recorder records one holder's or standby's slot history.
 type Recorder struct {
-	Client redis.UniversalClient
+	Client redis.UniversalClient // the queue's Redis
 	Queue  string
-	Keep   int      // k: run slots to keep covered
-	Run    lock.Set // every run slot (all N), for looks
-	PID    int
-	Host   string
+	Keep   int      // k: run slots to keep covered (min_slots)
+	Run    lock.Set // every run slot (all N, not only the k kept), for looks
+	PID    int      // this process, named in its events
+	Host   string   // this host, named in its events
 }
 
 func (r *Recorder) keys() []string {
@@ -256,7 +256,7 @@ func (r *Recorder) Watch(slot string, dead func() int64, onErr func(error)) (sto
 
 // Coverage is how well a queue's run slots were covered, all time.
 type Coverage struct {
-	Keep int `json:"k"`
+	Keep int `json:"k"` // k, as the reader was told
 	// Held is how many run slots were held at the last change recorded
 	// (-1: none recorded yet).
 	Held int `json:"held"`
