@@ -28,7 +28,13 @@ func (b *bench) measure(ctx context.Context, sel []string) error {
 		case "throughput":
 			err = b.rounds(ctx, b.throughput(ctx))
 		case "enqueue":
-			err = b.rounds(ctx, b.enqueue(ctx))
+			// enqueue_plain and its bar in turns, over 5 × Jobs jobs
+			// each: 100 chunks apiece, for a steady median.
+			err = b.pairRuns("enqueue_plain", label{"enqueue_plain", "jobs/s"}, label{"xadd_batch", "jobs/s"},
+				func() (float64, float64, error) { return plainVsXadd(ctx, b.srv, 5*b.cfg.Jobs) })
+			if err == nil {
+				err = b.rounds(ctx, b.enqueue(ctx))
+			}
 		case "producers":
 			err = b.producers(ctx)
 		case "exec":
@@ -100,14 +106,24 @@ func (b *bench) exec(ctx context.Context) error {
 }
 
 func (b *bench) pickup(ctx context.Context) error {
+	return b.pairRuns("pickup", label{"pickup_p50_ms", "ms"}, label{"pickup_p99_ms", "ms"},
+		func() (float64, float64, error) { return pickup(ctx, b.srv, b.cfg.PickupSamples) })
+}
+
+// label is a figure's name and unit.
+type label struct{ name, unit string }
+
+// pairRuns records two figures that f measures together, once per run;
+// what names the measurement in errors.
+func (b *bench) pairRuns(what string, x, y label, f func() (float64, float64, error)) error {
 	for r := 1; r <= b.cfg.Runs; r++ {
-		p50, p99, err := pickup(ctx, b.srv, b.cfg.PickupSamples)
+		vx, vy, err := f()
 		if err != nil {
-			return fmt.Errorf("pickup, run %d: %w", r, err)
+			return fmt.Errorf("%s, run %d: %w", what, r, err)
 		}
-		b.res.add("pickup_p50_ms", "ms", p50)
-		b.res.add("pickup_p99_ms", "ms", p99)
-		progress("run %d/%d  pickup         p50 %s ms, p99 %s ms", r, b.cfg.Runs, num(p50), num(p99))
+		b.res.add(x.name, x.unit, vx)
+		b.res.add(y.name, y.unit, vy)
+		progress("run %d/%d  %s %s %s, %s %s %s", r, b.cfg.Runs, x.name, num(vx), x.unit, y.name, num(vy), y.unit)
 	}
 	return nil
 }

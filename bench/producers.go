@@ -110,14 +110,10 @@ func rateHeld(ctx context.Context, srv *redisServer, span time.Duration) (rate, 
 }
 
 func (b *bench) producers(ctx context.Context) error {
-	for r := 1; r <= b.cfg.Runs; r++ {
-		p50, p99, err := lateness(ctx, b.srv, 200)
-		if err != nil {
-			return fmt.Errorf("lateness, run %d: %w", r, err)
-		}
-		b.res.add("delayed_late_p50_ms", "ms", p50)
-		b.res.add("delayed_late_p99_ms", "ms", p99)
-		progress("run %d/%d  delayed jobs   late p50 %s ms, p99 %s ms", r, b.cfg.Runs, num(p50), num(p99))
+	err := b.pairRuns("lateness", label{"delayed_late_p50_ms", "ms"}, label{"delayed_late_p99_ms", "ms"},
+		func() (float64, float64, error) { return lateness(ctx, b.srv, 200) })
+	if err != nil {
+		return err
 	}
 	span := 30 * time.Second
 	if b.cfg.Quick {

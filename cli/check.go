@@ -11,11 +11,12 @@ import (
 	"text/tabwriter"
 
 	"github.com/baton-run/baton/internal/config"
+	"github.com/baton-run/baton/lock"
 	"github.com/baton-run/baton/standby"
 	"github.com/spf13/pflag"
 )
 
-const checkUsage = `Usage: baton check [--config F] [--crontab FILE] [--json] [--online] [flags]
+const checkUsage = `Usage: baton check [--config F] [--crontab FILE] [--hosts H] [--json] [--online] [flags]
 
 Prove, before installing a config, that cron keeps k holders running: a
 standby must outwait any holder and cron must start candidates faster than
@@ -32,6 +33,13 @@ override the file, as they do for run; flags given to check override both,
 to try a change. A line that names baton without its path warns: cron's PATH
 is /usr/bin:/bin. check never takes a slot and creates no file.
 
+In fleet mode (lock_backend = "redis") --hosts H says that H hosts each run
+the entry: the relations count all their candidates, and four more are
+checked: the lease timings' order, a standby that outwaits a holder's hard
+deadline plus lease_ttl, losing a whole host (the other H-1 must still start
+candidates faster than holders retire) and, with max_per_host, room for k
+holders on H-1 hosts. See docs/fleet.md.
+
 {{flags}}
 Exit codes:
   0  every relation holds (warnings allowed)
@@ -41,6 +49,7 @@ Exit codes:
 Example:
   baton check --config /etc/baton/thumbs.toml --crontab /etc/cron.d/baton
   crontab -l | baton check --config /etc/baton/thumbs.toml --crontab -
+  baton check --config /etc/baton/thumbs.toml --hosts 3
 `
 
 // exitRelationFails is check's exit code when a relation fails.
@@ -75,6 +84,7 @@ type quantity struct {
 type checkOpts struct {
 	cf             *config.Flags
 	crontab        string
+	hosts          int
 	asJSON, online bool
 }
 
@@ -85,6 +95,7 @@ func checkFlags() (*pflag.FlagSet, *checkOpts) {
 	fs.StringVar(&o.crontab, "crontab", "", "crontab or /etc/cron.d `file` ('-': stdin) whose 'baton run' lines give the schedule and flags")
 	fs.BoolVar(&o.asJSON, "json", false, "print one JSON object")
 	fs.BoolVar(&o.online, "online", false, "also check Redis: reachable, version ≥ 6.2, consumer group present")
+	fs.IntVar(&o.hosts, "hosts", 0, "hosts that each run the entry (lock_backend redis; default 1)")
 	return fs, o
 }
 
@@ -102,7 +113,15 @@ func runCheck(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	cfg := p.cfg
+	switch {
+	case fs.Changed("hosts") && (o.hosts < 1 || o.hosts > 1000):
+		return usagef("", "check: --hosts %d: must be between 1 and 1000", o.hosts)
+	case o.hosts > 0 && cfg.LockBackend != "redis":
+		return usagef(`set lock_backend = "redis" (or --lock-backend redis) to share the slots across hosts; with flock files check each host alone`,
+			"check: --hosts %d: needs lock_backend \"redis\", not %q: flock slots are per host", o.hosts, cfg.LockBackend)
+	}
 	q := quantities(cfg, p.sched)
+	q.Hosts = o.hosts
 	rep := checkReport{
 		Config: cf.Path(), Queue: cfg.Queue, Schedule: p.sched.Specs(), Source: p.source,
 		Quantities: quantityTable(q),
@@ -251,21 +270,30 @@ func argsText(args []string) string {
 
 // quantities derives the coverage quantities from a loaded config.
 func quantities(c *config.Config, s *standby.Schedule) standby.Quantities {
-	return standby.Quantities{
+	q := standby.Quantities{
 		C: s.Gap(), Spawn: c.Spawn, Lines: s.MinLines(), PeakLines: s.PeakLines(),
 		Slots: c.MinSlots, StandbySlots: c.StandbySlots,
 		Lifetime: c.Lifetime.D(), Jitter: c.Jitter.D(), StandbyWait: c.StandbyWait.D(),
 		Poll: c.PollInterval.D(), Grace: c.ShutdownGrace.D(), HardMargin: hardMargin,
 		JobTimeout: c.JobTimeout.D(), Visibility: c.VisibilityTimeout.D(), MaxJobs: c.MaxJobs,
 	}
+	if c.LockBackend == "redis" {
+		q.LeaseTTL, q.RenewDeadline, q.LeaseRenew = c.LeaseTTL.D(), lock.DeadlineFor(c.LeaseTTL.D()), c.LeaseRenew.D()
+		q.MaxPerHost = c.MaxPerHost
+	}
+	return q
 }
 
 func quantityTable(q standby.Quantities) []quantity {
 	d := standby.FormatDuration
 	lines := max(q.Lines, 1)
-	return []quantity{
+	m := fmt.Sprintf("fewest candidates per firing (spawn %d × %d line%s)", q.Spawn, lines, plural(lines))
+	if q.Fleet() {
+		m = fmt.Sprintf("fewest candidates per firing, fleet-wide (spawn %d × %d line%s × %d host%s)", q.Spawn, lines, plural(lines), q.H(), plural(q.H()))
+	}
+	t := []quantity{
 		{"C", "longest gap between cron firings", d(q.C)},
-		{"m", fmt.Sprintf("fewest candidates per firing (spawn %d × %d line%s)", q.Spawn, lines, plural(lines)), fmt.Sprint(q.M())},
+		{"m", m, fmt.Sprint(q.M())},
 		{"k", "run slots to keep covered (min_slots, default slots)", fmt.Sprint(q.Slots)},
 		{"N_s", "standby slots (standby_slots)", fmt.Sprint(q.StandbySlots)},
 		{"L_min", "shortest lifetime (lifetime)", d(q.LMin())},
@@ -276,6 +304,17 @@ func quantityTable(q standby.Quantities) []quantity {
 		{"E", "start-up allowance: firing to slot", d(q.E())},
 		{"V", "visibility_timeout", d(q.Visibility)},
 	}
+	if q.Fleet() {
+		t = append(t,
+			quantity{"N_h", "hosts running the entry (--hosts)", fmt.Sprint(q.H())},
+			quantity{"T", "lease_ttl", d(q.LeaseTTL)},
+			quantity{"D", "renew deadline (2/3 of lease_ttl)", d(q.RenewDeadline)},
+			quantity{"R", "lease_renew", d(q.LeaseRenew)})
+		if q.MaxPerHost > 0 {
+			t = append(t, quantity{"M_h", "max_per_host", fmt.Sprint(q.MaxPerHost)})
+		}
+	}
+	return t
 }
 
 func plural(n int) string {

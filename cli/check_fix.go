@@ -19,7 +19,8 @@ type change struct {
 // can break another (a longer lifetime needs a longer standby_wait); this
 // applies them in dependency order, raising values only, until none fails:
 // lifetime and spawn first, then standby_wait, which depends on both.
-// ok is false when no change with these keys helps (spawn above 64).
+// ok is false when no change with these keys helps (spawn above 64, one
+// host that cannot be lost).
 func combinedFix(q standby.Quantities) (changes []change, ok bool) {
 	orig := q
 	for range 8 {
@@ -35,18 +36,23 @@ func combinedFix(q standby.Quantities) (changes []change, ok bool) {
 		if failed["cron-beats-lifetime"] {
 			q.Lifetime = nextSecond(q.C + q.E())
 		}
-		if failed["replenishment"] {
-			firings := 0
-			if q.C > 0 && q.LMin() > q.E() {
-				firings = int((q.LMin() - q.E()) / q.C)
+		if failed["replenishment"] || failed["host-loss"] {
+			firings := q.FiringsPerLife()
+			hosts := q.H()
+			if failed["host-loss"] {
+				hosts-- // what the hosts left after losing one must start
 			}
-			per := firings * max(q.Lines, 1) // candidates per lifetime for each unit of spawn
+			per := firings * max(q.Lines, 1) * hosts // candidates per lifetime for each unit of spawn
 			if spawn := (q.Slots + per - 1) / max(per, 1); firings > 0 && spawn <= 64 {
 				q.Spawn = spawn
 			} else {
-				need := (q.Slots + q.M() - 1) / q.M()
+				m := max(q.M()/q.H()*hosts, 1)
+				need := (q.Slots + m - 1) / m
 				q.Lifetime = time.Duration(need)*q.C + q.E()
 			}
+		}
+		if failed["host-cap"] {
+			q.MaxPerHost = (q.Slots + q.H() - 2) / (q.H() - 1)
 		}
 		if failed["standby-slots"] {
 			q.StandbySlots = q.Slots
@@ -54,9 +60,12 @@ func combinedFix(q standby.Quantities) (changes []change, ok bool) {
 		if failed["visibility-timeout"] {
 			q.Visibility = nextSecond(q.JobTimeout + q.Grace)
 		}
-		// S ≥ 2·H covers S > H and S ≥ L_max too.
+		// S ≥ 2·H covers S > H and S ≥ L_max too; leases add S > H + lease_ttl.
 		if q.StandbyWait < 2*q.Deadline() {
 			q.StandbyWait = (2*q.Deadline() + time.Second - 1).Truncate(time.Second)
+		}
+		if q.Fleet() && q.StandbyWait <= q.Deadline()+q.LeaseTTL {
+			q.StandbyWait = nextSecond(q.Deadline() + q.LeaseTTL)
 		}
 	}
 	return nil, false
@@ -80,6 +89,7 @@ func diffQuantities(a, b standby.Quantities) []change {
 	d("lifetime", a.Lifetime, b.Lifetime)
 	n("spawn", a.Spawn, b.Spawn)
 	n("standby_slots", a.StandbySlots, b.StandbySlots)
+	n("max_per_host", a.MaxPerHost, b.MaxPerHost)
 	d("standby_wait", a.StandbyWait, b.StandbyWait)
 	d("visibility_timeout", a.Visibility, b.Visibility)
 	return out
@@ -90,7 +100,7 @@ func fixText(changes []change) (toml, flags string) {
 	var t, f []string
 	for _, c := range changes {
 		v := c.Value
-		if c.Key != "spawn" && c.Key != "standby_slots" {
+		if c.Key != "spawn" && c.Key != "standby_slots" && c.Key != "max_per_host" {
 			v = fmt.Sprintf("%q", v)
 		}
 		t = append(t, c.Key+" = "+v)

@@ -18,7 +18,7 @@ var minRedis = [2]int{6, 2}
 // checkOnline asks Redis whether it is reachable, recent enough, and has the
 // queue's consumer group. It reads only.
 func checkOnline(ctx context.Context, cfg *config.Config) []standby.Relation {
-	url := config.RedactURL(cfg.RedisURL)
+	url := cfg.RedisName()
 	reach := standby.Relation{Name: "redis-reachable", Formula: "PING", Values: url, Margin: "-",
 		Why: "holders and standbys connect to it"}
 	rdb, err := connect(ctx, cfg, 1)

@@ -120,8 +120,11 @@ func (o *jsonOpts) bind(fs *pflag.FlagSet, cf *config.Flags, usage string) *json
 // slots and of the jobs that bound a holder's exit.
 var coverageKeys = []string{"queue", config.Slots, "job_timeout", "shutdown_grace", "visibility_timeout", "max_jobs"}
 
-// checkKeys adds redis_url, for check --online.
-var checkKeys = append([]string{"redis_url"}, coverageKeys...)
+// redisKeys say where Redis is: one server, Sentinel or Cluster.
+var redisKeys = []string{"redis_url", "redis_sentinels", "redis_master", "redis_cluster"}
+
+// checkKeys adds the Redis keys, for check --online.
+var checkKeys = append(append([]string{}, redisKeys...), coverageKeys...)
 
 func lookup(name string) (command, bool) {
 	for _, c := range commands() {

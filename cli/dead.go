@@ -101,7 +101,7 @@ func runDead(ctx context.Context, e *env, args []string) error {
 
 type deadCmd struct {
 	e    *env
-	rdb  *redis.Client
+	rdb  redis.UniversalClient
 	q    string
 	json bool
 }

@@ -61,7 +61,7 @@ type enqueueFlags struct {
 func newEnqueueFlags() (*pflag.FlagSet, *enqueueFlags) {
 	fs := flagSet("enqueue")
 	f := new(enqueueFlags)
-	cf := config.Bind(fs, config.Connection, "max_payload")
+	cf := config.Bind(fs, config.Connection, "max_payload", "enqueue_wait_replicas", "enqueue_wait_timeout")
 	fs.BoolVarP(&f.quiet, "quiet", "q", false, "do not print job ids")
 	f.bind(fs, cf, `print one JSON object per job: {"id": ..., "duplicate": bool}`)
 	fs.BoolVar(&f.skipBad, "skip-bad", false, "add the good jobs and report the bad ones (exit 0)")
@@ -104,7 +104,7 @@ func runEnqueue(ctx context.Context, e *env, args []string) error {
 	defer rdb.Close()
 	out := bufio.NewWriter(e.Stdout)
 	defer out.Flush()
-	return sendJobs(ctx, rdb, cfg.Queue, payloads, opts, func(id string, dup bool) {
+	return sendJobs(ctx, rdb, cfg, payloads, opts, func(id string, dup bool) {
 		switch {
 		case *asJSON:
 			fmt.Fprintf(out, "{\"id\":%q,\"duplicate\":%t}\n", id, dup)
@@ -213,8 +213,11 @@ func checkPayloads(e *env, payloads [][]byte, lines []int, max int, skip bool) (
 	return good, goodLines, nil
 }
 
-// sendJobs enqueues payloads in chunks and reports each job's id.
-func sendJobs(ctx context.Context, rdb redis.Cmdable, q string, payloads [][]byte, opts []work.Option, report func(id string, dup bool)) error {
+// sendJobs enqueues payloads in chunks and reports each job's id. With
+// enqueue_wait_replicas, each chunk ends with WAIT; a chunk that too few
+// replicas confirmed is still reported (its jobs are queued) and fails the
+// call.
+func sendJobs(ctx context.Context, rdb redis.Cmdable, cfg *config.Config, payloads [][]byte, opts []work.Option, report func(id string, dup bool)) error {
 	added := 0
 	for start := 0; start < len(payloads); start += enqueueChunk {
 		chunk := payloads[start:min(start+enqueueChunk, len(payloads))]
@@ -222,7 +225,7 @@ func sendJobs(ctx context.Context, rdb redis.Cmdable, q string, payloads [][]byt
 		for i, p := range chunk {
 			msgs[i] = work.Message{Payload: p, Options: opts}
 		}
-		ids, err := work.EnqueueMany(ctx, rdb, q, msgs)
+		ids, err := work.EnqueueManyReplicated(ctx, rdb, cfg.Queue, msgs, cfg.EnqueueWaitReplicas, cfg.EnqueueWaitTimeout.D())
 		dups := map[int]bool{}
 		var de *work.DuplicateError
 		if errors.As(err, &de) {
@@ -236,6 +239,10 @@ func sendJobs(ctx context.Context, rdb redis.Cmdable, q string, payloads [][]byt
 				report(id, dups[i])
 				added++
 			}
+		}
+		if errors.Is(err, work.ErrNotReplicated) {
+			return &hintError{msg: fmt.Sprintf("enqueue: %d jobs added, the last %d %v: a failover now could lose them", added, len(chunk), err),
+				hint: "check the replicas (INFO replication), or lower enqueue_wait_replicas; enqueuing again may run these jobs twice", err: err}
 		}
 		if err != nil {
 			return fmt.Errorf("enqueue: %d jobs added before: %w", added, err)

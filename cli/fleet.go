@@ -29,17 +29,9 @@ func slotSets(cfg *config.Config) (run, sb lock.Set, err error) {
 
 // leaseClient is the lease sets' client: every call is bounded well within
 // the renew deadline, and a dead connection is not retried for long.
-func leaseClient(cfg *config.Config) (*redis.Client, error) {
-	rdb, err := connectLazy(cfg, 4)
-	if err != nil {
-		return nil, err
-	}
-	opt := rdb.Options()
-	_ = rdb.Close()
+func leaseClient(cfg *config.Config) (redis.UniversalClient, error) {
 	step := max(lock.DeadlineFor(cfg.LeaseTTL.D())/4, 50*time.Millisecond)
-	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = step, step, step
-	opt.MaxRetries = 1
-	return redis.NewClient(opt), nil
+	return newClient(cfg, clientOpts{pool: 4, dial: step, io: step, retries: 1})
 }
 
 // hostCap takes one of this host's max_per_host permits (flock files

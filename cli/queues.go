@@ -31,7 +31,7 @@ type queueRow struct {
 // queuesFlags builds queues's flag set.
 func queuesFlags() (*pflag.FlagSet, *jsonOpts) {
 	fs := flagSet("queues")
-	return fs, new(jsonOpts).bind(fs, config.Bind(fs, "redis_url"), "print one JSON array")
+	return fs, new(jsonOpts).bind(fs, config.Bind(fs, redisKeys...), "print one JSON array")
 }
 
 func runQueues(ctx context.Context, e *env, args []string) error {

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/baton-run/baton/internal/config"
@@ -12,48 +13,84 @@ import (
 
 // connect opens a client for c and checks it answers within a few seconds.
 // Errors name the address with the password redacted.
-func connect(ctx context.Context, c *config.Config, pool int) (*redis.Client, error) {
+func connect(ctx context.Context, c *config.Config, pool int) (redis.UniversalClient, error) {
 	rdb, err := connectLazy(c, pool)
 	if err != nil {
 		return nil, err
 	}
-	opt := rdb.Options()
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		_ = rdb.Close()
-		return nil, redisError(c.RedisURL, opt.TLSConfig != nil, err)
+		return nil, redisError(c, err)
 	}
 	return rdb, nil
 }
 
-// redisError is err from the Redis at url as one line naming the address,
-// password redacted, with a hint when the cause is known.
-func redisError(url string, tlsOn bool, err error) error {
-	msg, hint := rediserr.Explain(err, tlsOn)
+// redisError is err from c's Redis as one line naming it, password
+// redacted, with a hint when the cause is known.
+func redisError(c *config.Config, err error) error {
+	msg, hint := rediserr.Explain(err, strings.HasPrefix(c.RedisURL, "rediss://"))
 	if msg == "" {
 		msg = "unreachable: " + err.Error()
-		hint = "check redis_url (or BATON_REDIS_URL) and that redis-server runs there"
+		switch c.Topology() {
+		case config.Sentinel:
+			hint = "check redis_sentinels and redis_master, and that the Sentinels and the master run there"
+		case config.Cluster:
+			hint = "check redis_cluster and that the Cluster's nodes run there"
+		default:
+			hint = "check redis_url (or BATON_REDIS_URL) and that redis-server runs there"
+		}
 	}
-	return &hintError{msg: fmt.Sprintf("redis at %s: %s", config.RedactURL(url), msg), hint: hint, err: err}
+	return &hintError{msg: fmt.Sprintf("redis at %s: %s", c.RedisName(), msg), hint: hint, err: err}
 }
 
 // connectLazy opens a client for c without checking that Redis answers:
 // for a long-running reader (metrics --listen) that must start, and report
 // Redis down, whatever Redis is doing.
-func connectLazy(c *config.Config, pool int) (*redis.Client, error) {
-	opt, err := redis.ParseURL(c.RedisURL)
+func connectLazy(c *config.Config, pool int) (redis.UniversalClient, error) {
+	return newClient(c, clientOpts{pool: pool, dial: 2 * time.Second, retries: 2})
+}
+
+// clientOpts tune a client: its pool (per node on a Cluster), its dial
+// timeout, its read and write timeouts (0: go-redis' 3s) and retries.
+type clientOpts struct {
+	pool     int
+	dial, io time.Duration
+	retries  int
+}
+
+// newClient is the one place a client for c's Redis is built: one server
+// (redis_url), a Sentinel-watched master that it follows through failovers
+// (redis_sentinels, redis_master), or a Cluster (redis_cluster).
+func newClient(c *config.Config, t clientOpts) (redis.UniversalClient, error) {
+	u, err := c.RedisOptions()
+	if err != nil {
+		return nil, err
+	}
+	switch c.Topology() {
+	case config.Sentinel:
+		o := u.Failover()
+		o.PoolSize, o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.MaxRetries = t.pool, t.dial, t.io, t.io, t.retries
+		return redis.NewFailoverClient(o), nil
+	case config.Cluster:
+		o := u.Cluster()
+		o.PoolSize, o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.MaxRetries = t.pool, t.dial, t.io, t.io, t.retries
+		return redis.NewClusterClient(o), nil
+	}
+	o, err := redis.ParseURL(c.RedisURL)
 	if err != nil {
 		return nil, &config.Error{Key: "redis_url", Msg: config.URLError(c.RedisURL, err)}
 	}
-	opt.PoolSize = pool
-	opt.DialTimeout = 2 * time.Second
-	opt.MaxRetries = 2
-	return redis.NewClient(opt), nil
+	o.PoolSize, o.DialTimeout, o.MaxRetries = t.pool, t.dial, t.retries
+	if t.io > 0 {
+		o.ReadTimeout, o.WriteTimeout = t.io, t.io
+	}
+	return redis.NewClient(o), nil
 }
 
 // loadAndConnect loads the config bound to cf and connects to its Redis.
-func loadAndConnect(ctx context.Context, e *env, cf *config.Flags, pool int) (*config.Config, *redis.Client, error) {
+func loadAndConnect(ctx context.Context, e *env, cf *config.Flags, pool int) (*config.Config, redis.UniversalClient, error) {
 	cfg, err := cf.Load(e.Getenv)
 	if err != nil {
 		return nil, nil, err

@@ -124,10 +124,9 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	case e.Getenv(envScale) != "":
 		sbSet = nil // started to scale up: a free run slot or nothing
 	case cfg.MinSlots < cfg.Slots:
-		// cron's candidates and the standbys keep the k lowest slots
-		// covered; the slots above are filled by scaling up (cli/scale.go)
-		runSet, err = lock.NewFileSet(cfg.LockDir, cfg.Queue, lock.RoleRun, cfg.MinSlots)
-		if err != nil {
+		// cron's candidates and the standbys keep the k lowest slots (of
+		// the fleet, with leases) covered; scaling up fills the slots above
+		if runSet, err = lock.Lowest(runSet, cfg.MinSlots); err != nil {
 			return err
 		}
 	}
@@ -177,7 +176,7 @@ type holder struct {
 	log  zerolog.Logger
 	argv []string
 	host string
-	rdb  *redis.Client
+	rdb  redis.UniversalClient
 	kids killer // the exec or persistent handler; nil in library mode
 	// by is who took the run slot: history.ByStandby once promoted, with
 	// freeSince, since when the standby saw the slot free.
@@ -256,7 +255,7 @@ func (h *holder) connect(ctx context.Context) error {
 	}
 	if err := work.Prepare(ctx, rdb, work.KeysFor(h.cfg.Queue)); err != nil {
 		_ = rdb.Close()
-		return fmt.Errorf("prepare queue %s on %s: %w", h.cfg.Queue, config.RedactURL(h.cfg.RedisURL), err)
+		return fmt.Errorf("prepare queue %s on %s: %w", h.cfg.Queue, h.cfg.RedisName(), err)
 	}
 	h.rdb = rdb
 	if run, _, err := slotSets(h.cfg); err == nil {

@@ -28,7 +28,7 @@ func policy(cfg *config.Config) scale.Policy {
 type scaler struct {
 	pol   scale.Policy
 	run   lock.Set // all N run slots
-	rdb   *redis.Client
+	rdb   redis.UniversalClient
 	dir   string // lock_dir: the last decision goes there
 	queue string
 	self  int

@@ -96,7 +96,7 @@ func runWeb(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("web: listen: %w", err)
 	}
-	log.Info().Str("url", "http://"+ln.Addr().String()+"/").Str("redis", config.RedactURL(cfg.RedisURL)).Bool("actions", o.allowActions).
+	log.Info().Str("url", "http://"+ln.Addr().String()+"/").Str("redis", cfg.RedisName()).Bool("actions", o.allowActions).
 		Msg("serving the dashboard")
 	if o.allowRemote && !web.LoopbackHost(host) {
 		log.Warn().Msg("serving beyond loopback: anyone who reaches this address reads the dashboard (payloads included); put it behind a TLS proxy with authentication")

@@ -95,6 +95,10 @@ func LeaseKey(queue, role string, i int) string {
 // FenceKey is the Redis key of queue's fencing counter.
 func FenceKey(queue string) string { return "baton:{" + queue + "}:lease:fence" }
 
+// EpochKey is the Redis key that records which server last granted queue's
+// leases, and until when grants are paused after a failover.
+func EpochKey(queue string) string { return "baton:{" + queue + "}:lease:epoch" }
+
 // NewLeaseSet describes a set of n leases; it touches nothing in Redis.
 func NewLeaseSet(rdb redis.UniversalClient, queue, role string, n int, opt LeaseOptions) (*LeaseSet, error) {
 	if role != RoleRun && role != RoleStandby {
@@ -146,7 +150,7 @@ func (s *LeaseSet) TryAcquire() (Slot, bool, error) {
 	defer cancel()
 	owner := newOwner()
 	sent := boottime()
-	keys := append([]string{s.fence}, s.keys...)
+	keys := append(append([]string{s.fence}, s.keys...), EpochKey(s.queue))
 	v, err := script.Run(ctx, s.rdb, acquireScript, keys,
 		s.opt.TTL.Milliseconds(), owner, s.opt.Host, s.pid, mrand.IntN(s.n)).Slice()
 	if err != nil {
@@ -202,6 +206,18 @@ func (s *LeaseSet) Records() ([]Record, error) {
 		out[i] = r
 	}
 	return out, nil
+}
+
+// PausedFor is how much longer grants stay paused after a failover or a
+// restart of Redis (0 when they are not), on Redis' clock; see docs/fleet.md.
+func (s *LeaseSet) PausedFor() (time.Duration, error) {
+	ctx, cancel := s.call()
+	defer cancel()
+	v, err := script.Run(ctx, s.rdb, pausedScript, []string{EpochKey(s.queue)}).Slice()
+	if err != nil {
+		return 0, fmt.Errorf("read %s lease pause: %w", s.role, err)
+	}
+	return time.Duration(max(0, toInt(v[1])-toInt(v[0]))) * time.Millisecond, nil
 }
 
 // Watch implements Watcher with Redis pub/sub: a holder that releases its

@@ -23,16 +23,56 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 `
 
-// acquireScript grants the first free lease of a set, trying every slot once
-// from ARGV[5]: a losing candidate makes this one call.
+// leaseEpoch, the prelude of acquireScript, keeps a failover from granting
+// a slot twice. Replication is asynchronous: a grant (or renewal) the old
+// master made may never reach the replica that takes over, whose data then
+// shows that slot free while its holder runs on. So the queue's epoch key
+// (a hash: runid, until) records the run id of the server that last
+// granted. A script that finds another run id (a failover, or a restart
+// that may have lost its last writes) records the new one and:
 //
-// KEYS[1] the fence counter, KEYS[2..] the set's lease keys in slot order;
-// ARGV[1] TTL (ms), ARGV[2] owner, ARGV[3] host, ARGV[4] pid, ARGV[5] first
-// slot to try (0-based).
+//   - when lease state from an earlier server exists (the epoch key or the
+//     fence counter), refuses every grant until now + TTL on this server's
+//     clock: any lease the old server granted and this one lost has
+//     expired by then, and its holder has fenced itself (its renewals fail
+//     here, and it stops at its renew deadline, below the TTL). Leases this
+//     server has are renewed as before.
+//   - raises the fence counter to at least now in microseconds (exact in a
+//     Lua number until the year 2255), so tokens keep growing even when the
+//     counter lost its last increments: they stay above the lost grants'
+//     tokens while the servers' clocks agree to better than the time since
+//     the last failover.
+//
+// A refused grant looks like "every lease is live": {-1}. KEYS[#KEYS] is
+// the epoch key, KEYS[1] the fence counter, ARGV[1] the TTL (ms); it needs
+// leaseNow's now.
+const leaseEpoch = `
+local epoch = KEYS[#KEYS]
+local runid = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+local ep = redis.call('HMGET', epoch, 'runid', 'until')
+if ep[1] ~= runid then
+  local untl = now
+  if ep[1] or redis.call('EXISTS', KEYS[1]) == 1 then untl = now + tonumber(ARGV[1]) end
+  if tonumber(redis.call('GET', KEYS[1]) or '0') < now * 1000 then
+    redis.call('SET', KEYS[1], string.format('%d', now * 1000))
+  end
+  redis.call('HSET', epoch, 'runid', runid, 'until', string.format('%d', untl))
+  ep[2] = untl
+end
+if tonumber(ep[2] or 0) > now then return {-1} end
+`
+
+// acquireScript grants the first free lease of a set, trying every slot once
+// from ARGV[5]: a losing candidate makes this one call. After a failover
+// it grants nothing for a TTL (leaseEpoch).
+//
+// KEYS[1] the fence counter, KEYS[2..#KEYS-1] the set's lease keys in slot
+// order, KEYS[#KEYS] the epoch key; ARGV[1] TTL (ms), ARGV[2] owner,
+// ARGV[3] host, ARGV[4] pid, ARGV[5] first slot to try (0-based).
 // Returns {slot, token, since, expires, previous rec or "", previous host
-// or ""} when granted, {-1} when every lease is live.
-var acquireScript = redis.NewScript(leaseNow + `
-local n = #KEYS - 1
+// or ""} when granted, {-1} when every lease is live or grants are paused.
+var acquireScript = redis.NewScript(leaseNow + leaseEpoch + `
+local n = #KEYS - 2
 local first, ttl = tonumber(ARGV[5]), tonumber(ARGV[1])
 for k = 0, n - 1 do
   local i = (first + k) % n
@@ -99,4 +139,13 @@ for i = 1, #KEYS do
   for j = 1, 6 do out[#out + 1] = l[j] end
 end
 return out
+`)
+
+// pausedScript reads until when grants are paused after a failover
+// (leaseEpoch), on Redis' clock.
+//
+// KEYS[1] the epoch key.
+// Returns {now, until} (unix ms; until is 0 when never paused).
+var pausedScript = redis.NewScript(leaseNow + `
+return {now, tonumber(redis.call('HGET', KEYS[1], 'until') or '0')}
 `)

@@ -25,6 +25,7 @@ package lock
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -50,6 +51,26 @@ type Set interface {
 	Size() int
 	// Records reads every slot's holder record, index order, without locking.
 	Records() ([]Record, error)
+}
+
+// Lowest is the set of s's k lowest-numbered slots: the same slots (the
+// same files, the same leases), so a holder of slot i in one is the holder
+// of slot i in the other. With min_slots < slots, cron's candidates and the
+// standbys take only these, and scale-up candidates the rest. k must be in
+// [1, s.Size()].
+func Lowest(s Set, k int) (Set, error) {
+	if k < 1 || k > s.Size() {
+		return nil, fmt.Errorf("lock: %d lowest of %d slots", k, s.Size())
+	}
+	switch x := s.(type) {
+	case *FileSet:
+		return NewFileSet(x.dir, x.queue, x.role, k)
+	case *LeaseSet:
+		c := *x
+		c.n, c.keys = k, x.keys[:k:k]
+		return &c, nil
+	}
+	return nil, fmt.Errorf("lock: lowest slots of a %T", s)
 }
 
 // Slot is one held permit.

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/baton-run/baton/lock"
 )
 
 // Status is a relation's verdict.
@@ -48,8 +50,12 @@ type Relation struct {
 // after the warm-up (handovers aside: milliseconds, or up to 1.1 ×
 // poll_interval where the lock directory cannot be watched). See
 // docs/coverage.md for the derivations and the simulations behind them.
+//
+// In fleet mode (q.Fleet) the relations count candidates from all q.H()
+// hosts, and four more follow: the lease timings' order, a standby that
+// outwaits a holder's lease, losing a whole host, and max_per_host.
 func Check(q Quantities) []Relation {
-	return []Relation{
+	rs := []Relation{
 		outwaitsLifetime(q),
 		outwaitsDeadline(q),
 		survivesLostHandover(q),
@@ -60,6 +66,13 @@ func Check(q Quantities) []Relation {
 		visibility(q),
 		maxJobs(q),
 	}
+	if q.Fleet() {
+		rs = append(rs, leaseOrder(q), outwaitsLease(q), hostLoss(q))
+		if q.MaxPerHost > 0 {
+			rs = append(rs, hostCap(q))
+		}
+	}
+	return rs
 }
 
 // Failed reports whether any relation failed.
@@ -157,10 +170,7 @@ func cronBeatsLifetime(q Quantities) Relation {
 
 func replenishment(q Quantities) Relation {
 	m, k, e := q.M(), q.Slots, q.E()
-	firings := 0
-	if q.C > 0 && q.LMin() > e {
-		firings = int((q.LMin() - e) / q.C)
-	}
+	firings := q.FiringsPerLife()
 	got := m * firings
 	r := Relation{
 		Name:    "replenishment",
@@ -175,7 +185,7 @@ func replenishment(q Quantities) Relation {
 	}
 	r.Status = Fail
 	var fixes []string
-	lines := max(q.Lines, 1)
+	lines := max(q.Lines, 1) * q.H()
 	if firings > 0 {
 		fixes = append(fixes, fmt.Sprintf("raise spawn to %d", ceilDiv(k, firings*lines)))
 	}
@@ -281,6 +291,111 @@ func maxJobs(q Quantities) Relation {
 			"above assume it does not", q.MaxJobs, FormatDuration(q.Lifetime))
 		r.Fix = fmt.Sprintf("set max_jobs = 0, or keep it high enough that %d jobs take longer than %s", q.MaxJobs, FormatDuration(q.Lifetime))
 	}
+	return r
+}
+
+func leaseOrder(q Quantities) Relation {
+	ttl, d, renew := q.LeaseTTL, q.RenewDeadline, q.LeaseRenew
+	r := Relation{
+		Name:    "lease-order",
+		Formula: "lease_ttl > D > 3·lease_renew",
+		Values:  fmt.Sprintf("%s > %s > 3·%s", FormatDuration(ttl), FormatDuration(d), FormatDuration(renew)),
+		Margin:  signed(d - 3*renew),
+		Why: "a holder that cannot renew fences itself at its renew deadline D, before its lease can expire " +
+			"(lease_ttl > D); at least three renewals fit in D, so one or two slow ones do not fence a healthy holder",
+	}
+	switch {
+	case renew <= 0 || d >= ttl || renew >= d:
+		r.Status = Fail
+		r.Why = "out of order (lease_ttl > D > lease_renew): a holder could run jobs after its lease went to another, " +
+			"or one late renewal fences a healthy holder"
+		r.Fix = "lower lease_renew to " + FormatDuration(max(d/3, time.Millisecond).Truncate(time.Millisecond))
+	case d < 3*renew:
+		r.Status = Warn
+		r.Why = fmt.Sprintf("only %d renewals fit in the renew deadline %s: that many slow renewals in a row fence a healthy holder",
+			d/renew, FormatDuration(d))
+		r.Fix = "lower lease_renew to " + FormatDuration((d / 3).Truncate(time.Millisecond))
+	}
+	return r
+}
+
+func outwaitsLease(q Quantities) Relation {
+	h := q.Deadline()
+	r := Relation{
+		Name:    "standby-outwaits-lease",
+		Formula: "S > H + lease_ttl",
+		Values:  fmt.Sprintf("%s > %s + %s", FormatDuration(q.StandbyWait), FormatDuration(h), FormatDuration(q.LeaseTTL)),
+		Margin:  signed(q.StandbyWait - h - q.LeaseTTL),
+		Why: "a holder that dies (kill -9, a lost host) keeps its lease until lease_ttl after its last renewal, " +
+			"at the latest H + lease_ttl after it started: a standby that gives up sooner leaves the slot to the next firing",
+	}
+	if q.StandbyWait > h+q.LeaseTTL {
+		return r
+	}
+	r.Status = Fail
+	r.Fix = "raise standby_wait to at least " + FormatDuration(above(h+q.LeaseTTL))
+	if t := below(q.StandbyWait - h); t > 0 && lock.DeadlineFor(t) >= 3*q.LeaseRenew {
+		r.Fix += ", or lower lease_ttl to " + FormatDuration(t)
+	}
+	return r
+}
+
+func hostLoss(q Quantities) Relation {
+	hosts, k, firings := q.H(), q.Slots, q.FiringsPerLife()
+	per := q.M() / hosts // candidates per firing on one host
+	got := per * (hosts - 1) * firings
+	r := Relation{
+		Name:    "host-loss",
+		Formula: "m/N_h·(N_h−1)·⌊(L_min − E)/C⌋ ≥ k",
+		Values:  fmt.Sprintf("%d·%d·%d = %d ≥ %d", per, hosts-1, firings, got, k),
+		Margin:  fmt.Sprintf("%+d candidates", got-k),
+		Why: "with one whole host lost, the other N_h−1 hosts' cron must still start at least k candidates within " +
+			"any lifetime (their standbys take the lost host's slots once its leases expire)",
+	}
+	if got >= k {
+		return r
+	}
+	if hosts == 1 {
+		r.Status = Warn
+		r.Why = "one host: losing it stops every slot until it returns (run the entry on 2 or more hosts and say so with --hosts)"
+		r.Fix = "run the crontab entry on a second host"
+		return r
+	}
+	r.Status = Fail
+	var fixes []string
+	lines := max(q.Lines, 1) * (hosts - 1)
+	if firings > 0 {
+		fixes = append(fixes, fmt.Sprintf("raise spawn to %d", ceilDiv(k, firings*lines)))
+	}
+	if per > 0 {
+		if n := ceilDiv(k, per*max(firings, 1)) + 1; firings > 0 {
+			fixes = append(fixes, fmt.Sprintf("run the entry on %d hosts", n))
+		}
+	}
+	fixes = append(fixes, "raise lifetime to at least "+FormatDuration(time.Duration(ceilDiv(k, max(per*(hosts-1), 1)))*q.C+q.E()))
+	r.Fix = strings.Join(fixes, ", or ")
+	return r
+}
+
+func hostCap(q Quantities) Relation {
+	hosts, k, c := q.H(), q.Slots, q.MaxPerHost
+	got := (hosts - 1) * c
+	r := Relation{
+		Name:    "host-cap",
+		Formula: "(N_h−1)·max_per_host ≥ k",
+		Values:  fmt.Sprintf("%d·%d = %d ≥ %d", hosts-1, c, got, k),
+		Margin:  fmt.Sprintf("%+d slots", got-k),
+		Why:     "with one whole host lost, the other hosts must have room under max_per_host for k holders",
+	}
+	if got >= k {
+		return r
+	}
+	r.Status = Fail
+	if hosts == 1 {
+		r.Status = Warn
+		r.Why = "one host: losing it stops every slot until it returns"
+	}
+	r.Fix = fmt.Sprintf("raise max_per_host to %d", ceilDiv(k, max(hosts-1, 1)))
 	return r
 }
 

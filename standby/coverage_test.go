@@ -235,3 +235,113 @@ func TestStatusText(t *testing.T) {
 		t.Error("OK accepted")
 	}
 }
+
+// fleet is passing() in fleet mode on 3 hosts, with the default lease
+// timings (15s, renew deadline 10s, renew 2s).
+func fleet() Quantities {
+	q := passing()
+	q.Hosts, q.LeaseTTL, q.RenewDeadline, q.LeaseRenew = 3, 15*time.Second, 10*time.Second, 2*time.Second
+	return q
+}
+
+// TestCheckFleetPassing: fleet mode adds the lease order, the lease a
+// standby must outwait and the loss of a host, and counts the candidates of
+// every host; max_per_host adds the cap.
+func TestCheckFleetPassing(t *testing.T) {
+	q := fleet()
+	rs := Check(q)
+	if len(rs) != 12 || Failed(rs) {
+		t.Fatalf("%d relations, failed %v: %+v", len(rs), Failed(rs), rs)
+	}
+	if r := relation(t, q, "replenishment"); r.Values != "3·4 = 12 ≥ 1" {
+		t.Errorf("replenishment counts every host's candidates: %q", r.Values)
+	}
+	q.MaxPerHost = 1
+	if r := relation(t, q, "host-cap"); r.Status != Pass || r.Values != "2·1 = 2 ≥ 1" {
+		t.Errorf("%+v", r)
+	}
+	if n := len(Check(passing())); n != 9 {
+		t.Errorf("flock mode: %d relations, want 9 (no fleet relations)", n)
+	}
+}
+
+// TestCheckFleetRelations breaks one fleet relation at a time and checks
+// its verdict, values, margin and fix word for word.
+func TestCheckFleetRelations(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		edit     func(q *Quantities)
+		relation string
+		status   Status
+		values   string
+		margin   string
+		fix      string
+	}{
+		{
+			"kubernetes timings",
+			func(q *Quantities) {},
+			"lease-order", Pass, "15s > 10s > 3·2s", "+4s", "",
+		},
+		{
+			"two renewals fit in the deadline",
+			func(q *Quantities) { q.LeaseRenew = 4 * time.Second },
+			"lease-order", Warn, "15s > 10s > 3·4s", "-2s", "lower lease_renew to 3.333s",
+		},
+		{
+			"renew interval past the deadline",
+			func(q *Quantities) { q.LeaseRenew = 12 * time.Second },
+			"lease-order", Fail, "15s > 10s > 3·12s", "-26s", "lower lease_renew to 3.333s",
+		},
+		{
+			"lease lingers past the standby wait",
+			func(q *Quantities) {
+				q.Lifetime, q.Jitter, q.Grace, q.StandbyWait = 10*time.Second, 0, time.Second, 24*time.Second
+			},
+			"standby-outwaits-lease", Fail, "24s > 11s + 15s", "-2s", "raise standby_wait to at least 27s, or lower lease_ttl to 12s",
+		},
+		{
+			"the lease at the limit, with run's hard margin",
+			func(q *Quantities) {
+				q.Lifetime, q.Jitter, q.Grace, q.HardMargin, q.StandbyWait = 10*time.Second, 0, time.Second, 2*time.Second, 28*time.Second
+			},
+			"standby-outwaits-lease", Fail, "28s > 13s + 15s", "+0s", "raise standby_wait to at least 29s, or lower lease_ttl to 14s",
+		},
+		{
+			"a lease_ttl short enough would break the lease order",
+			func(q *Quantities) {
+				q.Lifetime, q.Jitter, q.Grace, q.StandbyWait = 10*time.Second, 0, time.Second, 20*time.Second
+			},
+			"standby-outwaits-lease", Fail, "20s > 11s + 15s", "-6s", "raise standby_wait to at least 27s",
+		},
+		{
+			"one host is all there is",
+			func(q *Quantities) { q.Hosts = 1 },
+			"host-loss", Warn, "1·0·4 = 0 ≥ 1", "-1 candidates", "run the crontab entry on a second host",
+		},
+		{
+			"two hosts, one left cannot keep six slots",
+			func(q *Quantities) { q.Hosts, q.Slots, q.StandbySlots = 2, 6, 6 },
+			"host-loss", Fail, "1·1·4 = 4 ≥ 6", "-2 candidates", "raise spawn to 2, or run the entry on 3 hosts, or raise lifetime to at least 6m1s",
+		},
+		{
+			"three hosts, spawn 2, two lines",
+			func(q *Quantities) { q.Spawn, q.Lines, q.Slots, q.StandbySlots = 2, 2, 16, 16 },
+			"host-loss", Pass, "4·2·4 = 32 ≥ 16", "+16 candidates", "",
+		},
+		{
+			"no room on the hosts left",
+			func(q *Quantities) { q.Slots, q.StandbySlots, q.MaxPerHost = 4, 4, 1 },
+			"host-cap", Fail, "2·1 = 2 ≥ 4", "-2 slots", "raise max_per_host to 2",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := fleet()
+			tc.edit(&q)
+			r := relation(t, q, tc.relation)
+			if r.Status != tc.status || r.Values != tc.values || r.Margin != tc.margin || r.Fix != tc.fix {
+				t.Fatalf("got %s %q margin %q fix %q\nwant %s %q margin %q fix %q", r.Status, r.Values, r.Margin, r.Fix,
+					tc.status, tc.values, tc.margin, tc.fix)
+			}
+		})
+	}
+}

@@ -42,6 +42,24 @@ type Quantities struct {
 	// Startup is E, the allowance from a firing to the candidate holding a
 	// slot (process start, config, flock). Zero means DefaultStartup.
 	Startup time.Duration
+
+	// Fleet mode (lock_backend redis): the slots are Redis leases shared by
+	// every host. Zero LeaseTTL means flock slots, one machine: no fleet
+	// relations.
+
+	// Hosts is H, the hosts that each run the crontab entry with this config
+	// (check --hosts); 0 means 1.
+	Hosts int
+	// LeaseTTL is how long a lease outlives its holder's last renewal (lease_ttl).
+	LeaseTTL time.Duration
+	// RenewDeadline is when a holder that could not renew fences itself
+	// (2/3 of lease_ttl, lock.DeadlineFor).
+	RenewDeadline time.Duration
+	// LeaseRenew is the time between renewals (lease_renew).
+	LeaseRenew time.Duration
+	// MaxPerHost caps the run and standby slots one host takes; 0 means no
+	// cap (max_per_host).
+	MaxPerHost int
 }
 
 // DefaultStartup is the start-up allowance E when Quantities.Startup is zero:
@@ -49,11 +67,28 @@ type Quantities struct {
 // is a few milliseconds; one second leaves room for a loaded machine.
 const DefaultStartup = time.Second
 
-// M is m, the fewest candidates started at one firing: Spawn × Lines.
-func (q Quantities) M() int { return q.Spawn * max(q.Lines, 1) }
+// M is m, the fewest candidates started at one firing: Spawn × Lines on
+// each of the Hosts.
+func (q Quantities) M() int { return q.Spawn * max(q.Lines, 1) * q.H() }
 
-// MC is m_C, the most candidates cron starts within any span of length C: Spawn × PeakLines.
-func (q Quantities) MC() int { return q.Spawn * max(q.PeakLines, q.Lines, 1) }
+// MC is m_C, the most candidates cron starts within any span of length C:
+// Spawn × PeakLines on each of the Hosts.
+func (q Quantities) MC() int { return q.Spawn * max(q.PeakLines, q.Lines, 1) * q.H() }
+
+// H is the number of hosts running the entry: Hosts, at least 1.
+func (q Quantities) H() int { return max(q.Hosts, 1) }
+
+// Fleet reports whether the slots are Redis leases (LeaseTTL set).
+func (q Quantities) Fleet() bool { return q.LeaseTTL > 0 }
+
+// FiringsPerLife is how many firings are sure to fall within a holder's
+// shortest life after its own start-up: ⌊(L_min − E)/C⌋.
+func (q Quantities) FiringsPerLife() int {
+	if q.C <= 0 || q.LMin() <= q.E() {
+		return 0
+	}
+	return int((q.LMin() - q.E()) / q.C)
+}
 
 // LMin is the shortest holder lifetime: Lifetime.
 func (q Quantities) LMin() time.Duration { return q.Lifetime }

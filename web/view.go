@@ -14,7 +14,6 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/baton-run/baton/internal/config"
 	qstatus "github.com/baton-run/baton/internal/status"
 	"github.com/baton-run/baton/work"
 )
@@ -37,7 +36,7 @@ type page struct {
 }
 
 func (s *server) page(title, q string) page {
-	return page{Title: title, Queue: q, Redis: config.RedactURL(s.o.Config.RedisURL), Actions: s.o.Actions, Now: s.o.Now()}
+	return page{Title: title, Queue: q, Redis: s.o.Config.RedisName(), Actions: s.o.Actions, Now: s.o.Now()}
 }
 
 // queueRow is one queue in the queues table.
@@ -101,7 +100,7 @@ func (s *server) index(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	names, err := work.Queues(ctx, s.o.Redis)
 	if err != nil {
-		s.fail(w, http.StatusBadGateway, fmt.Errorf("redis at %s: list queues: %w", config.RedactURL(s.o.Config.RedisURL), err))
+		s.fail(w, http.StatusBadGateway, fmt.Errorf("redis at %s: list queues: %w", s.o.Config.RedisName(), err))
 		return
 	}
 	q, names, err := s.queueOf(ctx, r, names)

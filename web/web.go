@@ -57,7 +57,7 @@ type Options struct {
 	// those counts) and redis_url, shown redacted.
 	Config *config.Config
 	// Redis is the database the queues live in.
-	Redis *redis.Client
+	Redis redis.UniversalClient
 	// Actions allows requeueing and purging dead letters, with Token.
 	Actions bool
 	// Token is the secret each action must carry (form field token, or

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -229,5 +230,94 @@ func BenchmarkForkExecBare(b *testing.B) {
 		if err := cmd.Run(); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkEnqueue is EnqueueMany of 1,000 jobs (what `baton enqueue` sends
+// per round trip), per kind of job; ns/op is per job. server-ns/job is the
+// time Redis spent on the calls (INFO commandstats), the rest is the client's
+// and the round trips'.
+func BenchmarkEnqueue(b *testing.B) {
+	srv := redistest.Start(b)
+	rdb := srv.Client()
+	ctx := context.Background()
+	kinds := []struct {
+		name string
+		opt  func(i int) []Option
+	}{
+		{"xadd", nil}, // the bar: bare pipelined XADDs, 1,000 per round trip
+		{"plain", func(int) []Option { return nil }},
+		{"unique", func(i int) []Option { return []Option{UniqueKey("job-" + strconv.Itoa(i))} }},
+		{"in", func(int) []Option { return []Option{In(time.Hour)} }},
+		{"priority", func(int) []Option { return []Option{WithPriority(PriorityHigh)} }},
+	}
+	for _, kind := range kinds {
+		b.Run(kind.name, func(b *testing.B) {
+			if err := rdb.FlushAll(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			msgs := make([]Message, 1000)
+			n := 0
+			fill := func() {
+				for i := range msgs {
+					msgs[i] = Message{Payload: benchPayload}
+					if kind.opt != nil {
+						msgs[i].Options = kind.opt(n)
+					}
+					n++
+				}
+			}
+			if kind.opt == nil {
+				stream := KeysFor("bench").Stream
+				rdb.ConfigResetStat(ctx)
+				b.ResetTimer()
+				for done := 0; done < b.N; done += len(msgs) {
+					_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+						for range msgs {
+							p.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{PayloadField, benchPayload}})
+						}
+						return nil
+					})
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+				return
+			}
+			fill()
+			if _, err := EnqueueMany(ctx, rdb, "bench", msgs); err != nil { // loads the script
+				b.Fatal(err)
+			}
+			rdb.ConfigResetStat(ctx)
+			b.ResetTimer()
+			for done := 0; done < b.N; done += len(msgs) {
+				if kind.name != "plain" { // plain jobs are all alike
+					b.StopTimer()
+					fill()
+					b.StartTimer()
+				}
+				if _, err := EnqueueMany(ctx, rdb, "bench", msgs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+			info, err := rdb.Info(ctx, "commandstats").Result()
+			if err != nil {
+				b.Fatal(err)
+			}
+			var usec float64
+			for _, line := range strings.Split(info, "\r\n") {
+				// evalsha's time includes the commands its script calls
+				if _, rest, ok := strings.Cut(line, ",usec="); ok && (strings.HasPrefix(line, "cmdstat_evalsha:") || kind.name == "plain" && strings.HasPrefix(line, "cmdstat_xadd:")) {
+					v, _, _ := strings.Cut(rest, ",")
+					u, _ := strconv.ParseFloat(v, 64)
+					usec += u
+				}
+			}
+			b.ReportMetric(usec*1000/float64(b.N), "server-ns/job")
+		})
 	}
 }

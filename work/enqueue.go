@@ -28,6 +28,10 @@ var (
 	ErrDuplicate = errors.New("a job with this unique key is already queued")
 	// ErrBadOption is a per-job option with an impossible value.
 	ErrBadOption = errors.New("bad job option")
+	// ErrNotReplicated is returned by EnqueueManyReplicated, with the ids,
+	// when fewer replicas than asked confirmed the jobs in time: they are
+	// queued on the master, but a failover now could lose them.
+	ErrNotReplicated = errors.New("not confirmed by enough replicas")
 )
 
 // DuplicateError lists the jobs of EnqueueMany refused as duplicates, by
@@ -147,8 +151,23 @@ func Enqueue(ctx context.Context, rdb redis.Cmdable, q string, payload []byte, o
 // returned error is a *DuplicateError (the other jobs are added); a Redis error
 // is returned with the ids of the jobs added ("" for the others).
 func EnqueueMany(ctx context.Context, rdb redis.Cmdable, q string, jobs []Message) ([]string, error) {
-	opts := make([]jobOptions, len(jobs))
+	return EnqueueManyReplicated(ctx, rdb, q, jobs, 0, 0)
+}
+
+// EnqueueManyReplicated is EnqueueMany followed, in the same round trip and
+// on the same connection, by WAIT replicas timeout: it returns
+// ErrNotReplicated (wrapped, with every id) unless that many replicas have
+// the jobs, which a Sentinel failover then keeps. replicas 0 is
+// EnqueueMany. Not for a Cluster client (WAIT has no key to route by).
+func EnqueueManyReplicated(ctx context.Context, rdb redis.Cmdable, q string, jobs []Message, replicas int, timeout time.Duration) ([]string, error) {
+	var opts []jobOptions // nil while no job has options
 	for i, m := range jobs {
+		if len(m.Options) == 0 {
+			continue
+		}
+		if opts == nil {
+			opts = make([]jobOptions, len(jobs))
+		}
 		for _, opt := range m.Options {
 			if err := opt(&opts[i]); err != nil {
 				return nil, fmt.Errorf("job %d: %w", i+1, err)
@@ -160,7 +179,8 @@ func EnqueueMany(ctx context.Context, rdb redis.Cmdable, q string, jobs []Messag
 	}
 	ids := make([]string, len(jobs))
 	sent := make([]bool, len(jobs))
-	calls, plan, err := sendJobs(ctx, rdb, KeysFor(q), jobs, opts, sent)
+	w := &waitCall{replicas: replicas, timeout: timeout}
+	calls, plan, err := sendJobs(ctx, rdb, KeysFor(q), jobs, opts, sent, w)
 	if isNoScript(err) {
 		// A Redis that lost (or never had) the script: load it, and send
 		// again only what the script did not add.
@@ -168,23 +188,50 @@ func EnqueueMany(ctx context.Context, rdb redis.Cmdable, q string, jobs []Messag
 			return nil, scriptingErr("SCRIPT LOAD", lerr)
 		}
 		dup, first := collect(calls, plan, ids, sent, true)
-		again, plan, _ := sendJobs(ctx, rdb, KeysFor(q), jobs, opts, sent)
+		again, plan, _ := sendJobs(ctx, rdb, KeysFor(q), jobs, opts, sent, w)
 		dup2, first2 := collect(again, plan, ids, sent, false)
-		return ids, cmp.Or(first, first2, dupErr(append(dup, dup2...)))
+		return ids, cmp.Or(first, first2, w.err(), dupErr(append(dup, dup2...)))
 	}
 	dup, first := collect(calls, plan, ids, sent, false)
-	return ids, cmp.Or(first, dupErr(dup))
+	return ids, cmp.Or(first, w.err(), dupErr(dup))
+}
+
+// waitCall is the WAIT that ends each pipeline of EnqueueManyReplicated
+// (WAIT counts the replicas that have this connection's writes), and the
+// fewest replicas any of them saw.
+type waitCall struct {
+	replicas int
+	timeout  time.Duration
+	cmds     []*redis.IntCmd
+}
+
+// err is ErrNotReplicated when a WAIT saw fewer replicas than asked.
+func (w *waitCall) err() error {
+	for _, c := range w.cmds {
+		if n, err := c.Result(); err != nil {
+			return fmt.Errorf("%w: WAIT: %v", ErrNotReplicated, err)
+		} else if n < int64(w.replicas) {
+			return fmt.Errorf("%w: %d of %d replicas within %s", ErrNotReplicated, n, w.replicas, w.timeout)
+		}
+	}
+	return nil
 }
 
 // scriptBatch is the most jobs with options one script call adds.
 const scriptBatch = 200
 
-// sendJobs sends, in one pipeline, the jobs not yet sent: a job without
-// options is one XADD; runs of jobs with options go in script calls of up
-// to scriptBatch jobs. It marks what it sent; the replies are in the
-// returned commands, and plan says which jobs each command carries.
-func sendJobs(ctx context.Context, rdb redis.Cmdable, k Keys, jobs []Message, opts []jobOptions, sent []bool) (cmds []redis.Cmder, plan []carried, err error) {
+// sendJobs sends, in one pipeline, the jobs not yet sent: jobs without
+// options before the first job with options are one XADD each; from the
+// first job with options on, every job goes in script calls of up to
+// scriptBatch jobs. Ids then grow in job order even when Redis lost the
+// script: every script call fails alike (NOSCRIPT), and all the jobs they
+// carried are sent again, after the XADDs. It marks what it sent; the
+// replies are in the returned commands, and plan says which jobs each
+// command carries.
+func sendJobs(ctx context.Context, rdb redis.Cmdable, k Keys, jobs []Message, opts []jobOptions, sent []bool, w *waitCall) (cmds []redis.Cmder, plan []carried, err error) {
 	now := time.Now()
+	plan = make([]carried, 0, len(jobs))
+	var none jobOptions
 	cmds, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		var batch scriptCall
 		flush := func() {
@@ -194,14 +241,18 @@ func sendJobs(ctx context.Context, rdb redis.Cmdable, k Keys, jobs []Message, op
 				batch = scriptCall{}
 			}
 		}
+		scripted := false
 		for i, m := range jobs {
 			if sent[i] {
 				continue
 			}
 			sent[i] = true
-			o := &opts[i]
-			if o.plain() {
-				flush()
+			o := &none
+			if opts != nil {
+				o = &opts[i]
+			}
+			scripted = scripted || !o.plain()
+			if !scripted {
 				p.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: []any{PayloadField, m.Payload}})
 				plan = append(plan, carried{one: i})
 				continue
@@ -212,8 +263,16 @@ func sendJobs(ctx context.Context, rdb redis.Cmdable, k Keys, jobs []Message, op
 			}
 		}
 		flush()
+		if w.replicas > 0 {
+			c := redis.NewIntCmd(ctx, "wait", w.replicas, w.timeout.Milliseconds())
+			_ = p.Process(ctx, c)
+			w.cmds = append(w.cmds, c)
+		}
 		return nil
 	})
+	if w.replicas > 0 && len(cmds) > 0 {
+		cmds = cmds[:len(cmds)-1] // the WAIT, read by w.err
+	}
 	return cmds, plan, err
 }
 
@@ -241,27 +300,95 @@ func (c *scriptCall) add(i int, payload []byte, o *jobOptions, now time.Time, k 
 	if o.due.After(now) {
 		due = o.due.UnixMilli()
 	}
-	ui := 0
-	if o.unique != "" {
-		c.unique = append(c.unique, k.Unique(o.unique))
-		ui = 5 + len(c.unique)
+	// Its due time, its kind and, with a unique key that has a TTL, the TTL.
+	switch {
+	case o.unique == "":
+		c.args = append(c.args, due, jobKind[o.priority][0])
+	case o.uniqueFor > 0:
+		c.args = append(c.args, due, jobKind[o.priority][2], o.uniqueFor.Milliseconds())
+	default:
+		c.args = append(c.args, due, jobKind[o.priority][1])
 	}
 	fields := []any{PayloadField, payload}
 	if o.unique != "" {
+		c.unique = append(c.unique, k.Unique(o.unique))
 		fields = append(fields, uniqueField, o.unique)
 	}
 	if o.maxAttempts > 0 {
-		fields = append(fields, maxAttemptsField, o.maxAttempts)
+		fields = append(fields, maxAttemptsField, strconv.Itoa(o.maxAttempts))
 	}
 	if o.timeout > 0 {
-		fields = append(fields, timeoutField, o.timeout.Milliseconds())
+		fields = append(fields, timeoutField, strconv.FormatInt(o.timeout.Milliseconds(), 10))
 	}
 	if o.priority != PriorityNormal {
 		fields = append(fields, priorityField, o.priority.String())
 	}
-	c.args = append(c.args, due, ui, o.uniqueFor.Milliseconds(), int(o.priority), len(fields))
-	c.args = append(c.args, fields...)
+	if due > 0 {
+		// A delayed job's record, packed here: the script appends its id.
+		c.args = append(c.args, 1, packRecord(fields, 2))
+	} else {
+		c.args = append(c.args, len(fields))
+		c.args = append(c.args, fields...)
+	}
 	c.jobs = append(c.jobs, i)
+}
+
+// packRecord packs fields (strings and []byte) as a MessagePack array of
+// strings, the form of retry and scheduled records (cmsgpack.pack of a Lua
+// table of strings), with room counted for more strings that the
+// caller appends packed.
+func packRecord(fields []any, more int) []byte {
+	size := 5
+	for _, f := range fields {
+		switch f := f.(type) {
+		case string:
+			size += 5 + len(f)
+		case []byte:
+			size += 5 + len(f)
+		}
+	}
+	b := make([]byte, 0, size)
+	switch n := len(fields) + more; {
+	case n < 16:
+		b = append(b, 0x90|byte(n))
+	case n < 1<<16:
+		b = append(b, 0xdc, byte(n>>8), byte(n))
+	default:
+		b = append(b, 0xdd, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+	}
+	for _, f := range fields {
+		switch f := f.(type) {
+		case string:
+			b = appendPackedString(b, f)
+		case []byte:
+			b = appendPackedString(b, f)
+		}
+	}
+	return b
+}
+
+// appendPackedString appends s as a MessagePack string, in the smallest
+// form, as cmsgpack does.
+func appendPackedString[S string | []byte](b []byte, s S) []byte {
+	switch n := len(s); {
+	case n < 32:
+		b = append(b, 0xa0|byte(n))
+	case n < 1<<8:
+		b = append(b, 0xd9, byte(n))
+	case n < 1<<16:
+		b = append(b, 0xda, byte(n>>8), byte(n))
+	default:
+		b = append(b, 0xdb, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+	}
+	return append(b, s...)
+}
+
+// jobKind is a job's kind in enqueueScript's arguments, by priority: without
+// a unique key, with one, with one that has a TTL.
+var jobKind = [...][3]string{
+	PriorityNormal: {"0", "0u", "0t"},
+	PriorityHigh:   {"1", "1u", "1t"},
+	PriorityLow:    {"2", "2u", "2t"},
 }
 
 // send queues the call on p.
@@ -296,25 +423,31 @@ func collect(cmds []redis.Cmder, plan []carried, ids []string, sent []bool, noSc
 				continue
 			}
 			res, _ := c.Slice()
-			for n, i := range jobs {
-				var r []any
-				if n < len(res) {
-					r, _ = res[n].([]any)
+			if len(res) < len(jobs) {
+				first = cmp.Or(first, fmt.Errorf("enqueue script replied %d items for %d jobs", len(res), len(jobs)))
+				continue
+			}
+			// After one text per job: the duplicates' numbers, and minus
+			// the failed jobs' numbers.
+			var failed map[int]bool
+			for _, v := range res[len(jobs):] {
+				switch v, _ := v.(int64); {
+				case v > 0 && int(v) <= len(jobs):
+					dup = append(dup, jobs[v-1])
+				case v < 0 && int(-v) <= len(jobs):
+					if failed == nil {
+						failed = map[int]bool{}
+					}
+					failed[int(-v)-1] = true
 				}
-				if len(r) != 2 {
-					first = cmp.Or(first, fmt.Errorf("enqueue script replied %v", res))
+			}
+			for n, i := range jobs {
+				text, _ := res[n].(string)
+				if failed[n] {
+					first = cmp.Or(first, fmt.Errorf("job %d: %s", i+1, text))
 					continue
 				}
-				text, _ := r[0].(string)
-				switch code, _ := r[1].(int64); code {
-				case 0:
-					ids[i] = text
-				case 1:
-					ids[i] = text
-					dup = append(dup, i)
-				default:
-					first = cmp.Or(first, fmt.Errorf("job %d: %s", i+1, text))
-				}
+				ids[i] = text
 			}
 		}
 	}

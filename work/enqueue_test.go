@@ -262,9 +262,10 @@ func TestLocate(t *testing.T) {
 	}
 }
 
-// EnqueueMany sends runs of jobs with options in script calls of up to
-// scriptBatch jobs, between plain XADDs, and keeps every answer in job
-// order: a duplicate inside one call gets the id of the job added before it.
+// EnqueueMany sends jobs from the first with options on in script calls of
+// up to scriptBatch jobs (plain jobs among them), and keeps every answer in
+// job order: a duplicate inside one call gets the id of the job added before
+// it.
 func TestEnqueueManyMixedBatches(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()

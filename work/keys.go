@@ -239,72 +239,183 @@ return {moved, stuck, redis.call('EXISTS', KEYS[2], KEYS[3]) > 0 and 1 or 0}
 
 // enqueueScript adds a batch of jobs with options, each in turn: refused
 // as a duplicate while its unique key names a job; else added to the
-// stream of its priority, or, when due later, given an id and put in the
-// scheduled set; then its unique key is taken. Job ids come from the normal
-// stream's id space (an entry added and deleted at once), so they never
-// collide, whatever the level. The first job of a level creates that
+// stream of its priority, or, when due later, put in the scheduled set;
+// then its unique key is taken. The first job of a level creates that
 // level's stream and group. A job whose writes fail (a key of the wrong
 // type) is reported and the others go on.
 //
+// Every job id comes from the normal stream's id space, whatever the job's
+// level or due time, so ids never collide and grow in enqueue order. A
+// normal job's id is its entry's (XADD *). A job that has no entry there
+// (delayed, or of another level) takes the next id after the stream's last
+// one, counting up the sequence number of the last id an XADD of this call
+// made (the first such job of a call makes one: an entry added and deleted
+// at once); a normal job right after it is added under the next id again;
+// and when the last id issued is not the stream's last entry, XSETID makes
+// it the stream's last id before the call ends, so no later entry can take
+// one. A stream whose sequence numbers are too large to count in Lua's
+// numbers (only explicit ids of a producer's own make them) gets one XADD
+// and XDEL per id instead.
+//
+// For speed, delayed jobs' records come packed by the client and are
+// written together at the end (their keys' types are checked first, so
+// those writes cannot fail), unique keys are read with one MGET (a unique
+// key that holds another type reads as free, and is overwritten), and
+// unique keys without a TTL are taken with one MSET.
+//
 // KEYS[1] stream, KEYS[2] scheduled, KEYS[3] scheduled jobs, KEYS[4] high
-// stream, KEYS[5] low stream, KEYS[6..] unique keys; ARGV per job: due
-// (unix ms, 0: now), the index of its unique key in KEYS (0: none), the
-// unique key's TTL (ms, 0: until done or dead), its priority (0 normal,
-// 1 high, 2 low), n, then its n field/value strings. Returns per job
-// {job id, 0} when added, {the queued job's id, 1} for a duplicate,
-// {error text, 2} when its writes failed.
+// stream, KEYS[5] low stream, KEYS[6..] unique keys (one per job that has
+// one, in job order); ARGV per job: due (unix ms, "0": now); its kind: its
+// priority ("0" normal, "1" high, "2" low), then "u" when it has a unique
+// key (the next of KEYS[6..]), or "t" when it has one with a TTL, which
+// comes next (ms); n; then n strings: its field/value pairs, or for a
+// delayed job (due > 0) one string, its record: a MessagePack array of its
+// field/value strings whose length counts the "orig" pair the script
+// appends. (Few arguments per job, and strings compared rather than
+// converted to numbers: each costs.) Returns one
+// string per job, in order: its id when added, the queued job's id for a
+// duplicate, or the error text when its writes failed; then the number of
+// each duplicate job (1 for the call's first) and minus the number of each
+// failed one.
 var enqueueScript = redis.NewScript(`
-local level = {[0] = KEYS[1], [1] = KEYS[4], [2] = KEYS[5]}
-local function add(due, ukey, ttl, to, f)
+local level = {['0'] = KEYS[1], ['1'] = KEYS[4], ['2'] = KEYS[5]}
+local made = {[KEYS[1]] = true}
+-- last: the stream's last id when an XADD of this call made it; ms: its
+-- "<ms>-" and seq the last sequence number issued, once parsed; top: the
+-- last id issued when it is not the stream's last entry.
+local last, ms, seq, top
+local function counting()
+  if last then
+    local d = string.find(last, '-', 1, true)
+    local s = string.sub(last, d + 1)
+    if #s <= 12 then ms, seq = string.sub(last, 1, d), tonumber(s) end
+    last = nil
+  end
+  return ms
+end
+-- reserve returns a new id for a job that has no entry in the normal stream.
+local function reserve()
+  if counting() then
+    seq = seq + 1
+    top = ms .. seq
+    return top
+  end
+  last = redis.call('XADD', KEYS[1], '*', 'orig', '')
+  redis.call('XDEL', KEYS[1], last)
+  return last
+end
+local function mpstr(s)
+  if #s < 32 then return string.char(160 + #s) .. s end
+  return string.char(217, #s) .. s
+end
+-- held: unique keys' values before the call; taken: keys taken by it;
+-- keep: keys to take without a TTL, and their job ids.
+local held, taken, keep, nkeep = {}, {}, {}, 0
+if #KEYS > 5 then held = redis.call('MGET', unpack(KEYS, 6)) end
+-- records and schedule: the delayed jobs' writes (nd of them); sched: nil
+-- until the first delayed job, then true, or the error text when a key has
+-- another type.
+local records, schedule, nd, sched = {}, {}, 0, nil
+local function scheduled()
+  for _, kt in ipairs({{KEYS[2], 'zset'}, {KEYS[3], 'hash'}}) do
+    local t = redis.call('TYPE', kt[1])['ok']
+    if t ~= 'none' and t ~= kt[2] then
+      return 'WRONGTYPE ' .. kt[1] .. ' holds a ' .. t .. ', not a ' .. kt[2]
+    end
+  end
+  return true
+end
+local function add(i, due, to, n)
   local id
-  if due > 0 or to ~= KEYS[1] then
-    id = redis.call('XADD', KEYS[1], '*', 'orig', '')
-    redis.call('XDEL', KEYS[1], id)
-    f[#f + 1] = 'orig'
-    f[#f + 1] = id
-  end
-  if due > 0 then
-    redis.call('HSET', KEYS[3], id, cmsgpack.pack(f))
-    redis.call('ZADD', KEYS[2], due, id)
-  elseif to ~= KEYS[1] then
-    if redis.call('EXISTS', to) == 0 then
-      redis.call('XGROUP', 'CREATE', to, '` + Group + `', '0', 'MKSTREAM')
-    end
-    redis.call('XADD', to, '*', unpack(f))
-  else
-    id = redis.call('XADD', KEYS[1], '*', unpack(f))
-  end
-  if ukey then
-    if ttl > 0 then
-      redis.call('SET', ukey, id, 'PX', ttl)
+  if due ~= '0' then
+    if sched == nil then sched = scheduled() end
+    if sched ~= true then error({err = sched}) end
+    id = reserve()
+    records[2 * nd + 1] = id
+    records[2 * nd + 2] = ARGV[i] .. '\164orig' .. mpstr(id)
+    schedule[2 * nd + 1] = due
+    schedule[2 * nd + 2] = id
+    nd = nd + 1
+  elseif to == KEYS[1] then
+    if top then
+      -- after an id issued without an entry: the next one, in order
+      id = ms .. (seq + 1)
+      redis.call('XADD', KEYS[1], id, unpack(ARGV, i, i + n - 1))
+      seq, top = seq + 1, nil
     else
-      redis.call('SET', ukey, id)
+      id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, i, i + n - 1))
+      last, ms = id, nil
     end
+  else
+    if not made[to] then
+      if redis.call('EXISTS', to) == 0 then
+        redis.call('XGROUP', 'CREATE', to, '` + Group + `', '0', 'MKSTREAM')
+      end
+      made[to] = true
+    end
+    id = reserve()
+    redis.call('XADD', to, '*', 'orig', id, unpack(ARGV, i, i + n - 1))
   end
   return id
 end
-local out, i = {}, 1
-while i <= #ARGV do
-  local due, ui, ttl = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
-  local to, n = level[tonumber(ARGV[i + 3])], tonumber(ARGV[i + 4])
-  local f = {}
-  for j = i + 5, i + 4 + n do f[#f + 1] = ARGV[j] end
-  i = i + 5 + n
-  local ukey = ui > 0 and KEYS[ui] or nil
-  local old = ukey and redis.call('GET', ukey)
+-- kinds: a job's kind (see ARGV above) → its stream, and whether it has a
+-- unique key (u) with a TTL (t).
+local kinds = {}
+for l, to in pairs(level) do
+  kinds[l] = {to = to}
+  kinds[l .. 'u'] = {to = to, u = true}
+  kinds[l .. 't'] = {to = to, u = true, t = true}
+end
+local out, codes, jobs, u, i, nargs = {}, {}, 0, 5, 1, #ARGV
+while i <= nargs do
+  local due, kind, ttl = ARGV[i], kinds[ARGV[i + 1]], nil
+  i = i + 2
+  if kind.t then
+    ttl = ARGV[i]
+    i = i + 1
+  end
+  local n = tonumber(ARGV[i])
+  i = i + 1
+  jobs = jobs + 1
+  local ukey, old
+  if kind.u then
+    u = u + 1
+    ukey = KEYS[u]
+    old = taken[ukey] or held[u - 5]
+  end
   if old then
-    out[#out + 1] = {old, 1}
+    out[jobs] = old
+    codes[#codes + 1] = jobs
   else
-    local ok, res = pcall(add, due, ukey, ttl, to, f)
+    local ok, res = pcall(add, i, due, kind.to, n)
     if ok then
-      out[#out + 1] = {res, 0}
+      out[jobs] = res
+      if ukey then
+        taken[ukey] = res
+        if ttl then
+          redis.call('SET', ukey, res, 'PX', ttl)
+        else
+          keep[nkeep + 1] = ukey
+          keep[nkeep + 2] = res
+          nkeep = nkeep + 2
+        end
+      end
     else
       local msg = type(res) == 'table' and res.err or tostring(res)
-      if string.find(msg, 'OOM', 1, true) == 1 and #out == 0 then return redis.error_reply(msg) end
-      out[#out + 1] = {msg, 2}
+      if string.find(msg, 'OOM', 1, true) == 1 and jobs == 1 then return redis.error_reply(msg) end
+      out[jobs] = msg
+      codes[#codes + 1] = -jobs
     end
   end
+  i = i + n
 end
+if nd > 0 then
+  redis.call('HSET', KEYS[3], unpack(records))
+  redis.call('ZADD', KEYS[2], unpack(schedule))
+end
+if nkeep > 0 then redis.call('MSET', unpack(keep)) end
+if top then redis.call('XSETID', KEYS[1], top) end
+for _, c in ipairs(codes) do out[#out + 1] = c end
 return out
 `)
 

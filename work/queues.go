@@ -4,29 +4,45 @@ import (
 	"context"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // Queues lists the queues that exist in rdb's database: every baton job
 // stream (baton:{name}) and every queue with delayed or retrying jobs or dead
-// letters, sorted. It reads with SCAN, in pages, never KEYS.
+// letters, sorted. It reads with SCAN, in pages, never KEYS; on a Cluster it
+// scans every master, since each holds the queues of its hash slots.
 func Queues(ctx context.Context, rdb redis.Cmdable) ([]string, error) {
 	seen := map[string]bool{}
-	var cursor uint64
-	for {
-		keys, next, err := rdb.Scan(ctx, cursor, "baton:{*}*", 1000).Result()
-		if err != nil {
-			return nil, err
-		}
-		for _, k := range keys {
-			if q, ok := queueOf(k); ok {
-				seen[q] = true
+	var mu sync.Mutex
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		var cursor uint64
+		for {
+			keys, next, err := c.Scan(ctx, cursor, "baton:{*}*", 1000).Result()
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			for _, k := range keys {
+				if q, ok := queueOf(k); ok {
+					seen[q] = true
+				}
+			}
+			mu.Unlock()
+			if cursor = next; cursor == 0 {
+				return nil
 			}
 		}
-		if cursor = next; cursor == 0 {
-			break
-		}
+	}
+	var err error
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, rdb)
+	}
+	if err != nil {
+		return nil, err
 	}
 	out := make([]string, 0, len(seen))
 	for q := range seen {

@@ -56,6 +56,7 @@ func (r *rig) cron(interval time.Duration, args ...string) (stop func()) {
 // TestJobThatKillsItsRunner: dead-lettered as crashed after max_attempts,
 // and the queue behind it keeps flowing.
 func TestJobThatKillsItsRunner(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	job := r.script("job.sh", `p=$(cat)
 if [ "$p" = poison ]; then echo "taking my holder with me" >&2; kill -9 $PPID; sleep 5; fi
@@ -83,6 +84,7 @@ if [ "$p" = poison ]; then echo "taking my holder with me" >&2; kill -9 $PPID; s
 // once requeued, runs again; the id enqueue printed names it throughout: in
 // the job's environment on every attempt, in dead list/show/requeue.
 func TestDeadRequeue(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	ok := filepath.Join(r.dir, "fixed")
 	ran := filepath.Join(r.dir, "ran")
@@ -140,6 +142,7 @@ echo "$p" >> `+ran+"\n")
 // TestEnqueueRefusesLargePayload: exit 2, nothing added, a clear line; with
 // --skip-bad the others are added and the bad one is reported by line.
 func TestEnqueueRefusesLargePayload(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	input := "small\n" + strings.Repeat("x", 11) + "\nafter\n"
 	cmd := r.cmd("enqueue", "-q", "--max-payload", "10")
@@ -166,6 +169,7 @@ func TestEnqueueRefusesLargePayload(t *testing.T) {
 // show --json gives a UTF-8 payload as text and any other as base64, saying
 // which; HTML in a payload stays as it is (JSON escapes it).
 func TestDeadJSON(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	if out, _, code := r.baton("dead", "list", "--json"); code != 0 || strings.TrimSpace(out) != "[]" {
 		t.Fatalf("empty dead list --json: %d %q", code, out)

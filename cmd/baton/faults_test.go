@@ -14,6 +14,7 @@ import (
 // TestRedisDownTooLong: a holder whose Redis stays down past redis_down_exit
 // stops, exits 1 with one clear line naming no password, and frees its slot.
 func TestRedisDownTooLong(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	h := r.start("run", "--lifetime", "1m", "--redis-down-exit", "2s", "--", "/bin/true")
 	eventually(t, 10*time.Second, "holder up", func() bool { return held(r.status().Run) == 1 })
@@ -42,6 +43,7 @@ func TestRedisDownTooLong(t *testing.T) {
 // TestRedisRestartCarriesOn: Redis restarted with appendonly mid-run: the
 // holder carries on; every job runs, none twice, nothing left behind.
 func TestRedisRestartCarriesOn(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, redistest.Appendonly)
 	ran := filepath.Join(r.dir, "ran")
 	job := r.script("job.sh", "cat >> "+ran+"; echo >> "+ran+"; sleep 0.01\n")
@@ -75,6 +77,7 @@ func TestRedisRestartCarriesOn(t *testing.T) {
 // never acknowledge a job: it refuses to start with one line naming the
 // cause, runs nothing, and the job stays queued.
 func TestScriptingDisabled(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, redistest.Option{"--rename-command", "EVALSHA", "", "--rename-command", "EVAL", ""})
 	ran := filepath.Join(r.dir, "ran")
 	r.baton("enqueue", "job-1")
@@ -93,6 +96,7 @@ func TestScriptingDisabled(t *testing.T) {
 // TestStatusShowsOOM: at maxmemory status says so, with the hint; with an
 // eviction policy it warns that jobs may be evicted.
 func TestStatusShowsOOM(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, redistest.Option{"--maxmemory", "1", "--maxmemory-policy", "noeviction"})
 	out, _, _ := r.baton("status")
 	if !strings.Contains(out, "redis OUT OF MEMORY") || !strings.Contains(out, "hint: give Redis headroom") {

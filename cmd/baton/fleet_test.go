@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -36,6 +39,7 @@ func (r *rig) leases(q string, n int) []lock.Record {
 // end records); the queue drains, on more than one host, and every job sees
 // its host and its holder's fencing token.
 func TestFleetSharesSlots(t *testing.T) {
+	t.Parallel()
 	const slots, jobs = 2, 40
 	r := newRig(t)
 	events := filepath.Join(r.dir, "events")
@@ -202,41 +206,61 @@ func heldRecs(rs []lock.Record) (n int) {
 	return n
 }
 
-// TestFleetSelfFence: a holder whose host is cut off from Redis (a
-// blackholed proxy) kills its job and exits by its renew deadline, before
-// its lease expires; once the lease expires a holder on another host takes
-// the slot and replays the job, which the slot (not the host) left pending.
+// TestFleetSelfFence: a host partitioned from Redis (internal/faultproxy)
+// for 3 × lease_ttl. Its holder kills its running job and exits by its renew
+// deadline, before its lease expires; once the lease expires a holder on
+// another host takes the slot and replays both jobs, which the slot (not the
+// host) left pending: the one killed, and the one that finished during the
+// partition but whose acknowledgement was held in the network. When the
+// partition heals, that acknowledgement and any other late write reach
+// Redis and are fenced: the entries stay pending for the new holder, which
+// acknowledges them; nothing is lost.
 func TestFleetSelfFence(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	px, err := faultproxy.Start(r.redis.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer px.Close()
-	events := filepath.Join(r.dir, "events")
-	job := r.script("job.sh", `cat >/dev/null
-echo "start $BATON_HOST $BATON_FENCE $$" >> `+events+`
-if [ "$BATON_HOST" = cut ]; then sleep 60; fi
-echo "end $BATON_HOST" >> `+events+"\n")
+	events, goFile, release := filepath.Join(r.dir, "events"), filepath.Join(r.dir, "go"), filepath.Join(r.dir, "release")
+	// On host cut, x runs until killed and y until the test says go; on
+	// host other, y waits for release (a slot replays one entry at a time:
+	// x first, the oldest).
+	job := r.script("job.sh", `p=$(cat)
+echo "start $BATON_HOST $BATON_FENCE $$ $p" >> `+events+`
+if [ "$BATON_HOST" = cut ] && [ "$p" = x ]; then sleep 60; fi
+while [ "$BATON_HOST" = cut ] && [ ! -e `+goFile+` ]; do sleep 0.02; done
+while [ "$BATON_HOST" = other ] && [ "$p" = y ] && [ ! -e `+release+` ]; do sleep 0.02; done
+echo "end $BATON_HOST $p" >> `+events+"\n")
 	const ttl = 1500 * time.Millisecond
 	common := []string{"--slots", "1", "--standby-slots", "0", "--lease-ttl", ttl.String(), "--lease-renew", "200ms",
-		"--lifetime", "1m", "--redis-down-exit", "1m", "--", job}
+		"--lifetime", "1m", "--redis-down-exit", "1m", "--concurrency", "2", "--", job}
 	cut := r.start(r.fleetArgs("cut", append([]string{"--redis-url", "redis://" + px.Addr + "/0"}, common...)...)...)
 	eventually(t, 10*time.Second, "the holder on host cut takes the lease", func() bool { return published(r.leases("default", 1)) == 1 })
-	if _, errOut, code := r.baton("enqueue", "x"); code != 0 {
+	if _, errOut, code := r.baton("enqueue", "x", "y"); code != 0 {
 		t.Fatal(errOut)
 	}
 	var jobPID int
-	eventually(t, 10*time.Second, "the job starts on host cut", func() bool {
+	var cutFence string
+	eventually(t, 10*time.Second, "both jobs start on host cut", func() bool {
 		l := readLines(t, events)
-		if len(l) == 0 {
+		if len(l) < 2 {
 			return false
 		}
-		jobPID, _ = strconv.Atoi(strings.Fields(l[0])[3])
+		for _, e := range l {
+			if f := strings.Fields(e); f[4] == "x" {
+				jobPID, _ = strconv.Atoi(f[3])
+				cutFence = f[2]
+			}
+		}
 		return true
 	})
-	px.Blackhole(true)
+	px.Partition(true)
 	at := time.Now()
+	if err := os.WriteFile(goFile, nil, 0o644); err != nil { // y ends; its ack waits in the partition
+		t.Fatal(err)
+	}
 	code := cut.wait(t, 2*ttl)
 	fenced := time.Since(at)
 	lease := r.leases("default", 1)[0]
@@ -252,29 +276,200 @@ echo "end $BATON_HOST" >> `+events+"\n")
 	})
 	t.Logf("cut-off holder exited %s after the cut, its lease had %s left", fenced, lease.ExpiresIn)
 
-	// Another host takes the slot once the lease expires and replays the job.
+	// Another host takes the slot once the lease expires and replays both
+	// jobs: x ends, y waits there for release.
 	stop := r.cron(200*time.Millisecond, r.fleetArgs("other", common...)...)
 	defer stop()
-	eventually(t, 10*time.Second, "host other replays the job", func() bool {
-		s := r.status("--lock-backend", "redis", "--slots", "1", "--standby-slots", "0")
-		return s.Jobs.Done == 1 && s.Jobs.Pending == 0
+	eventually(t, 10*time.Second, "host other replays both jobs", func() bool {
+		n := 0
+		for _, e := range readLines(t, events) {
+			if strings.HasPrefix(e, "start other") {
+				n++
+			}
+		}
+		return n == 2
 	})
-	l := readLines(t, events)
-	if len(l) != 3 || !strings.HasPrefix(l[1], "start other") || l[2] != "end other" {
-		t.Errorf("job records %q: want the job started on cut, then run on other", l)
-	}
+	replayed := time.Since(at)
 	stop()
-	px.Blackhole(false)
+
+	// The partition heals after 3 × TTL: cut's late writes reach Redis.
+	mon := monitor(t, r.redis.Addr)
+	time.Sleep(time.Until(at.Add(3 * ttl)))
+	px.Partition(false)
+	healed := time.Now()
+	leaseKey := `"` + lock.LeaseKey("default", lock.RoleRun, 0) + `"`
+	var late string
+	var arrived time.Duration
+	eventually(t, 5*time.Second, "host cut's late writes reach Redis", func() bool {
+		for _, l := range mon.lines() {
+			if strings.Contains(l, `"evalsha"`) && strings.Contains(l, leaseKey) && strings.HasSuffix(l, `"`+cutFence+`"`) {
+				late, arrived = l, time.Since(healed)
+				return true
+			}
+		}
+		return false
+	})
+	time.Sleep(300 * time.Millisecond) // what else was held arrives too
+	if s := r.status("--lock-backend", "redis", "--slots", "1", "--standby-slots", "0"); s.Jobs.Done != 1 || s.Jobs.Pending != 1 {
+		t.Fatalf("after cut's late writes: %+v, want x done and y pending for the new holder: a late write was not fenced", *s.Jobs)
+	}
+	t.Logf("replayed on host other %s after the cut; partition healed after %s; a late write with token %s arrived within %s and was fenced: %.160s",
+		replayed.Round(time.Millisecond), healed.Sub(at).Round(time.Millisecond), cutFence, arrived.Round(time.Millisecond), late)
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "host other acknowledges both jobs", func() bool {
+		s := r.status("--lock-backend", "redis", "--slots", "1", "--standby-slots", "0")
+		return s.Jobs.Done == 2 && s.Jobs.Pending == 0 && s.Jobs.Waiting == 0
+	})
 	time.Sleep(500 * time.Millisecond) // the last candidates set up their signal handlers
 	r.drainAll(1)
+}
+
+// monitored is a MONITOR connection's lines, read by its own goroutine
+// until the test ends.
+type monitored struct {
+	mu sync.Mutex
+	l  []string
+}
+
+func (m *monitored) lines() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.l...)
+}
+
+// monitor streams every command Redis at addr runs from now on.
+func monitor(t *testing.T, addr string) *monitored {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if _, err := c.Write([]byte("MONITOR\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	if l, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(l, "+OK") {
+		t.Fatalf("MONITOR: %q %v", l, err)
+	}
+	m := &monitored{}
+	go func() {
+		for {
+			l, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			m.mu.Lock()
+			m.l = append(m.l, strings.TrimSpace(l))
+			m.mu.Unlock()
+		}
+	}()
+	return m
+}
+
+// TestFleetHostLost: every holder on one host is kill -9'd mid-job. Its run
+// slots are re-held by standbys on another host, and the jobs it left
+// pending are replayed there, within lease_ttl + 1s of the kill.
+func TestFleetHostLost(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	events := filepath.Join(r.dir, "events")
+	job := r.script("job.sh", `p=$(cat)
+echo "start $BATON_HOST $BATON_FENCE $p" >> `+events+`
+if [ "$BATON_HOST" = doomed ]; then sleep 60; fi
+sleep 0.05
+echo "end $BATON_HOST $p" >> `+events+"\n")
+	const ttl = 1500 * time.Millisecond
+	common := []string{"--slots", "4", "--standby-slots", "4", "--lease-ttl", ttl.String(), "--lease-renew", "250ms",
+		"--lifetime", "1m", "--standby-wait", "1m", "--poll-interval", "100ms", "--concurrency", "1", "--", job}
+	var doomed []*process
+	for i := 0; i < 2; i++ {
+		doomed = append(doomed, r.start(r.fleetArgs("doomed", common...)...))
+		eventually(t, 10*time.Second, "host doomed holds a run lease", func() bool { return published(r.leases("default", 4)) == i+1 })
+	}
+	for i := 0; i < 4; i++ { // two holders and two standbys on host other
+		r.start(r.fleetArgs("other", common...)...)
+		if i < 2 {
+			eventually(t, 10*time.Second, "host other holds a run lease", func() bool { return published(r.leases("default", 4)) == 3+i })
+		}
+	}
+	eventually(t, 10*time.Second, "two standbys wait on host other", func() bool {
+		return heldRecs(r.recordsOf(lock.NewLeaseSet(r.redis.Client(), "default", lock.RoleStandby, 4, lock.LeaseOptions{}))) == 2
+	})
+	payloads := []string{"enqueue", "-q"}
+	for i := 0; i < 10; i++ {
+		payloads = append(payloads, "p"+strconv.Itoa(i))
+	}
+	if _, errOut, code := r.baton(payloads...); code != 0 {
+		t.Fatal(errOut)
+	}
+	stuck := map[string]bool{} // the jobs running on host doomed
+	eventually(t, 10*time.Second, "both holders on host doomed run a job", func() bool {
+		for _, e := range readLines(t, events) {
+			if f := strings.Fields(e); f[0] == "start" && f[1] == "doomed" {
+				stuck[f[3]] = true
+			}
+		}
+		return len(stuck) == 2
+	})
+	var slotsLost []int
+	for _, l := range r.leases("default", 4) {
+		if l.Host == "doomed" {
+			slotsLost = append(slotsLost, l.Slot)
+		}
+	}
+	for _, p := range doomed {
+		_ = p.cmd.Process.Kill()
+	}
+	at := time.Now()
+	reheld := map[int]time.Duration{}
+	replayed := map[string]time.Duration{}
+	for end := at.Add(3 * (ttl + time.Second)); time.Now().Before(end) && (len(reheld) < len(slotsLost) || len(replayed) < len(stuck)); time.Sleep(10 * time.Millisecond) {
+		ls := r.leases("default", 4)
+		for _, i := range slotsLost {
+			if _, ok := reheld[i]; !ok && ls[i].Held && ls[i].Host == "other" {
+				reheld[i] = time.Since(at)
+			}
+		}
+		for _, e := range readLines(t, events) {
+			if f := strings.Fields(e); f[0] == "start" && f[1] == "other" && stuck[f[3]] {
+				if _, ok := replayed[f[3]]; !ok {
+					replayed[f[3]] = time.Since(at)
+				}
+			}
+		}
+	}
+	t.Logf("host doomed kill -9'd with slots %v and jobs %v: slots re-held after %v, jobs replayed after %v (lease_ttl %s)",
+		slotsLost, stuck, reheld, replayed, ttl)
+	if len(reheld) < len(slotsLost) || len(replayed) < len(stuck) {
+		t.Fatalf("after %s: slots re-held %v of %v, jobs replayed %v of %v", 3*(ttl+time.Second), reheld, slotsLost, replayed, stuck)
+	}
+	for i, d := range reheld {
+		if d > ttl+time.Second {
+			t.Errorf("run slot %d re-held %s after the kill, want within lease_ttl + 1s = %s", i, d, ttl+time.Second)
+		}
+	}
+	for p, d := range replayed {
+		if d > ttl+time.Second {
+			t.Errorf("job %s replayed %s after the kill, want within lease_ttl + 1s = %s", p, d, ttl+time.Second)
+		}
+	}
+	eventually(t, 10*time.Second, "every job is done", func() bool {
+		s := r.status("--lock-backend", "redis", "--slots", "4", "--standby-slots", "4")
+		return s.Jobs.Done == 10 && s.Jobs.Pending == 0 && s.Jobs.Waiting == 0
+	})
+	r.drainAll(2)
 }
 
 // TestFleetPausedHolderIsFenced: a holder stopped (SIGSTOP) mid-job past its
 // lease TTL loses the slot to a holder on another host, which runs the job
 // again and acknowledges it; resumed, the stopped holder writes nothing (its
-// writes are fenced, or its renew deadline, judged on the boot clock, has
-// already passed) and exits 1.
+// writes are fenced, its renew deadline, judged on the boot clock, has
+// already passed, or its next renewal finds the lease taken) and exits 1.
 func TestFleetPausedHolderIsFenced(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	events := filepath.Join(r.dir, "events")
 	job := r.script("job.sh", `cat >/dev/null
@@ -302,8 +497,11 @@ echo "end $BATON_HOST $BATON_FENCE" >> `+events+"\n")
 		t.Fatalf("resumed holder exit %d, want 1:\n%s", code, paused.log())
 	}
 	t.Logf("resumed holder: %s", lastLine(paused.log()))
-	if !strings.Contains(paused.log(), "fenced") && !strings.Contains(paused.log(), "renew deadline") {
-		t.Errorf("resumed holder's log says neither fenced nor renew deadline:\n%s", paused.log())
+	// Which it sees first is a race on resume: its renew deadline (on the
+	// boot clock), its next renewal finding the lease taken, or a write
+	// fenced by Redis. Each one stops it without a write.
+	if l := paused.log(); !strings.Contains(l, "fenced") && !strings.Contains(l, "renew deadline") && !strings.Contains(l, "lease lost") {
+		t.Errorf("resumed holder's log says neither fenced, nor renew deadline, nor lease lost:\n%s", l)
 	}
 	if s := r.status("--lock-backend", "redis", "--slots", "1", "--standby-slots", "0"); s.Jobs.Done != 1 || s.Jobs.Pending != 0 || s.Jobs.Waiting != 0 {
 		t.Errorf("after the resumed holder left: %+v, want 1 done, nothing pending", *s.Jobs)
@@ -336,6 +534,7 @@ func lastLine(s string) string {
 // slots exits 0 without asking Redis (here it could not: its Redis URL
 // points nowhere), while a host with room takes a lease.
 func TestFleetMaxPerHost(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	job := r.script("job.sh", "cat >/dev/null\n")
 	common := []string{"--slots", "3", "--standby-slots", "0", "--max-per-host", "1", "--lifetime", "1m", "--", job}

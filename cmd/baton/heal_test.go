@@ -19,6 +19,7 @@ import (
 // and replays the job, which completes. Nothing is killed before the
 // deadline plus margin.
 func TestFrozenHolderIsHealed(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		standby bool // a standby waits; else a candidate comes after the deadline
@@ -112,6 +113,7 @@ func waitLine(t *testing.T, path string, i int, within time.Duration) []string {
 // deadline + margin + its one-second look; the slot's next holder replays
 // the frozen holder's job.
 func TestFrozenHolderHealedBySibling(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	events := filepath.Join(r.dir, "events")
 	job := hangOnce(r, events)
@@ -170,6 +172,7 @@ echo "end $BATON_JOB_ID" >> `+events+"\n")
 // plus standby.StandbyGrace): once past it and the margin, the next
 // candidate that finds every slot taken kills it and stands by itself.
 func TestFrozenStandbyIsHealed(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	args := []string{"run", "--lifetime", "1m", "--standby-wait", "2s", "--poll-interval", "100ms", "--", "true"}
 	standbys, _ := lock.NewFileSet(r.locks, "default", lock.RoleStandby, 1)

@@ -61,6 +61,7 @@ func gone(pid int) bool {
 // job left running, and never the other deployment's job, although both
 // carry the same BATON_QUEUE and BATON_SLOT.
 func TestSweepKeepsToItsDeployment(t *testing.T) {
+	t.Parallel()
 	prod := newRig(t)
 	staging := &rig{t: t, redis: prod.redis, dir: prod.dir, locks: filepath.Join(prod.dir, "staging-locks"),
 		extraEnv: []string{"BATON_REDIS_URL=redis://" + prod.redis.Addr + "/1"}}
@@ -116,6 +117,7 @@ wait
 // session, a double fork) are killed when the job ends, while the holder goes
 // on; one that also scrubbed its environment is killed when the holder exits.
 func TestEscapedJobProcessesAreKilled(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	pids, d := filepath.Join(r.dir, "pids"), filepath.Join(r.dir, "daemon")
 	job := r.script("job.sh", `p=$(cat)
@@ -152,6 +154,7 @@ esac
 // the background still holds its stdout (and stdin, with a payload larger
 // than a pipe holds) is done: acked once, never retried; the child is gone.
 func TestExitZeroWithBackgroundChild(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	pids := filepath.Join(r.dir, "pids")
 	runs := filepath.Join(r.dir, "runs")
@@ -189,6 +192,7 @@ echo done
 // TestJobEnvironmentHasNoSecrets: a job sees its own BATON_* variables and
 // never baton's: not the Redis URL (nor its password), not BATON_SPAWNED.
 func TestJobEnvironmentHasNoSecrets(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	const password = "s3cret-pw-4711"
 	if err := r.redis.Client().ConfigSet(t.Context(), "requirepass", password).Err(); err != nil {
@@ -222,6 +226,7 @@ func TestJobEnvironmentHasNoSecrets(t *testing.T) {
 // only its own orphans: a daemon the other, still running, job started (and
 // that the holder adopted) lives until that job ends.
 func TestRunningJobKeepsItsDaemon(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	pids, release := filepath.Join(r.dir, "pids"), filepath.Join(r.dir, "release")
 	ran := filepath.Join(r.dir, "ran")

@@ -23,6 +23,7 @@ import (
 // holder (process names, sampled), the holder keeps its slot (restored file,
 // record, status), nothing is killed, and no job runs twice.
 func TestLockFileRemovedUnderHolder(t *testing.T) {
+	t.Parallel()
 	removeFile := func(locks string) error { return os.Remove(filepath.Join(locks, "default.run.0")) }
 	// rm may fail (directory not empty) when a holder restores its file
 	// while rm runs: it removed the dir all the same.
@@ -146,6 +147,7 @@ func (r *rig) sampleRunHolders() (stop func() int) {
 // the holder says so once at error, keeps working and retrying, and says
 // when the record is back.
 func TestStatusShowsHolderWithoutRecord(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	if err := os.MkdirAll(filepath.Join(r.locks, "default.run.0.json"), 0o750); err != nil {
 		t.Fatal(err)

@@ -42,6 +42,7 @@ func TestMain(m *testing.M) {
 // TestScripts runs the CLI scripts in testdata/script, each against its own
 // redis-server ($BATON_REDIS_URL) and lock dir ($LOCKS).
 func TestScripts(t *testing.T) {
+	t.Parallel()
 	testscript.Run(t, testscript.Params{
 		Dir: "testdata/script",
 		Setup: func(env *testscript.Env) error {
@@ -75,7 +76,12 @@ type process struct {
 }
 
 func newRig(t *testing.T, opts ...redistest.Option) *rig {
-	r := &rig{t: t, redis: redistest.Start(t, opts...), dir: t.TempDir()}
+	return rigOn(t, redistest.Start(t, opts...))
+}
+
+// rigOn is a rig on a Redis already started.
+func rigOn(t *testing.T, srv *redistest.Server) *rig {
+	r := &rig{t: t, redis: srv, dir: t.TempDir()}
 	r.locks = filepath.Join(r.dir, "locks")
 	t.Cleanup(func() {
 		r.mu.Lock()

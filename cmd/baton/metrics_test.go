@@ -17,6 +17,7 @@ import (
 // each scrape (baton_up goes to 0 when Redis stops, and the server stays
 // up), and exits 0 on SIGTERM.
 func TestMetricsListen(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	r.baton("enqueue", "a", "b", "c")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -67,6 +68,7 @@ func TestMetricsListen(t *testing.T) {
 // refresh (NDJSON) with rates and slot events, takes no slot, and exits 0
 // on SIGINT.
 func TestStatusWatch(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	r.baton("enqueue", "a", "b")
 	cmd := r.cmd("status", "--watch", "--json", "--interval", "200ms")
@@ -113,6 +115,7 @@ func TestStatusWatch(t *testing.T) {
 // TestMetricsFile: a holder with metrics_file rewrites it (atomically, no
 // temporary file left) with the queue's metrics while it runs.
 func TestMetricsFile(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	r.baton("enqueue", "a", "b")
 	path := filepath.Join(r.dir, "baton.prom")

@@ -38,6 +38,7 @@ func python(t *testing.T) string {
 // concurrency 2, its output is logged, and at the end of the lifetime each
 // child gets stop and the holder exits 0 without waiting out the grace.
 func TestPersistentPythonExample(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	const jobs = 300
 	var in strings.Builder
@@ -69,6 +70,7 @@ func TestPersistentPythonExample(t *testing.T) {
 // a binary payload and the environment of an exec job, without baton's
 // secrets; its children die with a holder killed by kill -9.
 func TestPersistentShellWorker(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	r.extraEnv = []string{"BATON_SPAWNED=1"}
 	out := filepath.Join(r.dir, "out")
@@ -114,6 +116,7 @@ func TestPersistentShellWorker(t *testing.T) {
 // TestPersistentWorkerCannotStart: exit 1 with the worker's stderr, after a
 // few tries with backoff; the job stays queued.
 func TestPersistentWorkerCannotStart(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	r.baton("enqueue", "x")
 	h := r.start("run", "--persistent", "--lifetime", "1m", "--", python(t), "-c", "import no_such_module_here")
@@ -131,6 +134,7 @@ func TestPersistentWorkerCannotStart(t *testing.T) {
 // TestPersistentStatusChildren: a persistent holder's record lists its
 // children (pid, jobs served, RSS), and status shows them under its slot.
 func TestPersistentStatusChildren(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	const jobs = 20
 	cmd := r.cmd("enqueue", "-q")

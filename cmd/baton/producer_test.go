@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 // runs a unique job does not leave the key held forever: the job is replayed,
 // and the key is freed when it is finally done.
 func TestUniqueKeyFreedAfterHolderKilled(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	once := filepath.Join(r.dir, "killed-once")
 	ran := filepath.Join(r.dir, "ran")
@@ -42,6 +44,7 @@ if [ ! -e `+once+` ]; then touch `+once+`; kill -9 $PPID; sleep 5; fi
 // holders are killed with kill -9 every 300ms (from 1s to 3s after the
 // enqueue; due at 1.5s): every job runs, none is left scheduled, none lost.
 func TestDelayedJobsSurviveKilledHolders(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	ran := filepath.Join(r.dir, "ran")
 	job := r.script("job.sh", `printf '%s\n' "$(cat)" >> `+ran+"\n")
@@ -92,6 +95,7 @@ func TestDelayedJobsSurviveKilledHolders(t *testing.T) {
 // reject_exit_codes) is dead-lettered at once as rejected; one that exits 3
 // is retried; a job's own --timeout is enforced for exec jobs too.
 func TestRejectExitCodes(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	job := r.script("job.sh", `case "$(cat)" in
 reject) echo "bad input" >&2; exit 65;;
@@ -116,5 +120,35 @@ esac
 	}
 	if d := reasons["timeout"]; d.Attempts != 1 {
 		t.Fatalf("timeout: %+v, want 1 attempt after its own 200ms timeout", d)
+	}
+}
+
+// TestJobFindsDelayedAndPriorityJobs: `baton job ID` finds a delayed job and
+// jobs of every level by the id `baton enqueue` printed.
+func TestJobFindsDelayedAndPriorityJobs(t *testing.T) {
+	r := newRig(t)
+	for _, c := range []struct {
+		args            []string
+		state, priority string
+	}{
+		{[]string{"--in", "1h"}, "scheduled", ""},
+		{[]string{"--priority", "high"}, "waiting", "high"},
+		{[]string{"--priority", "low", "--in", "1h"}, "scheduled", ""},
+		{[]string{"--priority", "low"}, "waiting", "low"},
+		{nil, "waiting", ""},
+	} {
+		out, errOut, code := r.baton(append(append([]string{"enqueue"}, c.args...), "payload")...)
+		id := strings.TrimSpace(out)
+		if code != 0 || id == "" {
+			t.Fatalf("enqueue %v: exit %d %s", c.args, code, errOut)
+		}
+		out, errOut, code = r.baton("job", "--lock-dir", r.locks, "--json", id)
+		var loc struct{ ID, State, Priority string }
+		if err := json.Unmarshal([]byte(out), &loc); code != 0 || err != nil {
+			t.Fatalf("job %s: exit %d %v %s", id, code, err, errOut)
+		}
+		if loc.ID != id || loc.State != c.state || loc.Priority != c.priority {
+			t.Fatalf("enqueue %v, then job %s: %+v, want %s %q", c.args, id, loc, c.state, c.priority)
+		}
 	}
 }

@@ -50,6 +50,7 @@ func (r *rig) killHolders(q string) {
 // TestCandidatesAtOnce: 3N+5 candidates started at once against N run and N
 // standby slots: N consume, N stand by, the rest exit 0 at once.
 func TestCandidatesAtOnce(t *testing.T) {
+	t.Parallel()
 	const n = 3
 	r := newRig(t)
 	slots := filepath.Join(r.dir, "slots")
@@ -138,6 +139,7 @@ func TestCandidatesAtOnce(t *testing.T) {
 // the killed holder's child does not outlive it (Pdeathsig), nor what that
 // child started (the slot's next holder kills it).
 func TestKill9HolderMidJob(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	events := filepath.Join(r.dir, "events")
 	job := r.script("job.sh", `p=$(cat)
@@ -216,6 +218,7 @@ echo "end $BATON_JOB_ID" >> `+events+"\n")
 // TestQuietAtWarn: at --log-level warn, a lifetime that goes to plan (a job
 // done, the lifetime over) prints nothing, so cron sends no mail.
 func TestQuietAtWarn(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	job := r.script("job.sh", "cat >/dev/null\n")
 	if _, errOut, code := r.baton("enqueue", "a"); code != 0 {
@@ -232,6 +235,7 @@ func TestQuietAtWarn(t *testing.T) {
 
 // TestSigtermMidJob: the job finishes, is acked once, the holder exits 0.
 func TestSigtermMidJob(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	events := filepath.Join(r.dir, "events")
 	job := r.script("job.sh", "cat >/dev/null; echo start >> "+events+"; sleep 1; echo end >> "+events+"\n")
@@ -254,6 +258,7 @@ func TestSigtermMidJob(t *testing.T) {
 // TestTenThousandExecJobs: 10,000 jobs through 4 slots fed by one spawn=4
 // candidate; all done, stream empty, nothing pending.
 func TestTenThousandExecJobs(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("-short: 10,000 exec jobs")
 	}
@@ -289,6 +294,7 @@ func TestTenThousandExecJobs(t *testing.T) {
 // log format asked for) naming the address without its password, with a
 // hint; no slot left held.
 func TestRedisUnreachable(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	cmd := r.cmd("run", "--redis-url", "redis://:hunter2@127.0.0.1:1/0", "--log-format", "json", "--", "/bin/true")
 	var errb strings.Builder
@@ -316,6 +322,7 @@ func TestRedisUnreachable(t *testing.T) {
 // TestStandbyTimesOut: a standby that is never promoted leaves after
 // standby_wait with exit 0 and frees its slot.
 func TestStandbyTimesOut(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	h := r.start("run", "--lifetime", "1m", "--", "/bin/true")
 	eventually(t, 10*time.Second, "holder up", func() bool { return held(r.status().Run) == 1 })
@@ -333,6 +340,7 @@ func TestStandbyTimesOut(t *testing.T) {
 // TestGraceEndKillsExecJob: a job that ignores SIGTERM cannot keep its holder
 // past lifetime + shutdown_grace: it is killed, stays pending, exit 0.
 func TestGraceEndKillsExecJob(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	pidFile := filepath.Join(r.dir, "pid")
 	job := r.script("job.sh", "trap '' TERM; echo $$ > "+pidFile+"; while :; do sleep 0.1; done\n")
@@ -356,6 +364,7 @@ func TestGraceEndKillsExecJob(t *testing.T) {
 // TestHardDeadline: a Go handler that ignores its context cannot be stopped,
 // so the process leaves by lifetime + shutdown_grace + a margin, exit 1.
 func TestHardDeadline(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	r.extraEnv = []string{testHandler + "=hang"}
 	r.baton("enqueue", "x")

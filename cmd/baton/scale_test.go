@@ -3,9 +3,12 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -99,6 +102,7 @@ func scaleArgs(q string, slots, keep int, extra ...string) []string {
 // exactly the 2 free slots, never more; when the queue is empty they leave
 // after idle_exit and the kept holder stays.
 func TestScaleUpBoundedByFreeSlots(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	t.Cleanup(func() { r.killHolders("b") })
 	job := r.script("job.sh", "cat >/dev/null; sleep 0.02\n")
@@ -152,6 +156,7 @@ func TestScaleUpBoundedByFreeSlots(t *testing.T) {
 // TestNoScaleFromDrainingHolder: a holder told to stop (SIGTERM) while a job
 // runs sees a backlog and starts no one.
 func TestNoScaleFromDrainingHolder(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	started := r.dir + "/started"
 	job := r.script("job.sh", "read p; if [ \"$p\" = slow ]; then touch "+started+"; sleep 4; fi\n")
@@ -182,6 +187,7 @@ func TestNoScaleFromDrainingHolder(t *testing.T) {
 // killed, the idle holder just above it stays (it covers k), and the top one
 // leaves.
 func TestScaleDownNeverBelowK(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	t.Cleanup(func() { r.killHolders("k") })
 	job := r.script("job.sh", "cat >/dev/null; sleep 0.02\n")
@@ -222,6 +228,7 @@ func TestScaleDownNeverBelowK(t *testing.T) {
 // its standby slot while holders scale up and down, no scale-up candidate
 // takes a standby slot, and it is promoted when the kept holder dies.
 func TestScaleKeepsStandbyPool(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	t.Cleanup(func() { r.killHolders("s") })
 	job := r.script("job.sh", "cat >/dev/null; sleep 0.02\n")
@@ -246,4 +253,104 @@ func TestScaleKeepsStandbyPool(t *testing.T) {
 	eventually(t, 5*time.Second, "the standby is promoted to run-0", func() bool {
 		return r.slotTable("s", lock.RoleRun, 3)[0].PID == sb.cmd.Process.Pid
 	})
+}
+
+// TestFleetScaleUsesLeases: min_slots 1 of 3 slots as fleet leases, on two
+// simulated hosts. Cron's candidates keep the fleet's lowest lease (one
+// holder on h1, a standby lease on h2), not a flock per host; a burst
+// scales up to every run lease and never past 3 holders or 3 jobs at once
+// (the jobs' own records); the standby lease stays with its standby; when
+// the queue is empty the scaled holders leave and one lease stays held.
+func TestFleetScaleUsesLeases(t *testing.T) {
+	t.Parallel()
+	const slots, jobs = 3, 300
+	r := newRig(t)
+	events := filepath.Join(r.dir, "events")
+	job := r.script("job.sh", `cat >/dev/null
+echo "s $(date +%s%N) $BATON_SLOT" >> `+events+`
+sleep 0.02
+echo "e $(date +%s%N) $BATON_SLOT" >> `+events+"\n")
+	flags := []string{"--slots", strconv.Itoa(slots), "--min-slots", "1", "--standby-slots", "1", "--lifetime", "1m",
+		"--scale-up-backlog", "10", "--scale-up-age", "0s", "--idle-exit", "1s", "--poll-interval", "50ms",
+		"--lease-ttl", "6s", "--lease-renew", "500ms", "--", job}
+	t.Cleanup(func() { r.drainAll(0) })
+	kept := r.start(r.fleetArgs("h1", flags...)...)
+	eventually(t, 10*time.Second, "h1 holds the fleet's kept run lease", func() bool {
+		rs := r.leases("default", slots)
+		return rs[0].Held && rs[0].PID == kept.cmd.Process.Pid
+	})
+	sb := r.start(r.fleetArgs("h2", flags...)...)
+	standbyLease := func() lock.Record {
+		return r.recordsOf(lock.NewLeaseSet(r.redis.Client(), "default", lock.RoleStandby, 1, lock.LeaseOptions{}))[0]
+	}
+	eventually(t, 10*time.Second, "h2 holds the standby lease", func() bool {
+		l := standbyLease()
+		return l.Held && l.PID == sb.cmd.Process.Pid
+	})
+	for _, h := range []string{"h1", "h2"} {
+		if got := heldSlots(r.recordsOf(lock.NewFileSet(filepath.Join(r.dir, "locks-"+h), "default", lock.RoleRun, slots))); len(got) > 0 {
+			t.Fatalf("%s: flock run slots %v held in fleet mode: the kept slots must be leases", h, got)
+		}
+	}
+
+	var most atomic.Int64
+	quit, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			if n := int64(heldRecs(r.leases("default", slots))); n > most.Load() {
+				most.Store(n)
+			}
+			select {
+			case <-quit:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	r.enqueueN("default", jobs)
+	eventually(t, 15*time.Second, "every run lease held", func() bool { return heldRecs(r.leases("default", slots)) == slots })
+	eventually(t, 60*time.Second, "the queue drained", func() bool {
+		return r.status("--lock-backend", "redis", "--slots", strconv.Itoa(slots)).Jobs.Done == jobs
+	})
+	eventually(t, 15*time.Second, "back to the kept holder", func() bool { return heldRecs(r.leases("default", slots)) == 1 })
+	close(quit)
+	<-sampled
+	if m := most.Load(); m > slots {
+		t.Errorf("%d run leases held at once, want at most %d", m, slots)
+	}
+	if rs := r.leases("default", slots); !rs[0].Held || rs[0].PID != kept.cmd.Process.Pid {
+		t.Errorf("run-0 lease %+v: want the kept holder (pid %d)", rs[0], kept.cmd.Process.Pid)
+	}
+	if l := standbyLease(); !l.Held || l.PID != sb.cmd.Process.Pid {
+		t.Errorf("standby lease %+v: want the standby (pid %d) throughout", l, sb.cmd.Process.Pid)
+	}
+	if ups := scaleUps(t, kept.log()); len(ups) == 0 {
+		t.Errorf("no scale-up logged:\n%s", kept.log())
+	}
+
+	type ev struct {
+		at    int64
+		start bool
+	}
+	var evs []ev
+	for _, l := range readLines(t, events) {
+		f := strings.Fields(l)
+		at, _ := strconv.ParseInt(f[1], 10, 64)
+		evs = append(evs, ev{at, f[0] == "s"})
+	}
+	sort.Slice(evs, func(i, j int) bool { return evs[i].at < evs[j].at || evs[i].at == evs[j].at && !evs[i].start })
+	running, peak := 0, 0
+	for _, e := range evs {
+		if e.start {
+			running++
+		} else {
+			running--
+		}
+		peak = max(peak, running)
+	}
+	if peak > slots {
+		t.Errorf("%d jobs ran at once across the fleet, want at most %d", peak, slots)
+	}
+	t.Logf("at most %d leases and %d jobs at once", most.Load(), peak)
 }

@@ -64,6 +64,7 @@ func browse(t *testing.T, bin, home, u string, args ...string) string {
 // did under the CSP), a job lookup and the dead letter's page; it saves
 // screenshots (-web.screenshots=docs/img to keep them: make screenshots).
 func TestWebBrowser(t *testing.T) {
+	t.Parallel()
 	bin := chromium(t)
 	w := newWebRig(t, false)
 	home := t.TempDir()

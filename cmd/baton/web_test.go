@@ -90,6 +90,7 @@ func newWebRig(t *testing.T, actions bool) *webRig {
 // security headers; an action is refused without the token and done with
 // it, and logged.
 func TestWebHTTP(t *testing.T) {
+	t.Parallel()
 	w := newWebRig(t, true)
 	res, err := http.Get(w.url + "/")
 	if err != nil {

@@ -7,7 +7,10 @@
 //
 // A short run is part of `go test ./...`; `make chaos` runs the full one
 // (20,000 jobs, 10 runs in a row), `make chaos-persistent` the same with
-// persistent children (TestChaosPersistent).
+// persistent children (TestChaosPersistent). TestChaosFleet (fleet_test.go)
+// is fleet mode under fire: 3 simulated hosts sharing Redis leases while
+// holders are kill -9'd or stopped; `make chaos-fleet` runs it with 20,000
+// jobs.
 package chaos
 
 import (
@@ -70,6 +73,8 @@ func TestMain(m *testing.M) {
 	switch {
 	case os.Getenv("BATON_PROTOCOL") != "":
 		os.Exit(worker()) // a persistent holder's child
+	case os.Getenv(asBaton) == "1" && os.Getenv(asFleet) == "1":
+		os.Exit(cli.Main(context.Background(), os.Args[1:], cli.Options{Handler: fleetHandler()}))
 	case os.Getenv(asBaton) == "1" && os.Getenv(asPersistent) == "1":
 		os.Exit(cli.Main(context.Background(), os.Args[1:], cli.Options{}))
 	case os.Getenv(asBaton) == "1":
@@ -187,15 +192,7 @@ func chaosRun(t *testing.T, jobs int, persistent bool) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	locks := filepath.Join(dir, "locks")
-	logPath := filepath.Join(dir, "baton.log")
-	if keep := os.Getenv("CHAOS_KEEP_LOG"); keep != "" {
-		logPath = keep // kept after the test, for a post-mortem
-	}
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
+	logf := runLog(t, dir)
 
 	// Unique payloads, then the poison ones.
 	ids := make([]any, 0, jobs+len(poison))
@@ -205,14 +202,7 @@ func chaosRun(t *testing.T, jobs int, persistent bool) {
 	for p := range poison {
 		ids = append(ids, p)
 	}
-	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, id := range ids {
-			p.XAdd(ctx, &redis.XAddArgs{Stream: work.KeysFor(queue).Stream, Values: []any{work.PayloadField, id}})
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	enqueue(t, rdb, queue, ids)
 
 	mark := runMark + "=" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	f := &fleet{t: t, log: logf,
@@ -471,6 +461,37 @@ func chaosRun(t *testing.T, jobs int, persistent bool) {
 		len(seen), kills.Load(), terms.Load(), fr.count(), healed, slowest.Round(time.Millisecond), f.exits1.Load(),
 		slots, below.Round(time.Millisecond), 100*below.Seconds()/elapsed.Seconds(), recorded.Round(time.Millisecond),
 		none.Round(time.Millisecond), 100*none.Seconds()/elapsed.Seconds(), len(escaped))
+}
+
+// runLog is the file the run's baton processes write their logs to: in dir,
+// or at $CHAOS_KEEP_LOG, kept after the test for a post-mortem. Closed at
+// cleanup.
+func runLog(t *testing.T, dir string) *os.File {
+	t.Helper()
+	path := filepath.Join(dir, "baton.log")
+	if keep := os.Getenv("CHAOS_KEEP_LOG"); keep != "" {
+		path = keep
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	return f
+}
+
+// enqueue adds one job per payload to q's stream, in one pipeline.
+func enqueue(t *testing.T, rdb *redis.Client, q string, payloads []any) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, id := range payloads {
+			p.XAdd(ctx, &redis.XAddArgs{Stream: work.KeysFor(q).Stream, Values: []any{work.PayloadField, id}})
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // freezer is the monkey's SIGSTOPs and what became of them; the monkey and

@@ -24,6 +24,25 @@ type Config struct {
 	// RedisURL is redis://[:password@]host:port/db. Default redis://127.0.0.1:6379/0;
 	// BATON_REDIS_URL overrides the file so passwords stay out of crontab and ps.
 	RedisURL string `toml:"redis_url" group:"Connection" help:"Redis URL (prefer env BATON_REDIS_URL for passwords)"`
+	// RedisSentinels are the host:port addresses of the Sentinels that
+	// monitor RedisMaster: baton asks them for the master and follows a
+	// failover. redis_url then gives only the password, TLS and database.
+	// Default none (redis_url is the server).
+	RedisSentinels []string `toml:"redis_sentinels" group:"Connection" help:"Sentinel addresses host:port (with redis_master; redis_url then gives only password, TLS, db)"`
+	// RedisMaster is the master name the Sentinels monitor ("mymaster").
+	// Required with RedisSentinels, refused without. Default "".
+	RedisMaster string `toml:"redis_master" group:"Connection" help:"master name the Sentinels monitor (with redis_sentinels)"`
+	// RedisCluster are host:port addresses of some nodes of a Redis Cluster
+	// (the rest are discovered). redis_url then gives only the password and
+	// TLS; the database must be 0. Default none.
+	RedisCluster []string `toml:"redis_cluster" group:"Connection" help:"Redis Cluster node addresses host:port (redis_url then gives only password, TLS)"`
+	// EnqueueWaitReplicas makes enqueue send WAIT after its writes, in the
+	// same round trip: it succeeds only once this many replicas have the
+	// jobs, so a failover cannot lose a confirmed job. 0 = off. Default 0.
+	EnqueueWaitReplicas int `toml:"enqueue_wait_replicas" group:"Jobs" help:"enqueue waits until this many replicas have the jobs (WAIT; 0: off)"`
+	// EnqueueWaitTimeout bounds that wait; past it enqueue fails (exit 1),
+	// though the jobs may well be queued. Default 1s.
+	EnqueueWaitTimeout Duration `toml:"enqueue_wait_timeout" group:"Jobs" help:"longest enqueue waits for enqueue_wait_replicas"`
 	// LockDir holds the slot lock files. Default /run/baton for root, else /tmp/baton-<uid>.
 	LockDir string `toml:"lock_dir" group:"Slots" help:"directory of the slot lock files (local disk only)"`
 	// Slots is N, the run slots: holders consuming at once. Default 1.
@@ -137,9 +156,9 @@ type Config struct {
 // Groups of keys, in the order --help shows them. Each key's group is its
 // struct tag; Bind takes group names and key names.
 const (
-	Connection = "Connection" // queue, redis_url
+	Connection = "Connection" // queue, redis_url, redis_sentinels, redis_master, redis_cluster
 	Slots      = "Slots"      // lock_dir, lock_backend, host, lease_ttl, lease_renew, max_per_host, slots, standby_slots, min_slots, scale_up_*, idle_exit, spawn, lifetime, jitter, standby_wait, poll_interval, schedule
-	Jobs       = "Jobs"       // concurrency, job_timeout, shutdown_grace, visibility_timeout, max_payload, rate_limit, redis_down_exit, max_jobs
+	Jobs       = "Jobs"       // enqueue_wait_replicas, enqueue_wait_timeout, concurrency, job_timeout, shutdown_grace, visibility_timeout, max_payload, rate_limit, redis_down_exit, max_jobs
 	Retries    = "Retries"    // max_attempts, reject_exit_codes, retry_backoff, retry_backoff_max, dead_max
 	Workers    = "Workers"    // persistent, heartbeat_timeout, max_jobs_per_child, max_child_rss
 	Logging    = "Logging"    // log_level, log_format, metrics_file
@@ -148,7 +167,7 @@ const (
 
 // Default returns the settings used where neither file, env nor flag says otherwise.
 func Default() Config {
-	return Config{
+	c := Config{
 		Queue:             "default",
 		RedisURL:          "redis://127.0.0.1:6379/0",
 		LockDir:           DefaultLockDir(),
@@ -182,6 +201,8 @@ func Default() Config {
 		LogLevel:          "info",
 		LogFormat:         "auto",
 	}
+	c.EnqueueWaitTimeout = Duration{time.Second}
+	return c
 }
 
 // DefaultLockDir is /run/baton for root and /tmp/baton-<uid> for others: the

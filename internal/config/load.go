@@ -84,6 +84,8 @@ func Bind(fs *pflag.FlagSet, sel ...string) *Flags {
 			fs.Var(p, k.flag, k.help)
 		case *[]int:
 			fs.IntSliceVar(p, k.flag, *p, k.help)
+		case *[]string:
+			fs.StringSliceVar(p, k.flag, *p, k.help)
 		default:
 			panic("config: no flag type for key " + k.name)
 		}
@@ -232,6 +234,17 @@ func typeError(src []byte) *Error {
 		case *bool:
 			if _, ok := v.(bool); !ok {
 				msg = "want true or false, got " + describe(v)
+			}
+		case *[]string:
+			if a, ok := v.([]any); !ok {
+				msg = `want an array of strings such as ["10.0.0.1:26379"], got ` + describe(v)
+			} else {
+				for _, x := range a {
+					if _, ok := x.(string); !ok {
+						msg = `want an array of strings such as ["10.0.0.1:26379"], got an element ` + describe(x)
+						break
+					}
+				}
 			}
 		case *Duration:
 			var d Duration

@@ -107,6 +107,17 @@ func (c *Config) Validate() error {
 	if _, err := redis.ParseURL(c.RedisURL); err != nil {
 		return bad("redis_url", "%s", URLError(c.RedisURL, err))
 	}
+	if err := c.validateTopology(); err != nil {
+		return err
+	}
+	switch {
+	case c.EnqueueWaitReplicas < 0 || c.EnqueueWaitReplicas > 64:
+		return bad("enqueue_wait_replicas", "%d: must be between 0 (off) and 64", c.EnqueueWaitReplicas)
+	case c.EnqueueWaitReplicas > 0 && len(c.RedisCluster) > 0:
+		return bad("enqueue_wait_replicas", "%d with redis_cluster: not supported on a Cluster (WAIT has no key to route by); set it to 0", c.EnqueueWaitReplicas)
+	case c.EnqueueWaitTimeout.D() < time.Millisecond:
+		return bad("enqueue_wait_timeout", "%s: must be at least 1ms (WAIT 0 would wait forever)", c.EnqueueWaitTimeout)
+	}
 	if _, err := work.ParseRate(c.RateLimit); err != nil {
 		return bad("rate_limit", "%v", err)
 	}

@@ -1,6 +1,7 @@
 // Package faultproxy is a TCP proxy for tests that can be told to misbehave:
 // blackhole (bytes are swallowed, connections stay open, as in a network
-// partition), delay every chunk, refuse new connections, or reset every open
+// partition), partition (bytes wait and are delivered when it heals, as TCP
+// retransmits them), delay every chunk, refuse new connections, or reset every open
 // connection. It sits between a client and a real server (baton and
 // redis-server) on loopback.
 package faultproxy
@@ -20,6 +21,7 @@ type Proxy struct {
 	ln     net.Listener
 
 	blackhole atomic.Bool
+	partition atomic.Bool
 	refuse    atomic.Bool
 	delay     atomic.Int64 // ns added before forwarding each chunk
 
@@ -44,6 +46,12 @@ func Start(target string) (*Proxy, error) {
 // Blackhole swallows every byte in both directions while on; connections
 // stay open, so clients see timeouts, not errors.
 func (p *Proxy) Blackhole(on bool) { p.blackhole.Store(on) }
+
+// Partition holds every byte in both directions while on and delivers it,
+// in order, once off: what a client sent during a network partition reaches
+// the server after it heals, as TCP retransmission makes it, even when the
+// client has closed the connection (or exited) meanwhile.
+func (p *Proxy) Partition(on bool) { p.partition.Store(on) }
 
 // Refuse closes new connections at once while on.
 func (p *Proxy) Refuse(on bool) { p.refuse.Store(on) }
@@ -127,6 +135,9 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		for n > 0 && p.partition.Load() && !p.closed.Load() {
+			time.Sleep(5 * time.Millisecond) // the rest waits in the kernel's buffers
+		}
 		if n > 0 && !p.blackhole.Load() {
 			if d := time.Duration(p.delay.Load()); d > 0 {
 				time.Sleep(d)

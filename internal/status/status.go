@@ -70,6 +70,10 @@ type Report struct {
 	Coverage *history.Coverage `json:"coverage,omitempty"`
 	// Events are the queue's last slot events (EventsShown), oldest first.
 	Events []history.Event `json:"events,omitempty"`
+	// LeasesPausedUntil is set while fleet leases are not granted after a
+	// Redis failover or restart (a lease_ttl from when a candidate first
+	// saw the new server): a lease the old server granted may still run.
+	LeasesPausedUntil *time.Time `json:"leases_paused_until,omitempty"`
 	// Warnings are what looks wrong: a queue with no keys (a typo?), jobs
 	// waiting with no holder visible here.
 	Warnings []string `json:"warnings,omitempty"`
@@ -116,6 +120,12 @@ func Read(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient) (r
 	if sbSet != nil {
 		if rep.Standby, err = Slots(sbSet); err != nil {
 			return nil, nil, err
+		}
+	}
+	if ls, ok := runSet.(*lock.LeaseSet); ok {
+		if p, err := ls.PausedFor(); err == nil && p > 0 {
+			until := time.Now().Add(p)
+			rep.LeasesPausedUntil = &until
 		}
 	}
 	if cfg.MinSlots > 0 && cfg.MinSlots < cfg.Slots {
@@ -212,6 +222,10 @@ func Warnings(cfg *config.Config, rep *Report, others []string) []string {
 			list = strings.Join(others, ", ")
 		}
 		w = append(w, fmt.Sprintf("queue %s has no keys in this Redis database (a typo?); queues here: %s", rep.Queue, list))
+	}
+	if p := rep.LeasesPausedUntil; p != nil {
+		w = append(w, fmt.Sprintf("leases paused after a Redis failover or restart until %s: no slot is granted before a lease the old server granted has expired (docs/fleet.md)",
+			p.Format("15:04:05.000")))
 	}
 	held := 0
 	for _, s := range rep.Run {

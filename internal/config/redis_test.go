@@ -1,0 +1,82 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestTopologies: redis_url alone is one server; redis_sentinels with
+// redis_master is Sentinel, redis_cluster is a Cluster; redis_url then adds
+// only the password, TLS and database.
+func TestTopologies(t *testing.T) {
+	for _, tc := range []struct {
+		name, file string
+		args       []string
+		env        map[string]string
+		want       Topology
+		check      func(t *testing.T, c *Config)
+	}{
+		{"single", "", nil, nil, Single, nil},
+		{"sentinel", "redis_sentinels = [\"10.0.0.1:26379\", \"10.0.0.2:26379\"]\nredis_master = \"mymaster\"\n",
+			nil, map[string]string{EnvRedisURL: "rediss://:s3cret@/2"}, Sentinel, func(t *testing.T, c *Config) {
+				o, err := c.RedisOptions()
+				if err != nil || o.MasterName != "mymaster" || len(o.Addrs) != 2 || o.Password != "s3cret" || o.DB != 2 || o.TLSConfig == nil || o.TLSConfig.ServerName != "" || o.SentinelPassword != "" {
+					t.Fatalf("options %+v, %v", o, err)
+				}
+				if n := c.RedisName(); n != "master mymaster via sentinels 10.0.0.1:26379,10.0.0.2:26379" || strings.Contains(n, "s3cret") {
+					t.Errorf("name %q", n)
+				}
+			}},
+		{"sentinel flags", "", []string{"--redis-sentinels", "a:1,b:2", "--redis-master", "m"}, nil, Sentinel, nil},
+		{"cluster", "redis_cluster = [\"10.0.0.1:7000\"]\nredis_url = \"redis://:pw@/0\"\n", nil, nil, Cluster, func(t *testing.T, c *Config) {
+			o, err := c.RedisOptions()
+			if err != nil || !o.IsClusterMode || o.Addrs[0] != "10.0.0.1:7000" || o.Password != "pw" {
+				t.Fatalf("options %+v, %v", o, err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := load(t, tc.file, tc.args, tc.env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Topology() != tc.want {
+				t.Fatalf("topology %s, want %s", c.Topology(), tc.want)
+			}
+			if tc.check != nil {
+				tc.check(t, c)
+			}
+		})
+	}
+}
+
+// TestBadTopology: each impossible combination is refused, naming both keys.
+func TestBadTopology(t *testing.T) {
+	sent := "redis_sentinels = [\"10.0.0.1:26379\"]\nredis_master = \"m\"\n"
+	for _, tc := range []struct {
+		name, file string
+		args       []string
+		env        map[string]string
+		want       string
+	}{
+		{"both", sent + "redis_cluster = [\"10.0.0.1:7000\"]\n", nil, nil, ":3: redis_cluster: 10.0.0.1:7000 and redis_sentinels 10.0.0.1:26379: give one of them"},
+		{"no master", "redis_sentinels = [\"10.0.0.1:26379\"]\n", nil, nil, ":1: redis_sentinels: 10.0.0.1:26379: needs redis_master"},
+		{"master alone", "redis_master = \"m\"\n", nil, nil, `:1: redis_master: "m": needs redis_sentinels`},
+		{"bad address", "redis_sentinels = [\"10.0.0.1\"]\nredis_master = \"m\"\n", nil, nil, `:1: redis_sentinels: "10.0.0.1": want host:port`},
+		{"bad port", "redis_cluster = [\"h:99999\"]\n", nil, nil, `:1: redis_cluster: "h:99999": want host:port`},
+		{"not strings", "redis_cluster = [7000]\n", nil, nil, `:1: redis_cluster: want an array of strings such as ["10.0.0.1:26379"], got an element integer 7000`},
+		{"url host", sent, nil, map[string]string{EnvRedisURL: "redis://:pw@10.0.0.9:6379/0"}, "env BATON_REDIS_URL: redis://:xxxxx@10.0.0.9:6379/0 and redis_sentinels: with redis_sentinels, redis_url gives only the password, TLS and database"},
+		{"url host flag", "redis_cluster = [\"h:1\"]\n", []string{"--redis-url", "redis://h:2/0"}, nil, "flag --redis-url: redis://h:2/0 and redis_cluster:"},
+		{"cluster db", "redis_cluster = [\"h:1\"]\nredis_url = \"redis:///3\"\n", nil, nil, ":2: redis_url: redis:///3: database 3 with redis_cluster: a Cluster has database 0 only"},
+		{"wait on cluster", "redis_cluster = [\"h:1\"]\nenqueue_wait_replicas = 1\n", nil, nil, ":2: enqueue_wait_replicas: 1 with redis_cluster: not supported"},
+		{"wait negative", "enqueue_wait_replicas = -1\n", nil, nil, ":1: enqueue_wait_replicas: -1: must be between 0 (off) and 64"},
+		{"wait timeout", "enqueue_wait_timeout = \"0s\"\n", nil, nil, ":1: enqueue_wait_timeout: 0s: must be at least 1ms"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := load(t, tc.file, tc.args, tc.env)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
