@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/baton-run/baton/history"
 	"github.com/baton-run/baton/internal/config"
 	"github.com/baton-run/baton/internal/proc"
 	"github.com/baton-run/baton/lock"
@@ -180,6 +181,11 @@ type holder struct {
 	host string
 	rdb  redis.UniversalClient
 	kids killer // the exec or persistent handler; nil in library mode
+	// by is who took the run slot: history.ByStandby once promoted, with
+	// freeSince, since when the standby saw the slot free.
+	by        string
+	freeSince time.Time
+	hist      *history.Recorder // set by connect; nil when it cannot be built
 }
 
 // killer is a handler that starts processes: KillAll kills them all.
@@ -226,7 +232,10 @@ func (h *holder) standBy(ctx context.Context, p *standby.Protocol, sb lock.Slot)
 		log.Warn().Err(err).Msg("publish slot record")
 	}
 	log.Debug().Dur("standby_wait", p.Wait).Msg("standing by")
+	stopWatch := h.watchSlots(sb.Name(), nil)
+	p.Took = func(_ int, freeSince time.Time) { h.freeSince = freeSince }
 	run, ok, err := p.Promote(ctx, sb)
+	stopWatch()
 	switch {
 	case errors.Is(err, context.Canceled):
 		log.Debug().Msg("stopped while standing by")
@@ -238,6 +247,7 @@ func (h *holder) standBy(ctx context.Context, p *standby.Protocol, sb lock.Slot)
 		return nil, nil
 	}
 	log.Info().Str("run_slot", run.Name()).Msg("promoted")
+	h.by = history.ByStandby
 	return run, nil
 }
 
@@ -251,7 +261,60 @@ func (h *holder) connect(ctx context.Context) error {
 		return fmt.Errorf("prepare queue %s on %s: %w", h.cfg.Queue, h.cfg.RedisName(), err)
 	}
 	h.rdb = rdb
+	if run, _, err := slotSets(h.cfg); err == nil {
+		h.hist = &history.Recorder{Client: rdb, Queue: h.cfg.Queue, Keep: h.cfg.MinSlots, Run: run, PID: os.Getpid(), Host: h.host}
+	}
 	return nil
+}
+
+// watchSlots records what this process sees of the run slots, and the jobs
+// it dead-letters (dead, unless nil), in the queue's slot history
+// (history.Recorder.Watch) until the returned func is called.
+func (h *holder) watchSlots(slot string, dead func() int64) (stop func()) {
+	if h.hist == nil {
+		return func() {}
+	}
+	warned := false
+	return h.hist.Watch(slot, dead, func(err error) {
+		if !warned {
+			h.log.Warn().Err(err).Msg("cannot record the slot history (status's events, time below k); retrying")
+		}
+		warned = true
+	})
+}
+
+// took records taking slot in the slot history; left, leaving it.
+func (h *holder) took(slot lock.Slot) {
+	if h.hist == nil {
+		return
+	}
+	by, free := h.by, time.Duration(-1)
+	if by == "" {
+		by = history.ByCandidate
+	}
+	if !h.freeSince.IsZero() {
+		free = time.Since(h.freeSince)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	gap, known, err := h.hist.Took(ctx, slot.Index(), by, slot.Inherited(), free)
+	switch {
+	case err != nil:
+		h.log.Warn().Err(err).Msg("cannot record the take in the slot history")
+	case known:
+		h.log.Debug().Dur("gap", gap).Msg("the slot was free for this long")
+	}
+}
+
+func (h *holder) left(slot lock.Slot, why string, jobs int64) {
+	if h.hist == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := h.hist.Left(ctx, slot.Index(), why, jobs); err != nil {
+		h.log.Warn().Err(err).Msg("cannot record leaving in the slot history")
+	}
 }
 
 // hold works the queue on slot until the lifetime ends.
@@ -359,6 +422,8 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 		children = func() []lock.Child { return recordChildren(persist.Children()) }
 	}
 	stopPublish := publish(slot, rec, st, children, heal, step, h.log)
+	h.took(slot)
+	stopWatch := h.watchSlots(slot.Name(), st.Dead.Load)
 	stopMetrics := h.writeMetrics()
 	defer stopMetrics()
 	warned := false // per-minute samples of the totals, for baton web's charts
@@ -380,11 +445,26 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 		Logger: h.log,
 	}, st)
 	stopPublish()
+	stopWatch()
+	h.left(slot, leftWhy(err, sig, until), st.Done.Load())
 	h.log.Info().Int64("jobs_done", st.Done.Load()).Int64("jobs_failed", st.Failed.Load()).Int64("jobs_dead", st.Dead.Load()).Msg("leaving run slot")
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}
 	return err
+}
+
+// leftWhy says why a holder left: err is work.Run's, sig ends on a signal.
+func leftWhy(err error, sig context.Context, until time.Time) string {
+	switch {
+	case sig.Err() != nil:
+		return history.WhyStopped
+	case err != nil && !errors.Is(err, context.Canceled):
+		return history.WhyError
+	case err == nil && !time.Now().Before(until):
+		return history.WhyLifetime
+	}
+	return history.WhyEarly // max_jobs, or idle above min_slots
 }
 
 func (h *holder) record(role string, since, until time.Time) lock.Record {

@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/baton-run/baton/history"
 	"github.com/baton-run/baton/internal/config"
 	qstatus "github.com/baton-run/baton/internal/status"
 	"github.com/baton-run/baton/work"
@@ -18,7 +19,9 @@ const statusUsage = `Usage: baton status [flags]
 
 Show every run and standby slot (held or free, pid, host, since, until, jobs
 done, current job; a persistent holder's children under it: pid, jobs
-served, resident memory) and the queue's jobs: waiting (never delivered), pending
+served, resident memory), the queue's last slot events (takes,
+promotions, retirements, deaths, dead letters), how long fewer than k run
+slots were held and the mean gap between a slot's holders, and its jobs: waiting (never delivered), pending
 (running or left by a holder that died), scheduled (delayed by enqueue --in
 or --at), retrying (failed, due later), dead (see 'baton dead') and done (all
 time). It also says when Redis is at maxmemory or may evict jobs. It reads
@@ -124,6 +127,15 @@ func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 		}
 		fmt.Fprint(w, "\n\n")
 	}
+	if c := rep.Coverage; c != nil && (c.Held >= 0 || c.BelowK > 0) {
+		fmt.Fprintf(w, "cover below k=%d for %s all time", c.Keep, c.BelowK.Round(100*time.Millisecond))
+		for _, by := range []string{history.ByStandby, history.ByCandidate} {
+			if g, ok := c.Gaps[by]; ok {
+				fmt.Fprintf(w, "; %d takes by a %s, mean gap %s", g.Count, by, g.Mean().Round(time.Millisecond))
+			}
+		}
+		fmt.Fprint(w, "\n\n")
+	}
 	if sc := rep.Scale; sc != nil {
 		fmt.Fprintf(w, "scale %d holders now, kept %d (min_slots), at most %d (slots)\n", sc.Holders, sc.MinSlots, sc.Slots)
 		if l := sc.Last; l != nil {
@@ -187,6 +199,12 @@ func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 		row("standby-"+strconv.Itoa(s.Slot), s)
 	}
 	tw.Flush()
+	if len(rep.Events) > 0 {
+		fmt.Fprintln(w, "\nevents")
+		for _, e := range rep.Events {
+			fmt.Fprintf(w, "  %s %s\n", clock(&e.At), e)
+		}
+	}
 }
 
 func clock(t *time.Time) string {

@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/baton-run/baton/history"
 	"github.com/baton-run/baton/lock"
 	"github.com/baton-run/baton/work"
 	"github.com/prometheus/client_golang/prometheus"
@@ -73,8 +74,10 @@ var (
 	noRecord    = desc("holder_record_missing", "1 when a run slot is locked but its holder's record cannot be read (a full disk?).", "slot")
 	memUsed     = desc("redis_memory_used_bytes", "Redis used_memory.")
 	memMax      = desc("redis_maxmemory_bytes", "Redis maxmemory (0: no limit).")
+	belowK      = desc("below_k_seconds_total", "Time during which fewer than k run slots were held, all time, as holders and standbys recorded it.")
+	gaps        = desc("slot_gap_seconds", "Gaps between a kept run slot's holders: from one's leave (or death) to the next's take, by who took it (standby, candidate), all time.", "by")
 	reasons     = []string{work.ReasonFailed, work.ReasonTimeout, work.ReasonCrashed, work.ReasonTooLarge, work.ReasonMalformed, work.ReasonRejected}
-	allDescs    = []*prometheus.Desc{up, jobs, oldest, done, retried, failed, dead, duration, slotsHeld, slotsKept, holderAge, overdue, noRecord, memUsed, memMax}
+	allDescs    = []*prometheus.Desc{up, jobs, oldest, done, retried, failed, dead, duration, slotsHeld, slotsKept, holderAge, overdue, noRecord, memUsed, memMax, belowK, gaps}
 	failedKinds = map[string][]string{ // kind → stats fields that add up to it
 		"error":    {work.StatFailedPrefix + "error", work.StatDeadPrefix + work.ReasonFailed},
 		"timeout":  {work.StatFailedPrefix + "timeout", work.StatDeadPrefix + work.ReasonTimeout},
@@ -103,6 +106,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- gauge(up, 1, q.Name)
 		c.queue(ch, q.Name, counts)
+		if cov, err := history.ReadCoverage(ctx, c.rdb, q.Name, q.Keep, counts.Stats); err == nil {
+			coverage(ch, q.Name, cov)
+		}
 		if mem == nil {
 			if m, err := work.ReadMemory(ctx, c.rdb); err == nil {
 				mem = &m
@@ -142,6 +148,24 @@ func (c *Collector) queue(ch chan<- prometheus.Metric, q string, n *work.Counts)
 	count = cum + uint64(n.Stats[work.StatDurPrefix+strconv.Itoa(len(work.DurationBuckets))])
 	sum := float64(n.Stats[work.StatDurSumUS]) / 1e6
 	ch <- prometheus.MustNewConstHistogram(duration, count, sum, buckets, q)
+}
+
+// coverage sends the time below k and the gap histograms (empty ones too,
+// so that rate() sees them from zero).
+func coverage(ch chan<- prometheus.Metric, q string, cov *history.Coverage) {
+	ch <- prometheus.MustNewConstMetric(belowK, prometheus.CounterValue, cov.BelowK.Seconds(), q)
+	for _, by := range []string{history.ByStandby, history.ByCandidate} {
+		g := cov.Gaps[by]
+		buckets := make(map[float64]uint64, len(history.GapBuckets))
+		var cum uint64
+		for i, le := range history.GapBuckets {
+			if i < len(g.Buckets) {
+				cum += uint64(g.Buckets[i])
+			}
+			buckets[le] = cum
+		}
+		ch <- prometheus.MustNewConstHistogram(gaps, uint64(g.Count), g.Sum.Seconds(), buckets, q, by)
+	}
 }
 
 func (c *Collector) slots(ch chan<- prometheus.Metric, q Queue) {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-run/baton/history"
 	"github.com/baton-run/baton/internal/proc"
 	"github.com/baton-run/baton/internal/redistest"
 	"github.com/baton-run/baton/lock"
@@ -186,4 +187,47 @@ func scrape(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// Known slot history: one holder of k=2 retires and a standby takes its
+// slot 200ms later; the gap histogram counts one promotion gap of about
+// 200ms and the time below k grows while one slot of two is held.
+func TestMetricsCoverage(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	run, _ := lock.NewFileSet(t.TempDir(), "q", lock.RoleRun, 2)
+	r := &history.Recorder{Client: rdb, Queue: "q", Keep: 2, Run: run, PID: 1, Host: "h"}
+	if _, _, err := r.Took(ctx, 0, history.ByCandidate, nil, -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Left(ctx, 0, history.WhyLifetime, 5); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if _, _, err := r.Took(ctx, 0, history.ByStandby, nil, -1); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(NewCollector(rdb, Queue{Name: "q", Run: run, Keep: 2}))
+	fams := scrape(t, reg)
+	if n := fams[`baton_slot_gap_seconds_count{by="standby",queue="q"}`]; n != 1 {
+		t.Errorf("promotion gaps counted: %v, want 1", n)
+	}
+	if n := fams[`baton_slot_gap_seconds_count{by="candidate",queue="q"}`]; n != 0 {
+		t.Errorf("candidate gaps counted: %v, want 0 (the first take has no gap)", n)
+	}
+	if s := fams[`baton_slot_gap_seconds_sum{by="standby",queue="q"}`]; s < 0.15 || s > 5 {
+		t.Errorf("promotion gap sum %vs, want about 0.2s", s)
+	}
+	if le := fams[`baton_slot_gap_seconds_bucket{by="standby",le="0.1",queue="q"}`]; le != 0 {
+		t.Errorf("%v gaps within 0.1s; the one gap was 200ms", le)
+	}
+	below := fams[`baton_below_k_seconds_total{queue="q"}`]
+	if below < 0.15 || below > 5 {
+		t.Fatalf("below k %vs, want about 0.2s (one holder of two, then none)", below)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if again := scrape(t, reg)[`baton_below_k_seconds_total{queue="q"}`]; again < below+0.25 {
+		t.Errorf("below k %vs, then %vs 300ms later with one holder of two: not growing", below, again)
+	}
 }

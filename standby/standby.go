@@ -74,6 +74,12 @@ type Protocol struct {
 	// Healed, when set, is called after an overdue run-slot holder was
 	// killed, with its record and how many processes died.
 	Healed func(r lock.Record, killed int)
+	// Took, when set, is called by Promote with the run slot it took and
+	// since when it stood free as this standby saw it: the first look that
+	// found it free (a look follows the wake-up when the slot's holder
+	// closes its lock, or a poll), or, when it freed after the last look,
+	// that look's time; zero when no look read the records.
+	Took func(slot int, freeSince time.Time)
 }
 
 // Enter tries a run slot, then a standby slot. When every slot of a set is
@@ -172,6 +178,9 @@ func (p *Protocol) Promote(ctx context.Context, sb lock.Slot) (lock.Slot, bool, 
 		try, free := w.turn(polled)
 		if try {
 			if s, ok, err := p.Run.TryAcquire(); err != nil || ok {
+				if ok && p.Took != nil {
+					p.Took(s.Index(), w.freedAt(s.Index()))
+				}
 				return s, ok, err
 			}
 		}
@@ -240,7 +249,16 @@ type waiter struct {
 	sb        lock.Slot
 	since     time.Time     // when Promote began: our age if sb has no record
 	freeSince []time.Time   // per run slot: first look that found it free, zero if held at the last look
+	looked    time.Time     // the last look that read the records
 	backoff   time.Duration // the next pause while a run slot looks free
+}
+
+// freedAt is since when run slot i stood free as the looks saw it.
+func (w *waiter) freedAt(i int) time.Time {
+	if i < len(w.freeSince) && !w.freeSince[i].IsZero() {
+		return w.freeSince[i]
+	}
+	return w.looked
 }
 
 // turn reports whether to try the run set now, and whether the records show
@@ -260,6 +278,7 @@ func (w *waiter) turn(polled bool) (try, free bool) {
 		}
 	}
 	now := time.Now()
+	w.looked = now
 	stuck := false // a slot looked free at every look for two polls
 	for i, r := range rs {
 		switch {

@@ -9,11 +9,13 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/baton-run/baton/history"
 	"github.com/baton-run/baton/internal/config"
 	"github.com/baton-run/baton/internal/proc"
 	"github.com/baton-run/baton/internal/redistest"
@@ -59,7 +61,7 @@ func newFixture(tb testing.TB) *fixture {
 	srv := redistest.Start(tb)
 	f := &fixture{rdb: srv.Client(), dead: map[string]string{}, logBuf: new(syncBuffer)}
 	cfg := config.Default()
-	cfg.Queue, cfg.LockDir, cfg.Slots, cfg.StandbySlots = "q", tb.TempDir(), 2, 1
+	cfg.Queue, cfg.LockDir, cfg.Slots, cfg.StandbySlots, cfg.MinSlots = "q", tb.TempDir(), 2, 1, 2
 	cfg.RedisURL = "redis://:secretpw@" + srv.Addr + "/0" // shown redacted, never used to connect
 	f.cfg = &cfg
 	if _, err := work.SampleStats(ctx, f.rdb, "q"); err != nil { // the minute's sample, before any job
@@ -118,6 +120,11 @@ func newFixture(tb testing.TB) *fixture {
 	start, _ := proc.StartTime(os.Getpid())
 	if err := slot.Publish(lock.Record{PID: os.Getpid(), Start: start, Host: "testhost", Role: lock.RoleRun, Since: now.Add(-time.Minute),
 		Until: now.Add(4 * time.Minute), JobsDone: 8}); err != nil {
+		tb.Fatal(err)
+	}
+	// The slot's history: taken, one of k=2 held since.
+	hr := &history.Recorder{Client: f.rdb, Queue: "q", Keep: 2, Run: run, PID: os.Getpid(), Host: "testhost"}
+	if _, _, err := hr.Took(ctx, slot.Index(), history.ByCandidate, nil, -1); err != nil {
 		tb.Fatal(err)
 	}
 	return f
@@ -204,6 +211,8 @@ func TestDashboardPage(t *testing.T) {
 		`\x00\xff\xfe&lt;script&gt;x&lt;/script&gt;\x1b[2J`, // binary, quoted
 		`href="/?queue=other"`, `<span class="n" id="count-done">`,
 		"read-only",
+		`id="slot-events"`, "pid " + strconv.Itoa(os.Getpid()) + " on testhost took the slot",
+		`id="coverage">time with fewer than k=2 run slots held, all time: `,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("GET / lacks %q", want)

@@ -175,15 +175,21 @@ type statusJSON struct {
 
 func (r *rig) status(args ...string) statusJSON {
 	r.t.Helper()
+	var s statusJSON
+	r.statusInto(&s, args...)
+	return s
+}
+
+// statusInto decodes `baton status --json args...` into v.
+func (r *rig) statusInto(v any, args ...string) {
+	r.t.Helper()
 	out, errOut, code := r.baton(append([]string{"status", "--json"}, args...)...)
 	if code != 0 {
 		r.t.Fatalf("status exit %d: %s", code, errOut)
 	}
-	var s statusJSON
-	if err := json.Unmarshal([]byte(out), &s); err != nil {
+	if err := json.Unmarshal([]byte(out), v); err != nil {
 		r.t.Fatalf("status json: %v\n%s", err, out)
 	}
-	return s
 }
 
 func held(ss []slotJSON) (n int) {

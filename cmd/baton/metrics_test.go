@@ -84,7 +84,7 @@ func TestStatusWatch(t *testing.T) {
 		Run    []slotJSON
 		Jobs   struct{ Done int64 }
 		Rates  map[string]float64 `json:"rates_per_second"`
-		Events []string
+		Events []struct{ Kind, Slot string }
 	}
 	dec := json.NewDecoder(out)
 	var first refresh
@@ -103,7 +103,7 @@ func TestStatusWatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, ok := last.Rates["done"]; !ok || !strings.Contains(strings.Join(last.Events, "\n"), "took the slot") {
+	if _, ok := last.Rates["done"]; !ok || last.Events[0].Kind != "took" || last.Events[0].Slot != "run-0" {
 		t.Fatalf("rates %v, events %v", last.Rates, last.Events)
 	}
 	_ = cmd.Process.Signal(syscall.SIGINT)

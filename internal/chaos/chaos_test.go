@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/cli"
+	"github.com/baton-run/baton/history"
 	"github.com/baton-run/baton/internal/proc"
 	"github.com/baton-run/baton/internal/redistest"
 	"github.com/baton-run/baton/lock"
@@ -388,6 +389,16 @@ func chaosRun(t *testing.T, jobs int, persistent bool) {
 	}
 	close(stop)
 	wg.Wait()
+	// The holders' own record of the time below k (the slot history in
+	// Redis) against this observer's, read at the same moment.
+	var recorded time.Duration
+	if c, err := work.ReadCounts(ctx, rdb, queue); err != nil {
+		t.Errorf("read the stats: %v", err)
+	} else if cov, err := history.ReadCoverage(ctx, rdb, queue, slots, c.Stats); err != nil {
+		t.Errorf("read the coverage: %v", err)
+	} else if recorded = cov.BelowK; recorded < below*3/4-2*time.Second || recorded > below*5/4+2*time.Second {
+		t.Errorf("the holders recorded %v below k; this observer saw %v", recorded, below)
+	}
 	healed, slowest := fr.healedCount()
 	if n := fr.frozenNow(); n > 0 {
 		t.Errorf("%d frozen holders never healed", n)
@@ -445,10 +456,10 @@ func chaosRun(t *testing.T, jobs int, persistent bool) {
 	}
 	t.Logf("%s: %d jobs + %d poison in %v: 0 lost=%v, %d duplicates (at-least-once), %d dead letters; "+
 		"%d holders and standbys: %d kill -9, %d SIGTERM, %d frozen (SIGSTOP) and %d healed (slowest %v after its hard deadline), "+
-		"%d hard-deadline exits, redis restarted once; below %d holders %v (%.1f%%), no holder %v (%.1f%%); %d processes escaped",
+		"%d hard-deadline exits, redis restarted once; below %d holders %v (%.1f%%; the holders recorded %v), no holder %v (%.1f%%); %d processes escaped",
 		mode, jobs, len(poison), elapsed.Round(time.Millisecond), lost == 0, duplicates, len(deadMsgs),
 		len(seen), kills.Load(), terms.Load(), fr.count(), healed, slowest.Round(time.Millisecond), f.exits1.Load(),
-		slots, below.Round(time.Millisecond), 100*below.Seconds()/elapsed.Seconds(),
+		slots, below.Round(time.Millisecond), 100*below.Seconds()/elapsed.Seconds(), recorded.Round(time.Millisecond),
 		none.Round(time.Millisecond), 100*none.Seconds()/elapsed.Seconds(), len(escaped))
 }
 

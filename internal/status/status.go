@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/baton-run/baton/history"
 	"github.com/baton-run/baton/internal/config"
 	"github.com/baton-run/baton/lock"
 	"github.com/baton-run/baton/scale"
@@ -65,6 +66,11 @@ type Report struct {
 	// as the rate limiter counted them; set when a limit is.
 	RecentRate *float64 `json:"recent_rate_per_second,omitempty"`
 	Scale      *Scale   `json:"scale,omitempty"`
+	// Coverage is how well the run slots were covered, all time: the time
+	// below k and the gaps between a slot's holders (from Redis).
+	Coverage *history.Coverage `json:"coverage,omitempty"`
+	// Events are the queue's last slot events (EventsShown), oldest first.
+	Events []history.Event `json:"events,omitempty"`
 	// LeasesPausedUntil is set while fleet leases are not granted after a
 	// Redis failover or restart (a lease_ttl from when a candidate first
 	// saw the new server): a lease the old server granted may still run.
@@ -74,6 +80,9 @@ type Report struct {
 	Warnings []string `json:"warnings,omitempty"`
 	Error    string   `json:"error,omitempty"`
 }
+
+// EventsShown is how many of the last slot events Read reads.
+const EventsShown = 10
 
 // SlotSets are the run and standby slot sets cfg describes: flock files in
 // lock_dir, or, with lock_backend redis, the fleet's leases through rdb
@@ -146,6 +155,9 @@ func Read(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient) (r
 	var others []string
 	if rdb != nil {
 		rep.Jobs, rep.Memory, others, jerr = queueCounts(ctx, rdb, cfg.Queue)
+		if jerr == nil {
+			rep.Coverage, rep.Events, jerr = slotHistory(ctx, rdb, cfg, rep.Jobs.Stats)
+		}
 		if jerr == nil && cfg.RateLimit != "" {
 			r, err := work.RecentRate(ctx, rdb, cfg.Queue)
 			if err != nil {
@@ -159,6 +171,19 @@ func Read(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient) (r
 	}
 	rep.Warnings = Warnings(cfg, rep, others)
 	return rep, jerr, nil
+}
+
+// slotHistory reads the coverage totals and the last events.
+func slotHistory(ctx context.Context, rdb redis.Cmdable, cfg *config.Config, stats map[string]int64) (*history.Coverage, []history.Event, error) {
+	cov, err := history.ReadCoverage(ctx, rdb, cfg.Queue, cfg.MinSlots, stats)
+	if err != nil {
+		return nil, nil, err
+	}
+	ev, err := history.ReadEvents(ctx, rdb, cfg.Queue, EventsShown)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cov, ev, nil
 }
 
 // Slots reads the records of every slot of s.
