@@ -571,6 +571,7 @@ func TestFleetMaxPerHost(t *testing.T) {
 // Once h1 has left and its lease's TTL has passed, h2's new values are
 // accepted (a deploy that changes them).
 func TestFleetConfigMustAgree(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	job := r.script("job.sh", "cat >/dev/null\n")
 	common := func(extra ...string) []string {
@@ -614,6 +615,7 @@ func TestFleetConfigMustAgree(t *testing.T) {
 // not h3), which is woken at once: well before a poll, and before the
 // lease could have expired. h2 retires in turn and hands it to h3.
 func TestFleetHandOver(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	job := r.script("job.sh", "cat >/dev/null\n")
 	args := func(h, lifetime string) []string {

@@ -51,6 +51,7 @@ func (h historyJSON) kinds() string {
 // died (or a take after a death); status, --watch and the metrics show
 // them.
 func TestPromotionGaps(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	run := func(lifetime string) *process {
 		return r.start("run", "--slots", "1", "--standby-slots", "2", "--lifetime", lifetime, "--jitter", "0",
@@ -117,6 +118,7 @@ func TestPromotionGaps(t *testing.T) {
 // TestTimeBelowK: with k = 2 and one holder, the time below k grows, in
 // status and in the metrics; it stops growing once a second holder runs.
 func TestTimeBelowK(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	run := func() *process {
 		return r.start("run", "--slots", "2", "--standby-slots", "0", "--lifetime", "10m", "--", "/bin/true")

@@ -126,6 +126,7 @@ esac
 // TestJobFindsDelayedAndPriorityJobs: `baton job ID` finds a delayed job and
 // jobs of every level by the id `baton enqueue` printed.
 func TestJobFindsDelayedAndPriorityJobs(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	for _, c := range []struct {
 		args            []string
