@@ -46,17 +46,20 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 
-# The whole suite against a real redis-server, with the race detector.
-# -parallel 4: the end-to-end tests (each its own redis-server, lock dir and
-# baton processes) mostly wait on lifetimes and polls, so four at once on
-# two cores take cmd/baton from about 6 minutes to about 2.
+# The whole suite against a real redis-server, with the race detector,
+# the dashboard's browser test included (-tags browser: Debian's chromium is
+# installed when missing). -parallel 4: the end-to-end tests (each its own
+# redis-server, lock dir and baton processes) mostly wait on lifetimes and
+# polls, so four at once on two cores take cmd/baton from about 6 minutes
+# to about 2.
 test: vet
 	@bash scripts/install-test-deps.sh
-	$(GO) test -race -count=1 -parallel 4 -timeout 12m ./...
+	@bash scripts/install-chromium.sh
+	$(GO) test -race -count=1 -parallel 4 -timeout 12m -tags browser ./...
 
-# baton web in headless Chromium (installed when missing): what a person
-# sees, a hostile payload shown as text. Apart from make test because each
-# Chromium start takes seconds; .ci/run runs both.
+# The dashboard's tests alone: baton web over HTTP and in headless Chromium
+# (installed when missing): what a person sees, a hostile payload shown as
+# text.
 test-browser:
 	@bash scripts/install-test-deps.sh
 	@bash scripts/install-chromium.sh

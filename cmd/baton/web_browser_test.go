@@ -1,9 +1,9 @@
 //go:build linux && browser
 
-// The browser test runs with -tags browser (make test-browser, which
-// installs Debian's chromium when missing; .ci/run runs it after make test):
-// each Chromium start costs seconds on a loaded machine, so make test keeps
-// the HTTP-level test of the same pages (TestWebHTTP) instead.
+// The browser test runs with -tags browser: make test and make
+// test-browser set it and install Debian's chromium when missing. A plain
+// go test leaves it out (each Chromium start costs seconds) and keeps the
+// HTTP-level test of the same pages (TestWebHTTP).
 
 package main
 
