@@ -72,6 +72,7 @@ func TestBadConfig(t *testing.T) {
 		{"zero slots", "\nslots = 0\n", nil, ":2: slots: 0: must be between 1"},
 		{"negative duration", "lifetime = \"1m\"\njitter = \"-1s\"\n", nil, ":2: jitter: -1s: must not be negative"},
 		{"bad queue", "queue = \"a/b\"\n", nil, ":1: queue:"},
+		{"long queue", "queue = \"" + strings.Repeat("q", 101) + "\"\n", nil, ":1: queue:"},
 		{"bad schedule", "schedule = \"* * *\"\n", nil, ":1: schedule:"},
 		{"bad url", "redis_url = \"http://:secret@x\"\n", nil, ":1: redis_url:"},
 		{"flag named", "slots = 2\n", []string{"--slots", "0"}, "flag --slots: 0: must be between 1"},
@@ -202,5 +203,16 @@ func TestBindSubset(t *testing.T) {
 	c, err := f.Load(func(string) string { return "" })
 	if err != nil || c.Slots != 3 || c.StandbySlots != 3 || c.Queue != "flag" || c.Lifetime.D() != 5*time.Minute {
 		t.Fatalf("got %+v, %v", c, err)
+	}
+}
+
+func TestLongestQueueName(t *testing.T) {
+	q := strings.Repeat("q", 100)
+	c, err := load(t, "queue = \""+q+"\"\n", nil, nil)
+	if err != nil {
+		t.Fatalf("a queue name of 100 characters: %v", err)
+	}
+	if c.Queue != q {
+		t.Fatalf("queue %q, want %q", c.Queue, q)
 	}
 }

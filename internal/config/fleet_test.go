@@ -26,6 +26,7 @@ func TestFleetKeys(t *testing.T) {
 		{nil, nil, "file-host"},
 		{nil, map[string]string{EnvHost: "pod-7"}, "pod-7"},
 		{[]string{"--host", "flag-host"}, map[string]string{EnvHost: "pod-7"}, "flag-host"},
+		{[]string{"--host", strings.Repeat("h", 253)}, nil, strings.Repeat("h", 253)},
 	} {
 		c, err := load(t, file, tc.args, tc.env)
 		if err != nil {
@@ -47,6 +48,7 @@ func TestBadFleetConfig(t *testing.T) {
 		{"backend", "lock_backend = \"etcd\"\n", nil, nil, `:1: lock_backend: "etcd": want file or redis`},
 		{"host", "host = \"a b\"\n", nil, nil, `:1: host: "a b": use 1-253 letters`},
 		{"host env", "", nil, map[string]string{EnvHost: "web/1"}, `env BATON_HOST: "web/1"`},
+		{"long host", "", []string{"--host", strings.Repeat("h", 254)}, nil, "flag --host: \"hhh"},
 		{"tiny ttl", "lease_ttl = \"10ms\"\n", nil, nil, ":1: lease_ttl: 10ms: must be at least 100ms"},
 		{"renew past deadline", "lease_ttl = \"3s\"\nlease_renew = \"2s\"\n", nil, nil,
 			":2: lease_renew: 2s: must be positive and below the renew deadline 2s (2/3 of lease_ttl 3s)"},
