@@ -277,19 +277,21 @@ return {moved, stuck, redis.call('EXISTS', KEYS[2], KEYS[3]) > 0 and 1 or 0}
 //
 // KEYS[1] stream, KEYS[2] scheduled, KEYS[3] scheduled jobs, KEYS[4] high
 // stream, KEYS[5] low stream, KEYS[6..] unique keys (one per job that has
-// one, in job order); ARGV per job: due (unix ms, "0": now); its kind: its
-// priority ("0" normal, "1" high, "2" low), then "u" when it has a unique
-// key (the next of KEYS[6..]), or "t" when it has one with a TTL, which
-// comes next (ms); n; then n strings: its field/value pairs, or for a
-// delayed job (due > 0) one string, its record: a MessagePack array of its
-// field/value strings whose length counts the "orig" pair the script
-// appends. (Few arguments per job, and strings compared rather than
-// converted to numbers: each costs.) Returns one
+// one, in job order); ARGV[1] a MessagePack array A of, per job: due (unix
+// ms, "0": now); its kind: its priority ("0" normal, "1" high, "2" low),
+// then "u" when it has a unique key (the next of KEYS[6..]), or "t" when it
+// has one with a TTL, which comes next (ms); n, a number; then n strings:
+// its field/value pairs, or for a delayed job (due > 0) one string, its
+// record: a MessagePack array of its field/value strings whose length
+// counts the "orig" pair the script appends. (One packed argument instead
+// of four to eight per job, few items per job, and strings compared rather
+// than converted to numbers: each costs.) Returns one
 // string per job, in order: its id when added, the queued job's id for a
 // duplicate, or the error text when its writes failed; then the number of
 // each duplicate job (1 for the call's first) and minus the number of each
 // failed one.
 var enqueueScript = redis.NewScript(`
+local A = cmsgpack.unpack(ARGV[1])
 local level = {['0'] = KEYS[1], ['1'] = KEYS[4], ['2'] = KEYS[5]}
 local made = {[KEYS[1]] = true}
 -- last: the stream's last id when an XADD of this call made it; ms: its
@@ -344,7 +346,7 @@ local function add(i, due, to, n)
     if sched ~= true then error({err = sched}) end
     id = reserve()
     records[2 * nd + 1] = id
-    records[2 * nd + 2] = ARGV[i] .. '\164orig' .. mpstr(id)
+    records[2 * nd + 2] = A[i] .. '\164orig' .. mpstr(id)
     schedule[2 * nd + 1] = due
     schedule[2 * nd + 2] = id
     nd = nd + 1
@@ -352,10 +354,10 @@ local function add(i, due, to, n)
     if top then
       -- after an id issued without an entry: the next one, in order
       id = ms .. (seq + 1)
-      redis.call('XADD', KEYS[1], id, unpack(ARGV, i, i + n - 1))
+      redis.call('XADD', KEYS[1], id, unpack(A, i, i + n - 1))
       seq, top = seq + 1, nil
     else
-      id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, i, i + n - 1))
+      id = redis.call('XADD', KEYS[1], '*', unpack(A, i, i + n - 1))
       last, ms = id, nil
     end
   else
@@ -366,11 +368,11 @@ local function add(i, due, to, n)
       made[to] = true
     end
     id = reserve()
-    redis.call('XADD', to, '*', 'orig', id, unpack(ARGV, i, i + n - 1))
+    redis.call('XADD', to, '*', 'orig', id, unpack(A, i, i + n - 1))
   end
   return id
 end
--- kinds: a job's kind (see ARGV above) → its stream, and whether it has a
+-- kinds: a job's kind (see A above) → its stream, and whether it has a
 -- unique key (u) with a TTL (t).
 local kinds = {}
 for l, to in pairs(level) do
@@ -378,15 +380,15 @@ for l, to in pairs(level) do
   kinds[l .. 'u'] = {to = to, u = true}
   kinds[l .. 't'] = {to = to, u = true, t = true}
 end
-local out, codes, jobs, u, i, nargs = {}, {}, 0, 5, 1, #ARGV
+local out, codes, jobs, u, i, nargs = {}, {}, 0, 5, 1, #A
 while i <= nargs do
-  local due, kind, ttl = ARGV[i], kinds[ARGV[i + 1]], nil
+  local due, kind, ttl = A[i], kinds[A[i + 1]], nil
   i = i + 2
   if kind.t then
-    ttl = ARGV[i]
+    ttl = A[i]
     i = i + 1
   end
-  local n = tonumber(ARGV[i])
+  local n = A[i]
   i = i + 1
   jobs = jobs + 1
   local ukey, old
