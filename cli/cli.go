@@ -121,7 +121,7 @@ func (o *jsonOpts) bind(fs *pflag.FlagSet, cf *config.Flags, usage string) *json
 var coverageKeys = []string{"queue", config.Slots, "job_timeout", "shutdown_grace", "visibility_timeout", "max_jobs"}
 
 // redisKeys say where Redis is: one server, Sentinel or Cluster.
-var redisKeys = []string{"redis_url", "redis_sentinels", "redis_master", "redis_cluster"}
+var redisKeys = []string{"redis_url", "redis_sentinels", "redis_master", "redis_sentinel_password", "redis_sentinel_username", "redis_cluster"}
 
 // checkKeys adds the Redis keys, for check --online.
 var checkKeys = append(append([]string{}, redisKeys...), coverageKeys...)

@@ -24,7 +24,11 @@ promotions, retirements, deaths, dead letters), how long fewer than k run
 slots were held and the mean gap between a slot's holders, and its jobs: waiting (never delivered), pending
 (running or left by a holder that died), scheduled (delayed by enqueue --in
 or --at), retrying (failed, due later), dead (see 'baton dead') and done (all
-time). It also says when Redis is at maxmemory or may evict jobs. It reads
+time). It also says when Redis is at maxmemory or may evict jobs. With
+lock_backend redis the slots are the fleet's leases (fencing token, time
+left), and the line of standbys waiting for a run lease follows, first in
+line first: position, standby slot, host, pid and time waited
+(standby_line in --json). It reads
 the holders' records and the kernel's lock table (/proc/locks) and never
 takes a slot: a slot locked without a readable record shows as "held, record
 unreadable" (no_record in --json). Exit 1 when Redis cannot be
@@ -199,12 +203,35 @@ func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 		row("standby-"+strconv.Itoa(s.Slot), s)
 	}
 	tw.Flush()
+	if lease && rep.Jobs != nil {
+		printLine(w, rep)
+	}
 	if len(rep.Events) > 0 {
 		fmt.Fprintln(w, "\nevents")
 		for _, e := range rep.Events {
 			fmt.Fprintf(w, "  %s %s\n", clock(&e.At), e)
 		}
 	}
+}
+
+// printLine prints the fleet's line of standbys waiting for a run lease.
+func printLine(w io.Writer, rep *statusReport) {
+	stale := ""
+	if rep.LineStale > 0 {
+		stale = fmt.Sprintf(" (and %d left by standbys gone, dropped at the next hand-over)", rep.LineStale)
+	}
+	if len(rep.Line) == 0 {
+		fmt.Fprintf(w, "\nline  no standby waiting for a run lease%s\n", stale)
+		return
+	}
+	fmt.Fprintf(w, "\nline  %d standbys waiting for a run lease, first in line first%s\n", len(rep.Line), stale)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  POS\tSLOT\tHOST\tPID\tWAITED")
+	for _, l := range rep.Line {
+		fmt.Fprintf(tw, "  %d\tstandby-%d\t%s\t%d\t%s\n", l.Position, l.Slot, l.Host, l.PID,
+			(time.Duration(l.WaitedMS) * time.Millisecond).Round(100*time.Millisecond))
+	}
+	tw.Flush()
 }
 
 func clock(t *time.Time) string {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/baton-run/baton/internal/script"
 )
@@ -167,4 +168,37 @@ func (w *waiting) turn(mode string) (Slot, bool, error) {
 		return nil, false, nil
 	}
 	return s.held(v, w.sb.owner, sent), true, nil
+}
+
+// InLine is a standby waiting in line for a run lease (LeaseSet.Line).
+type InLine struct {
+	Position int    // 1: handed the next run lease freed
+	Slot     int    // its standby slot
+	Host     string // its host and pid, as in its standby lease
+	PID      int
+	Waited   time.Duration // since it joined the line, on Redis' clock
+}
+
+// Line reads the line of standbys waiting for a run lease, first in line
+// first, without writing anything: only standbys whose standby lease is
+// live and their own; stale is how many members a standby that died or
+// timed out left behind (dropped by the next hand-over that reaches them).
+// s is the queue's standby set.
+func (s *LeaseSet) Line() (line []InLine, stale int, err error) {
+	if s.role != RoleStandby {
+		return nil, 0, fmt.Errorf("lock: the line of %s leases: want the standby set", s.role)
+	}
+	ctx, cancel := s.call()
+	defer cancel()
+	v, err := script.Run(ctx, s.rdb, lineScript, append([]string{LineKey(s.queue)}, s.keys...)).Slice()
+	if err != nil {
+		return nil, 0, fmt.Errorf("read the line of standbys: %w", err)
+	}
+	now := toInt(v[0])
+	for k := 2; k+3 < len(v); k += 4 {
+		host, _ := v[k+1].(string)
+		line = append(line, InLine{Position: len(line) + 1, Slot: int(toInt(v[k])), Host: host, PID: int(toInt(v[k+2])),
+			Waited: time.Duration(max(0, now-toInt(v[k+3]))) * time.Microsecond})
+	}
+	return line, int(toInt(v[1])), nil
 }

@@ -71,6 +71,7 @@ func notWoken(tb testing.TB, w lock.Waiting) {
 // goes to the next in line. A standby whose standby lease has expired (it
 // died in line) is skipped. The run lease is granted before the standby
 // lets go of its standby lease, and Records shows the new holder's host.
+// Line lists the live standbys in line, oldest first, the dead one apart.
 func TestLeaseHandOver(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	opt := lock.LeaseOptions{TTL: 2 * time.Second, Renew: 200 * time.Millisecond}
@@ -89,6 +90,16 @@ func TestLeaseHandOver(t *testing.T) {
 	deadKey := lock.LeaseKey("q", lock.RoleStandby, sbDead.Index())
 	if err := rdb.HSet(context.Background(), deadKey, "expires", 1).Err(); err != nil {
 		t.Fatal(err)
+	}
+
+	// The line as status reads it: b then c, the dead standby counted apart.
+	line, stale, err := a.sb.Line()
+	if err != nil || stale != 1 || len(line) != 2 || line[0].Host != "b" || line[0].Slot != sbB.Index() || line[0].Position != 1 ||
+		line[1].Host != "c" || line[1].Slot != sbC.Index() || line[1].Position != 2 || line[0].Waited <= line[1].Waited || line[0].PID == 0 {
+		t.Errorf("Line() = %+v, %d stale, %v; want b then c (positions 1, 2; b waiting longer), 1 stale", line, stale, err)
+	}
+	if _, _, err := a.run.Line(); err == nil {
+		t.Error("Line on the run set: want an error")
 	}
 
 	if err := held.Release(); err != nil {

@@ -313,3 +313,29 @@ return out
 var pausedScript = redis.NewScript(leaseNow + `
 return {now, tonumber(redis.call('HGET', KEYS[1], 'until') or '0')}
 `)
+
+// lineScript reads the line of standbys (baton:{queue}:lease:waiting) at
+// one instant of Redis' clock, writing nothing: the members whose standby
+// lease is live and still theirs, oldest first, which is the order the
+// hand-over serves them in. Members left by a standby that died or timed
+// out are skipped (the hand-over drops them as they come up) and counted.
+//
+// KEYS[1] the line, KEYS[2..] the standby leases in slot order.
+// Returns {now (µs), skipped, then per live member: standby slot, host,
+// pid, joined (µs)}.
+var lineScript = redis.NewScript(leaseNow + `
+local out = {string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2])), 0}
+local m = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+for k = 1, #m, 2 do
+  local j, owner = string.match(m[k], '^(%d+):(.+)$')
+  j = tonumber(j)
+  local s = {}
+  if j and j + 2 <= #KEYS then s = redis.call('HMGET', KEYS[j + 2], 'owner', 'expires', 'host', 'pid') end
+  if s[1] == owner and s[2] and tonumber(s[2]) > now then
+    for _, v in ipairs({j, s[3] or '', s[4] or '0', m[k + 1]}) do out[#out + 1] = v end
+  else
+    out[2] = out[2] + 1
+  end
+end
+return out
+`)

@@ -388,6 +388,7 @@ var funcs = template.FuncMap{
 		}
 		return d.Round(100 * time.Millisecond).String()
 	},
+	"ms": func(n int64) time.Duration { return time.Duration(n) * time.Millisecond },
 	"until": func(now time.Time, t time.Time) string {
 		if t.IsZero() {
 			return "-"

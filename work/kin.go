@@ -14,9 +14,10 @@ import (
 )
 
 // ownEnv names baton's own variables: never passed to children. The first
-// two are baton's configuration (a Redis URL may hold a password); the
-// others are set per child, so inherited values are dropped.
-var ownEnv = []string{"BATON_REDIS_URL", "BATON_SPAWNED", proc.EnvHolder, envRun,
+// three are baton's configuration (a Redis URL may hold a password, and the
+// Sentinels' password is one); the others are set per child, so inherited
+// values are dropped.
+var ownEnv = []string{"BATON_REDIS_URL", "BATON_REDIS_SENTINEL_PASSWORD", "BATON_SPAWNED", proc.EnvHolder, envRun,
 	"BATON_JOB_ID", "BATON_ATTEMPT", "BATON_QUEUE", "BATON_SLOT", envProtocol}
 
 // envRun names a child's run number, unique among one holder's children:

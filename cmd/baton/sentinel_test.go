@@ -3,10 +3,12 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -260,4 +262,82 @@ func first(s []string) string {
 		return ""
 	}
 	return s[0]
+}
+
+// TestSentinelAuth: Sentinels with their own requirepass (the data servers
+// have none). With the password in BATON_REDIS_SENTINEL_PASSWORD, enqueue
+// and a fleet holder work through them, status reads them, and the job
+// does not inherit the password. A wrong password, or none, is refused
+// with one line saying it is the Sentinels' password that is wrong or
+// missing, exit 1, the password never printed; a Sentinel password
+// without redis_sentinels is exit 2 naming both keys.
+func TestSentinelAuth(t *testing.T) {
+	t.Parallel()
+	const pw = "s3ntinel-only-pw"
+	g := redistest.StartGroup(t, redistest.SentinelAuth(pw))
+	r := rigOn(t, g.Master)
+	r.extraEnv = []string{"BATON_REDIS_URL=redis:///0", "BATON_REDIS_SENTINEL_PASSWORD=" + pw}
+	topo := []string{"--redis-sentinels", strings.Join(g.Sentinels, ","), "--redis-master", g.Name}
+	out := r.dir + "/out"
+	job := r.script("job.sh", `p=$(cat); echo "$p $BATON_HOST $(env | grep -c SENTINEL_PASSWORD)" >> `+out+"\n")
+
+	if _, errOut, code := r.baton(append(append([]string{"enqueue", "-q"}, topo...), "a", "b", "c")...); code != 0 {
+		t.Fatalf("enqueue through password-protected Sentinels: exit %d: %s", code, errOut)
+	}
+	h := r.start(r.fleetArgs("h1", append(append([]string{}, topo...), "--slots", "1", "--standby-slots", "0",
+		"--lease-ttl", "3s", "--lease-renew", "200ms", "--lifetime", "1m", "--", job)...)...)
+	eventually(t, 20*time.Second, "the holder runs the 3 jobs", func() bool {
+		b, _ := os.ReadFile(out)
+		return strings.Count(string(b), "\n") == 3
+	})
+	for _, l := range readLines(t, out) {
+		if f := strings.Fields(l); len(f) != 3 || f[1] != "h1" || f[2] != "0" {
+			t.Errorf("job record %q: want payload, host h1, and 0 variables holding the Sentinels' password", l)
+		}
+	}
+	st, errOut, code := r.baton(append([]string{"status", "--json", "--lock-backend", "redis", "--slots", "1", "--standby-slots", "0"}, topo...)...)
+	if code != 0 || !strings.Contains(st, `"done": 3`) || !strings.Contains(st, `"host": "h1"`) {
+		t.Errorf("status through the Sentinels: exit %d: %s%s", code, st, errOut)
+	}
+	_ = h.cmd.Process.Signal(syscall.SIGTERM)
+	if code := h.wait(t, 20*time.Second); code != 0 {
+		t.Errorf("holder exit %d: %s", code, h.log())
+	}
+
+	for _, tc := range []struct {
+		name      string
+		env, args []string
+		code      int
+		want      []string
+	}{
+		{"wrong password", []string{"BATON_REDIS_SENTINEL_PASSWORD=not-" + pw}, topo, 1,
+			[]string{"the sentinels refused the password (WRONGPASS)", "hint: check redis_sentinel_password (or BATON_REDIS_SENTINEL_PASSWORD)"}},
+		{"wrong password flag", nil, append([]string{"--redis-sentinel-password", "not-" + pw}, topo...), 1,
+			[]string{"the sentinels refused the password (WRONGPASS)"}},
+		{"no password", []string{"BATON_REDIS_SENTINEL_PASSWORD="}, topo, 1,
+			[]string{"the sentinels require a password (NOAUTH)", "hint: set BATON_REDIS_SENTINEL_PASSWORD"}},
+		{"without sentinels", nil, nil, 2,
+			[]string{"env BATON_REDIS_SENTINEL_PASSWORD: given without redis_sentinels: redis_sentinel_password is the Sentinels' own password"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := r.cmd(append(append([]string{"enqueue"}, tc.args...), "x")...)
+			cmd.Env = append(cmd.Env, tc.env...)
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			}
+			msg := stderr.String()
+			if code != tc.code || strings.Contains(msg, pw) {
+				t.Errorf("exit %d, want %d, and the password never printed:\n%s", code, tc.code, msg)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("stderr does not say %q:\n%s", w, msg)
+				}
+			}
+		})
+	}
 }

@@ -1,5 +1,6 @@
 // Package config reads baton's settings: a strict TOML file, every key also a
-// kebab-case flag, and BATON_REDIS_URL from the environment.
+// kebab-case flag, and BATON_REDIS_URL (with BATON_REDIS_SENTINEL_PASSWORD
+// and BATON_HOST) from the environment.
 //
 // Most callers need Bind and then Flags.Load after the flag set is parsed.
 // Precedence, lowest first: defaults, the file, the environment, flags.
@@ -32,6 +33,16 @@ type Config struct {
 	// RedisMaster is the master name the Sentinels monitor ("mymaster").
 	// Required with RedisSentinels, refused without. Default "".
 	RedisMaster string `toml:"redis_master" group:"Connection" help:"master name the Sentinels monitor (with redis_sentinels)"`
+	// RedisSentinelPassword is the Sentinels' own password (requirepass in
+	// sentinel.conf), not the master's (that one is in redis_url). Only
+	// with redis_sentinels. BATON_REDIS_SENTINEL_PASSWORD overrides the
+	// file so it stays out of crontab and ps; baton never prints it and
+	// jobs do not inherit it. Default "" (Sentinels without a password).
+	RedisSentinelPassword string `toml:"redis_sentinel_password" group:"Connection" help:"the Sentinels' own password (prefer env BATON_REDIS_SENTINEL_PASSWORD)"`
+	// RedisSentinelUsername is the Sentinels' ACL user that
+	// redis_sentinel_password belongs to. Only with it. Default "" (the
+	// default user).
+	RedisSentinelUsername string `toml:"redis_sentinel_username" group:"Connection" help:"the Sentinels' ACL user (with redis_sentinel_password)"`
 	// RedisCluster are host:port addresses of some nodes of a Redis Cluster
 	// (the rest are discovered). redis_url then gives only the password and
 	// TLS; the database must be 0. Default none.
@@ -156,7 +167,7 @@ type Config struct {
 // Groups of keys, in the order --help shows them. Each key's group is its
 // struct tag; Bind takes group names and key names.
 const (
-	Connection = "Connection" // queue, redis_url, redis_sentinels, redis_master, redis_cluster
+	Connection = "Connection" // queue, redis_url, redis_sentinels, redis_master, redis_sentinel_password, redis_sentinel_username, redis_cluster
 	Slots      = "Slots"      // lock_dir, lock_backend, host, lease_ttl, lease_renew, max_per_host, slots, standby_slots, min_slots, scale_up_*, idle_exit, spawn, lifetime, jitter, standby_wait, poll_interval, schedule
 	Jobs       = "Jobs"       // enqueue_wait_replicas, enqueue_wait_timeout, concurrency, job_timeout, shutdown_grace, visibility_timeout, max_payload, rate_limit, redis_down_exit, max_jobs
 	Retries    = "Retries"    // max_attempts, reject_exit_codes, retry_backoff, retry_backoff_max, dead_max

@@ -17,6 +17,10 @@ import (
 // EnvRedisURL names the environment variable that supplies redis_url.
 const EnvRedisURL = "BATON_REDIS_URL"
 
+// EnvSentinelPassword names the environment variable that supplies
+// redis_sentinel_password.
+const EnvSentinelPassword = "BATON_REDIS_SENTINEL_PASSWORD"
+
 // EnvHost names the environment variable that supplies host.
 const EnvHost = "BATON_HOST"
 
@@ -127,6 +131,10 @@ func (f *Flags) Load(getenv func(string) string) (*Config, error) {
 	if u := getenv(EnvRedisURL); u != "" {
 		c.RedisURL, fromEnv = u, true
 	}
+	sentEnv := false
+	if p := getenv(EnvSentinelPassword); p != "" {
+		c.RedisSentinelPassword, sentEnv = p, true
+	}
 	hostEnv := false
 	if h := getenv(EnvHost); h != "" {
 		c.Host, hostEnv = h, true
@@ -159,6 +167,8 @@ func (f *Flags) Load(getenv func(string) string) (*Config, error) {
 				e.Source = "env " + EnvHost
 			case e.Key == "redis_url" && fromEnv:
 				e.Source = "env " + EnvRedisURL
+			case e.Key == "redis_sentinel_password" && sentEnv:
+				e.Source = "env " + EnvSentinelPassword
 			case f.path != "":
 				e.File, e.Line = f.path, lineOf(src, e.Key)
 			}

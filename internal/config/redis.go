@@ -48,8 +48,9 @@ func (c *Config) RedisName() string {
 // RedisOptions are the go-redis options of c's Redis. For Sentinel and
 // Cluster, redis_url gives the user, password, TLS (rediss://: each node
 // is verified under its own address) and database of the data nodes; its
-// host is not used. Sentinels are asked without a password. Single is nil: redis.ParseURL(c.RedisURL) is the
-// whole story.
+// host is not used. Sentinels are asked with redis_sentinel_password (and
+// redis_sentinel_username), if set. Single is nil: redis.ParseURL(c.RedisURL)
+// is the whole story.
 func (c *Config) RedisOptions() (*redis.UniversalOptions, error) {
 	t := c.Topology()
 	if t == Single {
@@ -65,6 +66,7 @@ func (c *Config) RedisOptions() (*redis.UniversalOptions, error) {
 	}
 	if t == Sentinel {
 		o.Addrs, o.MasterName = c.RedisSentinels, c.RedisMaster
+		o.SentinelUsername, o.SentinelPassword = c.RedisSentinelUsername, c.RedisSentinelPassword
 		return o, nil
 	}
 	o.Addrs, o.IsClusterMode = c.RedisCluster, true
@@ -84,6 +86,13 @@ func (c *Config) validateTopology() error {
 		return bad("redis_sentinels", "%s: needs redis_master, the name the Sentinels monitor (e.g. \"mymaster\")", strings.Join(c.RedisSentinels, ","))
 	case !sent && c.RedisMaster != "":
 		return bad("redis_master", "%q: needs redis_sentinels, the Sentinels' addresses (e.g. [\"10.0.0.1:26379\"])", c.RedisMaster)
+	// The password itself is never part of a message.
+	case !sent && c.RedisSentinelPassword != "":
+		return bad("redis_sentinel_password", "given without redis_sentinels: redis_sentinel_password is the Sentinels' own password; give redis_sentinels and redis_master, or leave it out (the master's password goes in redis_url)")
+	case !sent && c.RedisSentinelUsername != "":
+		return bad("redis_sentinel_username", "%q without redis_sentinels: it is the Sentinels' ACL user; give redis_sentinels and redis_master, or leave it out", c.RedisSentinelUsername)
+	case c.RedisSentinelUsername != "" && c.RedisSentinelPassword == "":
+		return bad("redis_sentinel_username", "%q: needs redis_sentinel_password (or env %s)", c.RedisSentinelUsername, EnvSentinelPassword)
 	}
 	for _, k := range []struct {
 		name  string

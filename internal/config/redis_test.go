@@ -28,6 +28,16 @@ func TestTopologies(t *testing.T) {
 				}
 			}},
 		{"sentinel flags", "", []string{"--redis-sentinels", "a:1,b:2", "--redis-master", "m"}, nil, Sentinel, nil},
+		{"sentinel password", "redis_sentinels = [\"a:1\"]\nredis_master = \"m\"\nredis_sentinel_password = \"in-file\"\nredis_sentinel_username = \"watcher\"\n",
+			nil, map[string]string{EnvRedisURL: "redis://:datapw@/0", EnvSentinelPassword: "from-env"}, Sentinel, func(t *testing.T, c *Config) {
+				o, err := c.RedisOptions()
+				if err != nil || o.SentinelPassword != "from-env" || o.SentinelUsername != "watcher" || o.Password != "datapw" {
+					t.Fatalf("options %+v, %v: want the env's Sentinel password over the file's, the user, the master's password apart", o, err)
+				}
+				if n := c.RedisName(); strings.Contains(n, "from-env") {
+					t.Errorf("name %q shows the Sentinels' password", n)
+				}
+			}},
 		{"cluster", "redis_cluster = [\"10.0.0.1:7000\"]\nredis_url = \"redis://:pw@/0\"\n", nil, nil, Cluster, func(t *testing.T, c *Config) {
 			o, err := c.RedisOptions()
 			if err != nil || !o.IsClusterMode || o.Addrs[0] != "10.0.0.1:7000" || o.Password != "pw" {
@@ -68,6 +78,11 @@ func TestBadTopology(t *testing.T) {
 		{"url host", sent, nil, map[string]string{EnvRedisURL: "redis://:pw@10.0.0.9:6379/0"}, "env BATON_REDIS_URL: redis://:xxxxx@10.0.0.9:6379/0 and redis_sentinels: with redis_sentinels, redis_url gives only the password, TLS and database"},
 		{"url host flag", "redis_cluster = [\"h:1\"]\n", []string{"--redis-url", "redis://h:2/0"}, nil, "flag --redis-url: redis://h:2/0 and redis_cluster:"},
 		{"cluster db", "redis_cluster = [\"h:1\"]\nredis_url = \"redis:///3\"\n", nil, nil, ":2: redis_url: redis:///3: database 3 with redis_cluster: a Cluster has database 0 only"},
+		{"sentinel password alone", "redis_sentinel_password = \"hunter2\"\n", nil, nil, ":1: redis_sentinel_password: given without redis_sentinels: redis_sentinel_password is"},
+		{"sentinel password env alone", "", nil, map[string]string{EnvSentinelPassword: "hunter2"}, "env BATON_REDIS_SENTINEL_PASSWORD: given without redis_sentinels: redis_sentinel_password is"},
+		{"sentinel password flag alone", "", []string{"--redis-sentinel-password", "hunter2"}, nil, "flag --redis-sentinel-password: given without redis_sentinels: redis_sentinel_password is"},
+		{"sentinel user alone", "redis_sentinel_username = \"u\"\n", nil, nil, `:1: redis_sentinel_username: "u" without redis_sentinels`},
+		{"sentinel user without password", sent + "redis_sentinel_username = \"u\"\n", nil, nil, `:3: redis_sentinel_username: "u": needs redis_sentinel_password`},
 		{"wait on cluster", "redis_cluster = [\"h:1\"]\nenqueue_wait_replicas = 1\n", nil, nil, ":2: enqueue_wait_replicas: 1 with redis_cluster: not supported"},
 		{"wait negative", "enqueue_wait_replicas = -1\n", nil, nil, ":1: enqueue_wait_replicas: -1: must be between 0 (off) and 64"},
 		{"wait timeout", "enqueue_wait_timeout = \"0s\"\n", nil, nil, ":1: enqueue_wait_timeout: 0s: must be at least 1ms"},
@@ -76,6 +91,9 @@ func TestBadTopology(t *testing.T) {
 			_, err := load(t, tc.file, tc.args, tc.env)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want it to contain %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("err = %v shows the password", err)
 			}
 		})
 	}

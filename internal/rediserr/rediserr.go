@@ -6,7 +6,9 @@
 //
 // It recognises connection refused, timeouts, unknown hosts, a TLS mismatch
 // either way, WRONGPASS, NOAUTH, a database index out of range, READONLY (a
-// replica) and OOM (maxmemory). Anything else gets msg "" and the caller
+// replica) and OOM (maxmemory), and the Sentinels refusing their own
+// password (WRONGPASS, NOAUTH, or one given where none is set), told apart
+// from the master's. Anything else gets msg "" and the caller
 // reports the error as it is.
 package rediserr
 
@@ -36,6 +38,41 @@ var replies = []struct{ prefix, msg, hint string }{
 		"raise maxmemory or free memory on the server; jobs stay where they are until writes succeed again"},
 }
 
+// noSentinel starts go-redis' error when no Sentinel named the master; the
+// Sentinels' own errors follow it, one a line.
+const noSentinel = "redis: all sentinels specified in configuration are unreachable"
+
+// sentinelReplies are the Sentinels' refusals of their own password
+// (redis_sentinel_password), told apart from the master's (redis_url).
+var sentinelReplies = []struct{ prefix, msg, hint string }{
+	{"WRONGPASS", "the sentinels refused the password (WRONGPASS)",
+		"check redis_sentinel_password (or BATON_REDIS_SENTINEL_PASSWORD): the Sentinels' own requirepass (sentinel.conf), not the master's, and redis_sentinel_username for an ACL user"},
+	{"NOAUTH", "the sentinels require a password (NOAUTH)",
+		"set BATON_REDIS_SENTINEL_PASSWORD (or redis_sentinel_password) to the Sentinels' requirepass (sentinel.conf)"},
+	{"ERR AUTH", "the sentinels have no password (ERR AUTH called without any password configured)",
+		"leave redis_sentinel_password (and BATON_REDIS_SENTINEL_PASSWORD) unset, or set requirepass in every sentinel.conf"},
+}
+
+// sentinelAuth explains err when no Sentinel named the master because they
+// refused the password; "" otherwise.
+func sentinelAuth(err error) (msg, hint string) {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		rest, ok := strings.CutPrefix(e.Error(), noSentinel+": ")
+		if !ok {
+			continue
+		}
+		for _, line := range strings.Split(rest, "\n") {
+			for _, r := range sentinelReplies {
+				if strings.HasPrefix(line, r.prefix) {
+					return r.msg, r.hint
+				}
+			}
+		}
+		return "", ""
+	}
+	return "", ""
+}
+
 // Explain describes err from a Redis client. tlsOn says whether the client
 // used TLS (a rediss:// URL), which tells a TLS mismatch from a plain timeout
 // or hang-up. msg is short and lowercase, without the address (the caller
@@ -43,6 +80,9 @@ var replies = []struct{ prefix, msg, hint string }{
 func Explain(err error, tlsOn bool) (msg, hint string) {
 	if err == nil {
 		return "", ""
+	}
+	if msg, hint := sentinelAuth(err); msg != "" {
+		return msg, hint
 	}
 	// A reply may be wrapped ("enqueue: 3 jobs added before: OOM ..."):
 	// look at each error in the chain.

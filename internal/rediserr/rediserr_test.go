@@ -20,6 +20,13 @@ func TestExplain(t *testing.T) {
 		{fmt.Errorf("dial: %w", context.DeadlineExceeded), true, "no TLS on this port"},
 		{fmt.Errorf("dial: %w", context.DeadlineExceeded), false, "no answer in time"},
 		{errors.New("ERR unknown command 'FOO'"), false, ""},
+		{fmt.Errorf("redis: all sentinels specified in configuration are unreachable: %w", errors.Join(
+			errors.New("WRONGPASS invalid username-password pair or user is disabled."), errors.New("WRONGPASS invalid username-password pair or user is disabled."))),
+			false, "the sentinels refused the password (WRONGPASS)"},
+		{fmt.Errorf("ping: %w", fmt.Errorf("redis: all sentinels specified in configuration are unreachable: %w", errors.Join(
+			fmt.Errorf("dial: %w", context.DeadlineExceeded), errors.New("NOAUTH Authentication required.")))),
+			false, "the sentinels require a password (NOAUTH)"},
+		{errors.New("WRONGPASS invalid username-password pair or user is disabled."), false, "wrong password or user (WRONGPASS)"},
 		{nil, false, ""},
 	} {
 		msg, hint := Explain(tc.err, tc.tls)

@@ -28,12 +28,30 @@ type Group struct {
 	Name            string   // the master name the Sentinels monitor
 	Master, Replica *Server  // as started; after a failover the roles swap
 	Sentinels       []string // host:port of each Sentinel
-	tb              testing.TB
+	// SentinelPassword is the Sentinels' requirepass (SentinelAuth), "" for none.
+	SentinelPassword string
+	tb               testing.TB
+}
+
+// sentinelAuth marks the Option SentinelAuth returns: it is StartGroup's,
+// never a redis-server argument.
+const sentinelAuth = "\x00sentinel-requirepass"
+
+// SentinelAuth is a StartGroup option: every Sentinel requires password
+// (requirepass in sentinel.conf, which they also use with each other).
+// The data servers keep no password.
+func SentinelAuth(password string) Option { return Option{sentinelAuth, password} }
+
+// sentinelClient is a client of the Sentinel at addr, with the group's
+// password.
+func (g *Group) sentinelClient(addr string) *redis.SentinelClient {
+	return redis.NewSentinelClient(&redis.Options{Addr: addr, Password: g.SentinelPassword})
 }
 
 // StartGroup starts the master, its replica (synced before the Sentinels
 // start, so they know it at once) and three Sentinels with a 1s
-// down-after. opts go to both data servers.
+// down-after. opts go to both data servers, but SentinelAuth to the
+// Sentinels.
 func StartGroup(tb testing.TB, opts ...Option) *Group {
 	tb.Helper()
 	bin, err := exec.LookPath("redis-sentinel")
@@ -41,6 +59,15 @@ func StartGroup(tb testing.TB, opts ...Option) *Group {
 		tb.Fatal(SentinelHint)
 	}
 	g := &Group{Name: "batonmaster", tb: tb}
+	data := opts[:0:0]
+	for _, o := range opts {
+		if len(o) == 2 && o[0] == sentinelAuth {
+			g.SentinelPassword = o[1]
+			continue
+		}
+		data = append(data, o)
+	}
+	opts = data
 	// A replica's full sync starts at once, not after Redis 7's 5s wait
 	// for more replicas to share it.
 	opts = append([]Option{{"--repl-diskless-sync-delay", "0"}}, opts...)
@@ -62,7 +89,7 @@ func StartGroup(tb testing.TB, opts ...Option) *Group {
 	}
 	// Each Sentinel has found the replica and the other Sentinels.
 	for _, a := range g.Sentinels {
-		sc := redis.NewSentinelClient(&redis.Options{Addr: a})
+		sc := g.sentinelClient(a)
 		for end := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 			m, err := sc.Master(context.Background(), g.Name).Result()
 			if err == nil && m["num-slaves"] == "1" && m["num-other-sentinels"] == "2" {
@@ -86,6 +113,9 @@ func (g *Group) startSentinel(bin, mport string) string {
 		"sentinel monitor %s 127.0.0.1 %s 2\n"+
 		"sentinel down-after-milliseconds %s 1000\nsentinel failover-timeout %s 10000\n",
 		port, dir, filepath.Join(dir, "sentinel.log"), g.Name, mport, g.Name, g.Name)
+	if g.SentinelPassword != "" {
+		body += "requirepass " + g.SentinelPassword + "\n"
+	}
 	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil { // Sentinel rewrites it
 		g.tb.Fatal(err)
 	}
@@ -100,7 +130,7 @@ func (g *Group) startSentinel(bin, mport string) string {
 		proc.Done(cmd.Process.Pid)
 	})
 	addr := net.JoinHostPort("127.0.0.1", port)
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: addr, Password: g.SentinelPassword, MaxRetries: -1})
 	defer c.Close()
 	for end := time.Now().Add(10 * time.Second); c.Ping(context.Background()).Err() != nil; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(end) {
@@ -116,7 +146,7 @@ func (g *Group) startSentinel(bin, mport string) string {
 func (g *Group) MasterAddr() (string, error) {
 	var last error
 	for _, a := range g.Sentinels {
-		sc := redis.NewSentinelClient(&redis.Options{Addr: a})
+		sc := g.sentinelClient(a)
 		hp, err := sc.GetMasterAddrByName(context.Background(), g.Name).Result()
 		_ = sc.Close()
 		if err == nil && len(hp) == 2 {
@@ -135,7 +165,7 @@ func (g *Group) Failover() string {
 	if err != nil {
 		g.tb.Fatal(err)
 	}
-	sc := redis.NewSentinelClient(&redis.Options{Addr: g.Sentinels[0]})
+	sc := g.sentinelClient(g.Sentinels[0])
 	defer sc.Close()
 	if err := sc.Failover(context.Background(), g.Name).Err(); err != nil {
 		g.tb.Fatalf("SENTINEL FAILOVER: %v", err)

@@ -1,5 +1,6 @@
 // Package status reads what `baton status` and `baton web` show: every run
-// and standby slot of a queue from the holders' records in the lock dir,
+// and standby slot of a queue from the holders' records in the lock dir
+// (or the fleet's leases, with the line of standbys waiting for one),
 // and the queue's jobs from Redis, with warnings for what looks wrong.
 //
 // Read is the one call. It never takes a slot (invariant 6: observing never
@@ -46,6 +47,16 @@ type Slot struct {
 	Children []lock.Child `json:"children,omitempty"`
 }
 
+// Waiting is a standby in the fleet's line for a run lease (lock_backend
+// redis): the first in line is handed the next run lease freed.
+type Waiting struct {
+	Position int    `json:"position"` // 1 is next
+	Slot     int    `json:"slot"`     // its standby slot
+	Host     string `json:"host"`
+	PID      int    `json:"pid"`
+	WaitedMS int64  `json:"waited_ms"` // since it joined the line, on Redis' clock
+}
+
 // Scale is the scaling state, when min_slots < slots.
 type Scale struct {
 	MinSlots int         `json:"min_slots"` // k
@@ -75,6 +86,12 @@ type Report struct {
 	// Redis failover or restart (a lease_ttl from when a candidate first
 	// saw the new server): a lease the old server granted may still run.
 	LeasesPausedUntil *time.Time `json:"leases_paused_until,omitempty"`
+	// Line is the fleet's line of standbys waiting for a run lease, first
+	// in line first (lock_backend redis; empty: nobody waits). LineStale
+	// counts members left by standbys that died or timed out in line, which
+	// the next hand-over that reaches them drops.
+	Line      []Waiting `json:"standby_line,omitempty"`
+	LineStale int       `json:"standby_line_stale,omitempty"`
 	// Warnings are what looks wrong: a queue with no keys (a typo?), jobs
 	// waiting with no holder visible here.
 	Warnings []string `json:"warnings,omitempty"`
@@ -144,6 +161,11 @@ func Read(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient) (r
 			rep.LeasesPausedUntil = &until
 		}
 	}
+	if ls, ok := sbSet.(*lock.LeaseSet); ok {
+		if rep.Line, rep.LineStale, err = line(ls); err != nil {
+			return nil, nil, err
+		}
+	}
 	if cfg.MinSlots > 0 && cfg.MinSlots < cfg.Slots {
 		rep.Scale = &Scale{MinSlots: cfg.MinSlots, Slots: cfg.Slots, Last: scale.ReadLast(cfg.LockDir, cfg.Queue)}
 		for _, s := range rep.Run {
@@ -198,6 +220,19 @@ func Slots(s lock.Set) ([]Slot, error) {
 			Since: TimePtr(r.Since), Until: TimePtr(r.Until), JobSince: TimePtr(r.JobSince), Fence: r.Fence, ExpiresIn: r.ExpiresIn.Milliseconds(), Draining: r.Draining, Children: r.Children}
 	}
 	return out, nil
+}
+
+// line reads the fleet's line of standbys (sb: the standby leases).
+func line(sb *lock.LeaseSet) ([]Waiting, int, error) {
+	l, stale, err := sb.Line()
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]Waiting, len(l))
+	for i, w := range l {
+		out[i] = Waiting{Position: w.Position, Slot: w.Slot, Host: w.Host, PID: w.PID, WaitedMS: w.Waited.Milliseconds()}
+	}
+	return out, stale, nil
 }
 
 // TimePtr is &t, or nil for the zero time (omitted from JSON).
