@@ -189,9 +189,9 @@ func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 		if lease {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%d\t%s\n", name, state, s.PID, s.Host, clock(s.Since), clock(s.Until), s.JobsDone, cur,
 				s.Fence, (time.Duration(s.ExpiresIn) * time.Millisecond).String())
-			return
+		} else {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\n", name, state, s.PID, s.Host, clock(s.Since), clock(s.Until), s.JobsDone, cur)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\n", name, state, s.PID, s.Host, clock(s.Since), clock(s.Until), s.JobsDone, cur)
 		for _, c := range s.Children {
 			fmt.Fprintf(tw, "  child\tworker\t%d\t\t\t\t%d\trss %.1f MiB\n", c.PID, c.Jobs, float64(c.RSS)/(1<<20))
 		}

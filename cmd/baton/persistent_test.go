@@ -132,9 +132,19 @@ func TestPersistentWorkerCannotStart(t *testing.T) {
 }
 
 // TestPersistentStatusChildren: a persistent holder's record lists its
-// children (pid, jobs served, RSS), and status shows them under its slot.
+// children (pid, jobs served, RSS), and status shows them under its slot,
+// with flock slots and with fleet leases.
 func TestPersistentStatusChildren(t *testing.T) {
 	t.Parallel()
+	for _, backend := range []string{"file", "redis"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			statusChildren(t, "--lock-backend", backend)
+		})
+	}
+}
+
+func statusChildren(t *testing.T, backend ...string) {
 	r := newRig(t)
 	const jobs = 20
 	cmd := r.cmd("enqueue", "-q")
@@ -142,8 +152,8 @@ func TestPersistentStatusChildren(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("enqueue: %v %s", err, out)
 	}
-	h := r.start("run", "--persistent", "--concurrency", "2", "--lifetime", "30s", "--jitter", "1ms",
-		"--", python(t), examplePath(t, "python/example_worker.py"))
+	h := r.start(append(append([]string{"run"}, backend...), "--persistent", "--concurrency", "2", "--lifetime", "30s", "--jitter", "1ms",
+		"--", python(t), examplePath(t, "python/example_worker.py"))...)
 	type child struct {
 		PID  int   `json:"pid"`
 		Jobs int64 `json:"jobs"`
@@ -151,7 +161,7 @@ func TestPersistentStatusChildren(t *testing.T) {
 	}
 	var kids []child
 	eventually(t, 15*time.Second, "the record lists children that served every job", func() bool {
-		out, _, _ := r.baton("status", "--json")
+		out, _, _ := r.baton(append([]string{"status", "--json"}, backend...)...)
 		var s struct {
 			Run []struct {
 				PID      int     `json:"pid"`
@@ -168,7 +178,7 @@ func TestPersistentStatusChildren(t *testing.T) {
 		}
 		return served == jobs
 	})
-	text, _, _ := r.baton("status")
+	text, _, _ := r.baton(append([]string{"status"}, backend...)...)
 	for _, k := range kids {
 		if k.PID <= 0 || !alive(k.PID) || k.RSS <= 0 {
 			t.Errorf("child %+v: want a live pid and its RSS", k)
