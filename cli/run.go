@@ -206,7 +206,15 @@ func (h *holder) serve(ctx context.Context, p *standby.Protocol, role standby.Ro
 		}
 	}
 	defer slot.Release()
-	return h.hold(ctx, slot, p.Heal)
+	err := h.hold(ctx, slot, p.Heal)
+	if h.cfg.MetricsFile != "" {
+		// Once more with the slot freed: the file outlives the holder, and
+		// when it was the last one, a file that still counted it would
+		// hide "no holder while jobs wait" from the alerts.
+		_ = slot.Release()
+		h.writeMetricsOnce()
+	}
+	return err
 }
 
 // standBy connects and checks everything first, so a promotion starts work at
@@ -579,18 +587,10 @@ func sameRecord(a, b lock.Record) bool {
 // once, at warn; the holder carries on.
 func (h *holder) writeMetrics() (stop func()) {
 	path := h.cfg.MetricsFile
-	if path == "" {
+	c := h.metricsCollector()
+	if c == nil {
 		return func() {}
 	}
-	run, sb, err := slotSets(h.cfg)
-	if err != nil {
-		return func() {}
-	}
-	q := metrics.Queue{Name: h.cfg.Queue, Run: run, Keep: h.cfg.MinSlots}
-	if sb != nil {
-		q.Standby = sb
-	}
-	c := metrics.NewCollector(h.rdb, q)
 	done, quit := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
@@ -611,4 +611,30 @@ func (h *holder) writeMetrics() (stop func()) {
 		}
 	}()
 	return func() { close(quit); <-done }
+}
+
+// metricsCollector is the queue's collector for metrics_file, or nil when
+// there is no file to write.
+func (h *holder) metricsCollector() *metrics.Collector {
+	if h.cfg.MetricsFile == "" || h.rdb == nil {
+		return nil
+	}
+	run, sb, err := slotSets(h.cfg)
+	if err != nil {
+		return nil
+	}
+	q := metrics.Queue{Name: h.cfg.Queue, Run: run, Keep: h.cfg.MinSlots}
+	if sb != nil {
+		q.Standby = sb
+	}
+	return metrics.NewCollector(h.rdb, q)
+}
+
+// writeMetricsOnce rewrites metrics_file once, as a holder leaves.
+func (h *holder) writeMetricsOnce() {
+	if c := h.metricsCollector(); c != nil {
+		if err := metrics.WriteFile(h.cfg.MetricsFile, c); err != nil {
+			h.log.Warn().Err(err).Str("metrics_file", h.cfg.MetricsFile).Msg("cannot write the metrics file")
+		}
+	}
 }

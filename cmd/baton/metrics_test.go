@@ -113,7 +113,8 @@ func TestStatusWatch(t *testing.T) {
 }
 
 // TestMetricsFile: a holder with metrics_file rewrites it (atomically, no
-// temporary file left) with the queue's metrics while it runs.
+// temporary file left) with the queue's metrics while it runs, and once
+// more as it leaves.
 func TestMetricsFile(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
@@ -126,6 +127,22 @@ func TestMetricsFile(t *testing.T) {
 		return strings.Contains(string(b), `baton_jobs_done_total{queue="default"} 2`) &&
 			strings.Contains(string(b), `baton_slots_held{queue="default",role="run"} 1`)
 	})
+	// Leaving, the holder writes the file once more with its slot freed, so
+	// a file the last holder left does not count it.
+	if err := h.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-h.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("holder still running 20s after SIGTERM")
+	}
+	if code := h.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("holder exit %d after SIGTERM, want 0: %s", code, h.log())
+	}
+	if b, _ := os.ReadFile(path); !strings.Contains(string(b), `baton_slots_held{queue="default",role="run"} 0`) {
+		t.Fatalf("metrics file after the holder left, want no run slot held:\n%s", b)
+	}
 	ents, _ := os.ReadDir(r.dir)
 	for _, e := range ents {
 		if strings.HasPrefix(e.Name(), ".baton.prom.") {
