@@ -422,7 +422,8 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 	rec.Token = token
 	rec.Deadline, rec.BootDeadline = deadline, lock.BootClock()+time.Until(deadline)
 	var step func(*lock.Record)
-	if sc := h.newScaler(slot, st, until, sig, cancel); sc != nil {
+	sc := h.newScaler(slot, st, until, sig, cancel)
+	if sc != nil {
 		step = sc.step
 	}
 	var children func() []lock.Child
@@ -454,7 +455,11 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 	}, st)
 	stopPublish()
 	stopWatch()
-	h.left(slot, leftWhy(err, sig, until), st.Done.Load())
+	why := leftWhy(err, sig, until)
+	if why == history.WhyMaxJobs && sc != nil && sc.left { // read after stopPublish: no step runs now
+		why = history.WhyIdle
+	}
+	h.left(slot, why, st.Done.Load())
 	h.log.Info().Int64("jobs_done", st.Done.Load()).Int64("jobs_failed", st.Failed.Load()).Int64("jobs_dead", st.Dead.Load()).Msg("leaving run slot")
 	if errors.Is(err, context.Canceled) {
 		return nil
@@ -472,7 +477,7 @@ func leftWhy(err error, sig context.Context, until time.Time) string {
 	case err == nil && !time.Now().Before(until):
 		return history.WhyLifetime
 	}
-	return history.WhyEarly // max_jobs, or idle above min_slots
+	return history.WhyMaxJobs // or idle above min_slots: the caller knows
 }
 
 func (h *holder) record(role string, since, until time.Time) lock.Record {
