@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -148,5 +149,28 @@ func TestMetricsFile(t *testing.T) {
 		if strings.HasPrefix(e.Name(), ".baton.prom.") {
 			t.Fatalf("temporary file left: %s", e.Name())
 		}
+	}
+}
+
+// TestFindingTheRightQueue: `baton queues` lists the queues with their jobs;
+// status on a queue with no keys says so and names the queues that exist,
+// and on jobs waiting with no holder in its lock dir it says where it looked.
+func TestFindingTheRightQueue(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	if _, errOut, code := r.baton("enqueue", "--queue", "thumbs", "a", "b"); code != 0 {
+		t.Fatalf("enqueue: %s", errOut)
+	}
+	out, errOut, code := r.baton("queues")
+	if code != 0 || !regexp.MustCompile(`(?m)^thumbs +2 +0 +0 +0 +0 +0$`).MatchString(out) {
+		t.Fatalf("queues exit %d: %s%s\nwant thumbs with 2 waiting", code, out, errOut)
+	}
+	out, _, code = r.baton("status", "--queue", "thumb")
+	if want := "queue thumb has no keys in this Redis database (a typo?); queues here: thumbs"; code != 0 || !strings.Contains(out, want) {
+		t.Fatalf("status on a mistyped queue, exit %d:\n%s\nwant %q", code, out, want)
+	}
+	out, _, code = r.baton("status", "--queue", "thumbs")
+	if want := "2 jobs waiting or pending and no holder in " + r.locks; code != 0 || !strings.Contains(out, want) || strings.Contains(out, "no keys") {
+		t.Fatalf("status with jobs and no holder, exit %d:\n%s\nwant %q", code, out, want)
 	}
 }
