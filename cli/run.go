@@ -48,6 +48,12 @@ is killed and replaced on job_timeout, on heartbeat_timeout of silence,
 after about max_jobs_per_child jobs, and past max_child_rss; one that
 cannot start makes the holder exit 1, leaving the jobs queued.
 
+With min_slots below slots, cron and the standbys keep min_slots holders
+(k) and the slots above are for bursts: a holder that sees a backlog
+(scale_up_backlog waiting jobs per holder, or a job waiting scale_up_age)
+starts candidates for the free run slots, and a holder above the kept slots
+leaves after idle_exit without a job (docs/scaling.md).
+
 With lock_backend redis the slots are leases shared by every host of the
 queue (docs/fleet.md): slots counts fleet-wide, and a holder that cannot
 renew its lease kills its jobs and exits 1 before the lease expires.
@@ -65,6 +71,10 @@ Example:
   # logs at info, so send stderr to a file or pass --log-level warn, or
   # cron mails every few minutes)
   * * * * * /usr/local/bin/baton run --log-level warn --config /etc/baton/thumbs.toml -- /usr/local/bin/make-thumbnail
+  # Python code in 4 long-lived children (examples/python/baton_worker.py)
+  * * * * * /usr/local/bin/baton run --log-level warn --config /etc/baton/thumbs.toml --persistent --concurrency 4 -- /usr/bin/python3 /srv/app/worker.py
+  # 1 holder kept, up to 4 while a backlog lasts
+  * * * * * /usr/local/bin/baton run --log-level warn --config /etc/baton/thumbs.toml --slots 4 --min-slots 1 -- /usr/local/bin/make-thumbnail
 `
 
 // envSpawned marks a candidate started by another candidate: it spawns no more.
