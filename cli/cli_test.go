@@ -56,6 +56,10 @@ func TestExitCodes(t *testing.T) {
 		{"redis down", []string{"enqueue", "--redis-url", "redis://:pw@127.0.0.1:1/0", "x"}, ExitRuntime, "redis at redis://:xxxxx@127.0.0.1:1/0: connection refused"},
 		{"unescaped password", []string{"enqueue", "--redis-url", "redis://:pa ss@127.0.0.1:1/0", "x"}, ExitUsage, "flag --redis-url: redis://:xxxxx@127.0.0.1:1/0: the password must be %-escaped"},
 		{"version args", []string{"version", "x"}, ExitUsage, "takes no arguments"},
+		{"status queue as argument", []string{"status", "thumbs"}, ExitUsage, "hint: the queue is a flag: baton status --queue thumbs"},
+		{"metrics queue as argument", []string{"metrics", "thumbs"}, ExitUsage, `metrics: unexpected argument "thumbs"`},
+		{"queues args", []string{"queues", "x"}, ExitUsage, `queues: unexpected argument "x"`},
+		{"metrics bad listen", []string{"metrics", "--listen", "nonsense"}, ExitUsage, "metrics: --listen nonsense: address nonsense: missing port in address"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, stderr, code := mainT(t, "", tc.args...)

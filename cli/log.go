@@ -45,6 +45,12 @@ type errStream struct {
 // newLogger writes JSON lines, or console lines on a terminal (log_format
 // auto); every line carries the queue and the pid.
 func newLogger(w io.Writer, c *config.Config) zerolog.Logger {
+	return newLoggerFor(w, c, c.Queue)
+}
+
+// newLoggerFor is newLogger with the queue every line carries: none when
+// queue is "" (baton web, whose lines name the queue they are about).
+func newLoggerFor(w io.Writer, c *config.Config, queue string) zerolog.Logger {
 	stream, _ := w.(*errStream)
 	if stream != nil {
 		w = stream.Writer
@@ -57,8 +63,11 @@ func newLogger(w io.Writer, c *config.Config) zerolog.Logger {
 	if console {
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}
 	}
-	log := zerolog.New(w).Level(level).With().Timestamp().
-		Str("queue", c.Queue).Int("pid", os.Getpid()).Logger()
+	lc := zerolog.New(w).Level(level).With().Timestamp()
+	if queue != "" {
+		lc = lc.Str("queue", queue)
+	}
+	log := lc.Int("pid", os.Getpid()).Logger()
 	if stream != nil && !console {
 		stream.log = &log
 	}

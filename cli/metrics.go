@@ -56,6 +56,14 @@ func runMetrics(ctx context.Context, e *env, args []string) error {
 	if err := parse(e, fs, metricsUsage, args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 { // not a queue name: that is --queue
+		return usagef("the queue is a flag: baton metrics --queue "+fs.Arg(0), "metrics: unexpected argument %q", fs.Arg(0))
+	}
+	if *listen != "" {
+		if _, _, err := net.SplitHostPort(*listen); err != nil {
+			return usagef("give host:port, e.g. --listen 127.0.0.1:9187", "metrics: --listen %s: %v", *listen, err)
+		}
+	}
 	cfg, err := cf.Load(e.Getenv)
 	if err != nil {
 		return err

@@ -40,6 +40,9 @@ func runQueues(ctx context.Context, e *env, args []string) error {
 	if err := parse(e, fs, queuesUsage, args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return usagef("run 'baton queues --help'", "queues: unexpected argument %q", fs.Arg(0))
+	}
 	_, rdb, err := loadAndConnect(ctx, e, cf, 2)
 	if err != nil {
 		return err

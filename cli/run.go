@@ -48,6 +48,12 @@ is killed and replaced on job_timeout, on heartbeat_timeout of silence,
 after about max_jobs_per_child jobs, and past max_child_rss; one that
 cannot start makes the holder exit 1, leaving the jobs queued.
 
+With min_slots below slots, cron and the standbys keep min_slots holders
+(k) and the slots above are for bursts: a holder that sees a backlog
+(scale_up_backlog waiting jobs per holder, or a job waiting scale_up_age)
+starts candidates for the free run slots, and a holder above the kept slots
+leaves after idle_exit without a job (docs/scaling.md).
+
 With lock_backend redis the slots are leases shared by every host of the
 queue (docs/fleet.md): slots counts fleet-wide, and a holder that cannot
 renew its lease kills its jobs and exits 1 before the lease expires.
@@ -65,6 +71,10 @@ Example:
   # logs at info, so send stderr to a file or pass --log-level warn, or
   # cron mails every few minutes)
   * * * * * /usr/local/bin/baton run --log-level warn --config /etc/baton/thumbs.toml -- /usr/local/bin/make-thumbnail
+  # Python code in 4 long-lived children (examples/python/baton_worker.py)
+  * * * * * /usr/local/bin/baton run --log-level warn --config /etc/baton/thumbs.toml --persistent --concurrency 4 -- /usr/bin/python3 /srv/app/worker.py
+  # 1 holder kept, up to 4 while a backlog lasts
+  * * * * * /usr/local/bin/baton run --log-level warn --config /etc/baton/thumbs.toml --slots 4 --min-slots 1 -- /usr/local/bin/make-thumbnail
 `
 
 // envSpawned marks a candidate started by another candidate: it spawns no more.
@@ -206,7 +216,15 @@ func (h *holder) serve(ctx context.Context, p *standby.Protocol, role standby.Ro
 		}
 	}
 	defer slot.Release()
-	return h.hold(ctx, slot, p.Heal)
+	err := h.hold(ctx, slot, p.Heal)
+	if h.cfg.MetricsFile != "" {
+		// Once more with the slot freed: the file outlives the holder, and
+		// when it was the last one, a file that still counted it would
+		// hide "no holder while jobs wait" from the alerts.
+		_ = slot.Release()
+		h.writeMetricsOnce()
+	}
+	return err
 }
 
 // standBy connects and checks everything first, so a promotion starts work at
@@ -414,7 +432,8 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 	rec.Token = token
 	rec.Deadline, rec.BootDeadline = deadline, lock.BootClock()+time.Until(deadline)
 	var step func(*lock.Record)
-	if sc := h.newScaler(slot, st, until, sig, cancel); sc != nil {
+	sc := h.newScaler(slot, st, until, sig, cancel)
+	if sc != nil {
 		step = sc.step
 	}
 	var children func() []lock.Child
@@ -446,7 +465,11 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 	}, st)
 	stopPublish()
 	stopWatch()
-	h.left(slot, leftWhy(err, sig, until), st.Done.Load())
+	why := leftWhy(err, sig, until)
+	if why == history.WhyMaxJobs && sc != nil && sc.left { // read after stopPublish: no step runs now
+		why = history.WhyIdle
+	}
+	h.left(slot, why, st.Done.Load())
 	h.log.Info().Int64("jobs_done", st.Done.Load()).Int64("jobs_failed", st.Failed.Load()).Int64("jobs_dead", st.Dead.Load()).Msg("leaving run slot")
 	if errors.Is(err, context.Canceled) {
 		return nil
@@ -464,7 +487,7 @@ func leftWhy(err error, sig context.Context, until time.Time) string {
 	case err == nil && !time.Now().Before(until):
 		return history.WhyLifetime
 	}
-	return history.WhyEarly // max_jobs, or idle above min_slots
+	return history.WhyMaxJobs // or idle above min_slots: the caller knows
 }
 
 func (h *holder) record(role string, since, until time.Time) lock.Record {
@@ -579,18 +602,10 @@ func sameRecord(a, b lock.Record) bool {
 // once, at warn; the holder carries on.
 func (h *holder) writeMetrics() (stop func()) {
 	path := h.cfg.MetricsFile
-	if path == "" {
+	c := h.metricsCollector()
+	if c == nil {
 		return func() {}
 	}
-	run, sb, err := slotSets(h.cfg)
-	if err != nil {
-		return func() {}
-	}
-	q := metrics.Queue{Name: h.cfg.Queue, Run: run, Keep: h.cfg.MinSlots}
-	if sb != nil {
-		q.Standby = sb
-	}
-	c := metrics.NewCollector(h.rdb, q)
 	done, quit := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
@@ -611,4 +626,30 @@ func (h *holder) writeMetrics() (stop func()) {
 		}
 	}()
 	return func() { close(quit); <-done }
+}
+
+// metricsCollector is the queue's collector for metrics_file, or nil when
+// there is no file to write.
+func (h *holder) metricsCollector() *metrics.Collector {
+	if h.cfg.MetricsFile == "" || h.rdb == nil {
+		return nil
+	}
+	run, sb, err := slotSets(h.cfg)
+	if err != nil {
+		return nil
+	}
+	q := metrics.Queue{Name: h.cfg.Queue, Run: run, Keep: h.cfg.MinSlots}
+	if sb != nil {
+		q.Standby = sb
+	}
+	return metrics.NewCollector(h.rdb, q)
+}
+
+// writeMetricsOnce rewrites metrics_file once, as a holder leaves.
+func (h *holder) writeMetricsOnce() {
+	if c := h.metricsCollector(); c != nil {
+		if err := metrics.WriteFile(h.cfg.MetricsFile, c); err != nil {
+			h.log.Warn().Err(err).Str("metrics_file", h.cfg.MetricsFile).Msg("cannot write the metrics file")
+		}
+	}
 }

@@ -74,6 +74,9 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 	if err := parse(e, fs, statusUsage, args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 { // not a queue name: that is --queue
+		return usagef("the queue is a flag: baton status --queue "+fs.Arg(0), "status: unexpected argument %q", fs.Arg(0))
+	}
 	if *interval < 100*time.Millisecond {
 		return usagef("", "status: --interval %s: must be at least 100ms", *interval)
 	}

@@ -82,7 +82,9 @@ func runWeb(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	log := newLogger(e.Stderr, cfg)
+	// The dashboard serves every queue of the database: its lines name the
+	// queue they are about (an action's), not --queue's on every line too.
+	log := newLoggerFor(e.Stderr, cfg, "")
 	rdb, err := connectLazy(cfg, 4)
 	if err != nil {
 		return err
@@ -96,7 +98,7 @@ func runWeb(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("web: listen: %w", err)
 	}
-	log.Info().Str("url", "http://"+ln.Addr().String()+"/").Str("redis", cfg.RedisName()).Bool("actions", o.allowActions).
+	log.Info().Str("queue", cfg.Queue).Str("url", "http://"+ln.Addr().String()+"/").Str("redis", cfg.RedisName()).Bool("actions", o.allowActions).
 		Msg("serving the dashboard")
 	if o.allowRemote && !web.LoopbackHost(host) {
 		log.Warn().Msg("serving beyond loopback: anyone who reaches this address reads the dashboard (payloads included); put it behind a TLS proxy with authentication")

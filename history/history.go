@@ -84,8 +84,19 @@ const (
 	WhyLifetime = "lifetime" // its lifetime ended: a retirement
 	WhyStopped  = "stopped"  // SIGTERM or SIGINT
 	WhyError    = "error"    // it failed (Redis down too long, a worker that cannot start)
-	WhyEarly    = "early"    // max_jobs reached, or idle above min_slots
+	WhyMaxJobs  = "max_jobs" // max_jobs reached
+	WhyIdle     = "idle"     // idle above min_slots for idle_exit (scale down)
+	// WhyEarly is what holders before WhyMaxJobs and WhyIdle wrote for
+	// either; read, never written.
+	WhyEarly = "early"
 )
+
+// whyText is how an event names why a holder left early.
+var whyText = map[string]string{
+	WhyMaxJobs: "max_jobs reached",
+	WhyIdle:    "idle above min_slots",
+	WhyEarly:   "max_jobs reached or idle",
+}
 
 // GapBuckets are the upper bounds, in seconds, of the gap histogram kept in
 // Redis. Fixed: holders of different versions must agree.
@@ -366,7 +377,11 @@ func (e Event) String() string {
 	case KindRetired:
 		fmt.Fprintf(&b, " retired after %d jobs", e.Jobs)
 	case KindLeft:
-		fmt.Fprintf(&b, " left early (%s) after %d jobs", e.Why, e.Jobs)
+		why := e.Why
+		if t, ok := whyText[why]; ok {
+			why = t
+		}
+		fmt.Fprintf(&b, " left early (%s) after %d jobs", why, e.Jobs)
 	case KindDied:
 		b.WriteString(" was gone without leaving (killed, lost its lease, or frozen and healed)")
 		if e.SeenBy != "" {

@@ -93,7 +93,7 @@ return gap
 //
 // KEYS as above. ARGV[1] k, ARGV[2] N, ARGV[3] the slot left, ARGV[4] pid,
 // ARGV[5] host, ARGV[6] why ("lifetime": a retirement; "stopped",
-// "error", "early" otherwise), ARGV[7] jobs done, ARGV[8] events kept.
+// "error", "max_jobs", "idle" otherwise), ARGV[7] jobs done, ARGV[8] events kept.
 // Returns 1.
 var leaveScript = redis.NewScript(prelude + `
 local k, n, slot = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])

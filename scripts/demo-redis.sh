@@ -9,12 +9,22 @@ redis_pid=""
 
 cleanup() {
 	if [ -d "$work/locks" ]; then
+		pids=""
 		for f in "$work"/locks/*.json; do
 			[ -e "$f" ] || continue
-			pid=$(sed -n 's/.*"pid":\([0-9]*\).*/\1/p' "$f" | head -n 1)
-			[ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null || true
+			# The holder's own pid is the record's first "pid"; a persistent
+			# holder's children follow it.
+			pid=$(grep -o '"pid":[0-9]*' "$f" | head -n 1 | cut -d: -f2)
+			[ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null && pids="$pids $pid" || true
 		done
-		sleep 1
+		# Wait for them to leave (they rewrite their slot records on the
+		# way out, so removing the work dir before would race them).
+		for _ in $(seq 100); do
+			alive=""
+			for pid in $pids; do kill -0 "$pid" 2>/dev/null && alive="$alive $pid"; done
+			[ -z "$alive" ] && break
+			sleep 0.1
+		done
 	fi
 	[ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null && wait "$redis_pid" 2>/dev/null || true
 	rm -rf "$work"

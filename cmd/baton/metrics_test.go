@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -113,7 +114,8 @@ func TestStatusWatch(t *testing.T) {
 }
 
 // TestMetricsFile: a holder with metrics_file rewrites it (atomically, no
-// temporary file left) with the queue's metrics while it runs.
+// temporary file left) with the queue's metrics while it runs, and once
+// more as it leaves.
 func TestMetricsFile(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
@@ -126,10 +128,49 @@ func TestMetricsFile(t *testing.T) {
 		return strings.Contains(string(b), `baton_jobs_done_total{queue="default"} 2`) &&
 			strings.Contains(string(b), `baton_slots_held{queue="default",role="run"} 1`)
 	})
+	// Leaving, the holder writes the file once more with its slot freed, so
+	// a file the last holder left does not count it.
+	if err := h.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-h.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("holder still running 20s after SIGTERM")
+	}
+	if code := h.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("holder exit %d after SIGTERM, want 0: %s", code, h.log())
+	}
+	if b, _ := os.ReadFile(path); !strings.Contains(string(b), `baton_slots_held{queue="default",role="run"} 0`) {
+		t.Fatalf("metrics file after the holder left, want no run slot held:\n%s", b)
+	}
 	ents, _ := os.ReadDir(r.dir)
 	for _, e := range ents {
 		if strings.HasPrefix(e.Name(), ".baton.prom.") {
 			t.Fatalf("temporary file left: %s", e.Name())
 		}
+	}
+}
+
+// TestFindingTheRightQueue: `baton queues` lists the queues with their jobs;
+// status on a queue with no keys says so and names the queues that exist,
+// and on jobs waiting with no holder in its lock dir it says where it looked.
+func TestFindingTheRightQueue(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	if _, errOut, code := r.baton("enqueue", "--queue", "thumbs", "a", "b"); code != 0 {
+		t.Fatalf("enqueue: %s", errOut)
+	}
+	out, errOut, code := r.baton("queues")
+	if code != 0 || !regexp.MustCompile(`(?m)^thumbs +2 +0 +0 +0 +0 +0$`).MatchString(out) {
+		t.Fatalf("queues exit %d: %s%s\nwant thumbs with 2 waiting", code, out, errOut)
+	}
+	out, _, code = r.baton("status", "--queue", "thumb")
+	if want := "queue thumb has no keys in this Redis database (a typo?); queues here: thumbs"; code != 0 || !strings.Contains(out, want) {
+		t.Fatalf("status on a mistyped queue, exit %d:\n%s\nwant %q", code, out, want)
+	}
+	out, _, code = r.baton("status", "--queue", "thumbs")
+	if want := "2 jobs waiting or pending and no holder in " + r.locks; code != 0 || !strings.Contains(out, want) || strings.Contains(out, "no keys") {
+		t.Fatalf("status with jobs and no holder, exit %d:\n%s\nwant %q", code, out, want)
 	}
 }

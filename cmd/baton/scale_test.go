@@ -205,6 +205,9 @@ func TestScaleDownNeverBelowK(t *testing.T) {
 	if got := heldSlots(r.slotTable("k", lock.RoleRun, 4)); len(got) != 2 || got[0] != 0 || got[1] != 1 || s.min < 2 {
 		t.Fatalf("held %v, fewest seen %d: want run-0 and run-1, never fewer than 2\n%s", got, s.min, a.log()+b.log())
 	}
+	if out, _, _ := r.baton("status", "--queue", "k"); !strings.Contains(out, "left early (idle above min_slots)") {
+		t.Errorf("status does not say why the scaled holders left:\n%s", out)
+	}
 
 	// Scale up again; once the queue is empty, before idle_exit, kill the
 	// holder of run-0: run-2's holder must stay (only run-1 is below it),

@@ -132,6 +132,11 @@ func TestWebHTTP(t *testing.T) {
 	if !strings.Contains(log, `"reason":"wrong or missing token"`) || strings.Contains(log, "a-token-of-24-bytes-here") {
 		t.Errorf("web log:\n%s", log)
 	}
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Count(line, `"queue":`) > 1 { // JSON readers disagree on which one wins
+			t.Errorf("a log line names its queue twice: %s", line)
+		}
+	}
 }
 
 var noRedirect = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}

@@ -5,7 +5,11 @@
 # (default: wc -c); its exit status 0 marks the job done.
 #   baton run --persistent -- examples/shell/worker.sh /usr/local/bin/handle
 [ $# -gt 0 ] || set -- wc -c
-dir=${WORKDIR:-$(mktemp -d)}
+if [ -n "${WORKDIR:-}" ]; then
+	dir=$WORKDIR
+else
+	dir=$(mktemp -d) && trap 'rm -rf "$dir"' EXIT
+fi
 
 echo '{"type":"ready"}' >&4
 while IFS= read -r header <&3; do
