@@ -64,7 +64,7 @@ var (
 	oldest      = desc("oldest_waiting_seconds", "How long the oldest waiting job has waited (0 when none waits).")
 	done        = desc("jobs_done_total", "Jobs acknowledged, all time.")
 	retried     = desc("jobs_retried_total", "Failed runs scheduled for a retry, all time.")
-	failed      = desc("job_runs_failed_total", "Failed runs by kind (error, timeout, rejected), all time.", "kind")
+	failed      = desc("job_runs_failed_total", "Failed runs by kind (error, timeout, crashed, rejected), all time.", "kind")
 	dead        = desc("jobs_dead_total", "Jobs dead-lettered, by reason, all time.", "reason")
 	duration    = desc("job_duration_seconds", "Handler time of the jobs done, all time.")
 	slotsHeld   = desc("slots_held", "Slots held now, by role (run, standby).", "role")
@@ -74,14 +74,16 @@ var (
 	noRecord    = desc("holder_record_missing", "1 when a run slot is locked but its holder's record cannot be read (a full disk?).", "slot")
 	memUsed     = desc("redis_memory_used_bytes", "Redis used_memory.")
 	memMax      = desc("redis_maxmemory_bytes", "Redis maxmemory (0: no limit).")
+	leaseLeft   = desc("lease_seconds_left", "Fleet mode: time left on each held run lease, on Redis' clock. Renewed every lease_renew, it stays near lease_ttl; lower, renewals were missed (a frozen or cut-off holder); below a third of lease_ttl its holder is past its renew deadline and has fenced itself.", "slot")
 	belowK      = desc("below_k_seconds_total", "Time during which fewer than k run slots were held, all time, as holders and standbys recorded it.")
 	gaps        = desc("slot_gap_seconds", "Gaps between a kept run slot's holders: from one's leave (or death) to the next's take, by who took it (standby, candidate), all time.", "by")
 	reasons     = []string{work.ReasonFailed, work.ReasonTimeout, work.ReasonCrashed, work.ReasonTooLarge, work.ReasonMalformed, work.ReasonRejected}
-	allDescs    = []*prometheus.Desc{up, jobs, oldest, done, retried, failed, dead, duration, slotsHeld, slotsKept, holderAge, overdue, noRecord, memUsed, memMax, belowK, gaps}
+	allDescs    = []*prometheus.Desc{up, jobs, oldest, done, retried, failed, dead, duration, slotsHeld, slotsKept, holderAge, overdue, noRecord, leaseLeft, memUsed, memMax, belowK, gaps}
 	failedKinds = map[string][]string{ // kind → stats fields that add up to it
-		"error":    {work.StatFailedPrefix + "error", work.StatDeadPrefix + work.ReasonFailed},
-		"timeout":  {work.StatFailedPrefix + "timeout", work.StatDeadPrefix + work.ReasonTimeout},
-		"rejected": {work.StatDeadPrefix + work.ReasonRejected},
+		work.FailedError:   {work.StatFailedPrefix + work.FailedError, work.StatDeadPrefix + work.ReasonFailed},
+		work.FailedTimeout: {work.StatFailedPrefix + work.FailedTimeout, work.StatDeadPrefix + work.ReasonTimeout},
+		work.FailedCrashed: {work.StatFailedPrefix + work.FailedCrashed, work.StatDeadPrefix + work.ReasonCrashed},
+		"rejected":         {work.StatDeadPrefix + work.ReasonRejected},
 	}
 )
 
@@ -198,6 +200,9 @@ func (c *Collector) slots(ch chan<- prometheus.Metric, q Queue) {
 			}
 			ch <- gauge(overdue, b2f(r.Overdue(now, 0)), q.Name, slot)
 			ch <- gauge(noRecord, b2f(r.NoRecord), q.Name, slot)
+			if r.ExpiresIn > 0 { // a lease
+				ch <- gauge(leaseLeft, r.ExpiresIn.Seconds(), q.Name, slot)
+			}
 		}
 		ch <- gauge(slotsHeld, float64(held), q.Name, role)
 	}

@@ -93,6 +93,7 @@ func TestMetricsAgainstKnownWork(t *testing.T) {
 		`baton_jobs_done_total{queue="q"}`:                                        101,
 		`baton_jobs_retried_total{queue="q"}`:                                     1,
 		`baton_job_runs_failed_total{kind="error",queue="q"}`:                     4,
+		`baton_job_runs_failed_total{kind="crashed",queue="q"}`:                   0,
 		`baton_jobs_dead_total{queue="q",reason="failed"}`:                        3,
 		`baton_jobs_dead_total{queue="q",reason="crashed"}`:                       0,
 		`baton_jobs{queue="q",state="waiting"}`:                                   0,
@@ -229,5 +230,33 @@ func TestMetricsCoverage(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	if again := scrape(t, reg)[`baton_below_k_seconds_total{queue="q"}`]; again < below+0.25 {
 		t.Errorf("below k %vs, then %vs 300ms later with one holder of two: not growing", below, again)
+	}
+}
+
+// In fleet mode each held run lease reports its time left on Redis' clock:
+// near lease_ttl while renewed.
+func TestMetricsLeaseTimeLeft(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	run, err := lock.NewLeaseSet(rdb, "q", lock.RoleRun, 2, lock.LeaseOptions{Host: "h", TTL: 3 * time.Second, Renew: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot, ok, err := run.TryAcquire()
+	if err != nil || !ok {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+	defer slot.Release()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(NewCollector(rdb, Queue{Name: "q", Run: run, Keep: 2}))
+	fams := scrape(t, reg)
+	key := fmt.Sprintf(`baton_lease_seconds_left{queue="q",slot="%d"}`, slot.Index())
+	if left, ok := fams[key]; !ok || left <= 2 || left > 3 {
+		t.Fatalf("%s = %v (present %v), want just under the 3s TTL", key, left, ok)
+	}
+	for k := range fams {
+		if strings.HasPrefix(k, "baton_lease_seconds_left") && k != key {
+			t.Errorf("%s: a free lease has no time left to report", k)
+		}
 	}
 }

@@ -156,7 +156,7 @@ var ackScript = redis.NewScript(ackLua)
 // KEYS[1] stream, KEYS[2] retry, KEYS[3] retry jobs, KEYS[4] stats;
 // ARGV[1] group, ARGV[2] entry id, ARGV[3] consumer, ARGV[4] backoff (ms),
 // ARGV[5] job id, ARGV[6] runs made, ARGV[7] the stats field of the failure
-// ("failed:error", "failed:timeout").
+// ("failed:error", "failed:timeout", "failed:crashed").
 // Returns 1 when scheduled, 0 when the entry is no longer pending for this
 // consumer, -1 when it was deleted while pending (cleared).
 const retryLua = entryLua + `

@@ -228,6 +228,12 @@ func TestPersistentChildDiesMidJob(t *testing.T) {
 	if len(rs) != 4 || rs[0].pid == rs[1].pid || rs[3].attempt != 2 || alive(rs[0].pid) || alive(rs[3].pid) {
 		t.Fatalf("runs %+v: want a fresh child after each death", rs)
 	}
+	// The first death is a failed run of kind crashed; the last one counts
+	// as the dead letter's reason.
+	st := rdb.HGetAll(context.Background(), KeysFor("q").Stats).Val()
+	if st[StatFailedPrefix+FailedCrashed] != "1" || st[StatFailedPrefix+FailedError] != "" || st[StatDeadPrefix+ReasonCrashed] != "1" {
+		t.Fatalf("stats %v: want failed:crashed 1 and dead:crashed 1", st)
+	}
 	settled(t, rdb, "q")
 }
 

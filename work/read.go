@@ -294,7 +294,9 @@ func (r *runner) replayLevel(ctx context.Context, level Priority) ([]*Job, error
 				r.announceReplay(ctx, stream, start, len(pend))
 			}
 			r.c.Logger.Debug().Str("entry", p.ID).Int64("deliveries", p.RetryCount+1).Msg("replaying own pending entry")
-			return []*Job{r.toJob(msgs[0], int(p.RetryCount)+1, level)}, nil
+			j := r.toJob(msgs[0], int(p.RetryCount)+1, level)
+			r.countCrashed(ctx, j)
+			return []*Job{j}, nil
 		}
 		start = "(" + pend[len(pend)-1].ID
 	}
@@ -357,6 +359,7 @@ func (r *runner) claimLevel(ctx context.Context, level Priority, n int64) ([]*Jo
 			}
 			j := r.toJob(m, deliveries, level)
 			r.c.Logger.Warn().Str("job", j.ID).Str("entry", j.Entry).Msg("claimed a job abandoned by a consumer that is gone")
+			r.countCrashed(ctx, j)
 			jobs = append(jobs, j)
 		}
 		if next == "0-0" {
@@ -364,6 +367,19 @@ func (r *runner) claimLevel(ctx context.Context, level Priority, n int64) ([]*Jo
 		}
 	}
 	return jobs, nil
+}
+
+// countCrashed adds a replayed or claimed job's cut-short delivery to the
+// failed runs of kind crashed, unless the job is dead-lettered now (its last
+// run then counts under its dead reason). One command, only on this rare
+// path; a failure to count is logged, never fatal.
+func (r *runner) countCrashed(ctx context.Context, j *Job) {
+	if j.verdict != "" {
+		return
+	}
+	if err := r.c.Client.HIncrBy(ctx, r.keys.Stats, StatFailedPrefix+FailedCrashed, 1).Err(); err != nil {
+		r.c.Logger.Debug().Err(err).Msg("could not count a crashed run")
+	}
 }
 
 // maxAttempts is the job's own max_attempts, or the queue's.

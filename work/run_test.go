@@ -141,6 +141,9 @@ func TestReplayOwnPendingFirst(t *testing.T) {
 	if order[0] != ids[0] || order[1] != ids[1] || attempts[0] != 2 || attempts[1] != 2 || attempts[2] != 1 {
 		t.Fatalf("order %v attempts %v, want %v first with attempt 2", order, attempts, ids[:2])
 	}
+	if n := rdb.HGet(ctx, KeysFor("q").Stats, StatFailedPrefix+FailedCrashed).Val(); n != "2" {
+		t.Fatalf("failed:crashed = %q, want 2: the dead holder's two deliveries", n)
+	}
 	settled(t, rdb, "q")
 }
 

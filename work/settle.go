@@ -184,9 +184,12 @@ func (r *runner) fail(j *Job, err error) {
 		return
 	}
 	delay := r.backoff(j.Attempt)
-	kind := StatFailedPrefix + "error"
-	if timedOut(err) {
-		kind = StatFailedPrefix + "timeout"
+	kind := StatFailedPrefix + FailedError
+	switch {
+	case timedOut(err):
+		kind = StatFailedPrefix + FailedTimeout
+	case errors.Is(err, ErrCrashed):
+		kind = StatFailedPrefix + FailedCrashed
 	}
 	var n int64
 	rerr := r.redisRetry(func(ctx context.Context) error {

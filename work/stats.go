@@ -12,9 +12,9 @@ const (
 	StatDone    = "done"    // jobs acknowledged
 	StatRetried = "retried" // failed runs scheduled for a retry
 	StatDead    = "dead"    // jobs dead-lettered
-	// StatFailedPrefix + "error" or "timeout": failed runs that were
-	// retried, by kind. The last failed run of a job counts under
-	// StatDeadPrefix + its reason instead.
+	// StatFailedPrefix + a Failed kind: failed runs that were retried, by
+	// kind. The last failed run of a job counts under StatDeadPrefix + its
+	// reason instead.
 	StatFailedPrefix = "failed:"
 	StatDeadPrefix   = "dead:" // + reason: jobs dead-lettered, by reason
 	// StatDurPrefix + bucket index: jobs done whose handler ran at most
@@ -22,6 +22,18 @@ const (
 	// index len(DurationBuckets) counts the rest.
 	StatDurPrefix = "dur:"
 	StatDurSumUS  = "dur_sum_us" // total handler time of the jobs done, µs
+)
+
+// The kinds of failed runs counted under StatFailedPrefix.
+const (
+	FailedError   = "error"   // the handler failed
+	FailedTimeout = "timeout" // job_timeout, or a persistent child's silence
+	// FailedCrashed: the run never finished because the process running it
+	// died: a persistent child that died mid-job, or a holder that died (or
+	// was killed at its hard deadline), counted when the job is replayed or
+	// claimed. A job read ahead but not yet started when its holder died
+	// counts too: the delivery is spent either way.
+	FailedCrashed = "crashed"
 )
 
 // DurationBuckets are the upper bounds, in seconds, of the job-duration
