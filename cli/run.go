@@ -401,6 +401,18 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 			Grace: cfg.ShutdownGrace.D(), Logger: h.log, Holder: token}
 		handler, h.kids = x, x
 	}
+	// The leave is recorded in the slot history last, once the children
+	// are stopped and the orphans killed, just before the slot is released
+	// (serve): a persistent child that ignores its stop message keeps the
+	// slot held for up to shutdown_grace, and no standby can take it
+	// meanwhile. Recorded when work.Run returned, that time counted as the
+	// slot free (time below k, the next holder's gap) while it was held.
+	var leave func()
+	defer func() {
+		if leave != nil {
+			leave()
+		}
+	}()
 	if h.kids != nil {
 		h.adopt()
 		defer h.killOrphans()
@@ -469,7 +481,7 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 	if why == history.WhyMaxJobs && sc != nil && sc.left { // read after stopPublish: no step runs now
 		why = history.WhyIdle
 	}
-	h.left(slot, why, st.Done.Load())
+	leave = func() { h.left(slot, why, st.Done.Load()) }
 	h.log.Info().Int64("jobs_done", st.Done.Load()).Int64("jobs_failed", st.Failed.Load()).Int64("jobs_dead", st.Dead.Load()).Msg("leaving run slot")
 	if errors.Is(err, context.Canceled) {
 		return nil
