@@ -101,15 +101,15 @@ func BenchmarkAckBatch(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				args := []any{Group}
+				args := []any{Group, len(jobs), 0, 0, 1} // no histogram, no retention
 				for _, j := range jobs {
-					args = append(args, j.ID)
+					args = append(args, j.Entry)
 				}
 				pendingIDs = append(pendingIDs, args)
 			}
 			b.StartTimer()
 		}
-		n, err := ackScript.Run(ctx, rdb, []string{r.keys.Stream, r.keys.Stats}, pendingIDs[i%perFill]...).Int()
+		n, err := ackScript.Run(ctx, rdb, []string{r.keys.Stream, r.keys.Stats, r.keys.Done}, pendingIDs[i%perFill]...).Int()
 		if err != nil || n != benchBatch {
 			b.Fatalf("acked %d: %v", n, err)
 		}
