@@ -127,6 +127,16 @@ func BenchmarkRun(b *testing.B) {
 	}
 }
 
+// BenchmarkRunRetention is BenchmarkRun with a retention: each ack batch
+// also records its jobs as done (ZADD, trims, PEXPIRE in the same script).
+func BenchmarkRunRetention(b *testing.B) {
+	for _, conc := range []int{1, 10} {
+		b.Run("c"+strconv.Itoa(conc), func(b *testing.B) {
+			benchRun(b, conc, HandlerFunc(func(context.Context, *Job) error { return nil }), func(c *Config) { c.Retention = time.Hour })
+		})
+	}
+}
+
 // BenchmarkRunExec is the whole loop in exec mode: one /bin/true per job.
 // Against BenchmarkExecSpawn it shows what the loop adds to each job.
 func BenchmarkRunExec(b *testing.B) {
@@ -141,7 +151,7 @@ func BenchmarkRunExec(b *testing.B) {
 // of Run until b.N jobs are done (polled every 50µs). At concurrency 1 it
 // also reports the median gap between one job's return and the next one's
 // start: what the loop adds to every job, free of the handler's own noise.
-func benchRun(b *testing.B, conc int, h Handler) {
+func benchRun(b *testing.B, conc int, h Handler, opts ...func(*Config)) {
 	var (
 		mu   sync.Mutex
 		last time.Time
@@ -172,10 +182,11 @@ func benchRun(b *testing.B, conc int, h Handler) {
 	done := make(chan struct{})
 	b.ReportAllocs()
 	b.ResetTimer()
-	go func() {
-		errc <- Run(ctx, Config{Client: rdb, Queue: "q", Consumer: "bench/run-0", Handler: h,
-			Concurrency: conc, Logger: zerolog.Nop()}, st)
-	}()
+	c := Config{Client: rdb, Queue: "q", Consumer: "bench/run-0", Handler: h, Concurrency: conc, Logger: zerolog.Nop()}
+	for _, o := range opts {
+		o(&c)
+	}
+	go func() { errc <- Run(ctx, c, st) }()
 	go func() {
 		defer close(done)
 		for st.Done.Load() < int64(b.N) {

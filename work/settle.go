@@ -115,7 +115,12 @@ func (r *runner) ack(level Priority, b *ackBatch) {
 		return
 	}
 	keys := append([]string{r.keys.StreamOf(level), r.keys.Stats, r.keys.Done}, b.uniqueKeys...)
-	args := append([]any{Group, len(b.ids), 0, r.c.Retention.Milliseconds(), r.c.RetentionMax}, b.ids...)
+	// One allocation of the exact size; retention 0 records nothing.
+	args := make([]any, 0, 5+len(b.ids)+2*b.hist.fields()+len(b.uniqueIDs)+len(b.jobs))
+	args = append(append(args, Group, len(b.ids), 0, 0, 0), b.ids...)
+	if r.c.Retention > 0 {
+		args[3], args[4] = r.c.Retention.Milliseconds(), r.c.RetentionMax
+	}
 	args, pairs := b.hist.pairs(args)
 	args[2] = pairs
 	args = append(args, b.uniqueIDs...)
