@@ -19,11 +19,12 @@ const jobUsage = `Usage: baton job [flags] ID
 Say where a job is, by the id enqueue printed: waiting (and how many
 waiting jobs are ahead of it), running (on which slot, since when, which
 attempt; with the holder's pid when it runs on this host), scheduled (due
-when), retrying (attempt, due when), dead (why), or unknown: done jobs are
-not kept, so a job that is done, or was never enqueued on this queue, is
-unknown. It only reads. Exit 0 when the job was found, 1 when unknown.
+when), retrying (attempt, due when), dead (why), done (when; only with
+retention > 0, which keeps done jobs that long), or unknown: a done job not
+kept (retention 0, the default, or its record expired or was dropped) or
+a job never enqueued on this queue. It only reads. Exit 0 when the job was
+found, 1 when unknown.
 
-Flags:
 {{flags}}
 Example:
   baton job --config /etc/baton/thumbs.toml 1795277752922-0
@@ -56,7 +57,7 @@ func runJob(ctx context.Context, e *env, args []string) error {
 	}
 	holder := localHolder(cfg, loc)
 	if loc.State == work.StateUnknown && !*asJSON {
-		return fmt.Errorf("job %s is unknown on queue %s: done (done jobs are not kept), or never enqueued here", loc.ID, cfg.Queue)
+		return fmt.Errorf("job %s is unknown on queue %s: done and not kept (see retention), or never enqueued here", loc.ID, cfg.Queue)
 	}
 	if *asJSON {
 		if err := writeJSON(e, struct {
@@ -123,6 +124,8 @@ func describeJob(l *work.Location, pid int, since time.Time) string {
 		return fmt.Sprintf("job %s: scheduled, due %s (%s)", l.ID, l.Due.Local().Format(time.DateTime), in(l.Due))
 	case work.StateRetrying:
 		return fmt.Sprintf("job %s: retrying, %d runs failed, next due %s (%s)", l.ID, l.Attempts, l.Due.Local().Format(time.DateTime), in(l.Due))
+	case work.StateDone:
+		return fmt.Sprintf("job %s: done at %s (%s ago)", l.ID, l.DoneAt.Local().Format(time.DateTime), max(time.Since(l.DoneAt).Round(time.Second), 0))
 	case work.StateDead:
 		return fmt.Sprintf("job %s: dead (%s after %d attempts, %s): see 'baton dead show %s'",
 			l.ID, l.Dead.Reason, l.Attempts, l.Dead.FailedAt.Local().Format(time.DateTime), l.ID)

@@ -471,7 +471,7 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 		Concurrency: cfg.Concurrency, Deadline: until, Grace: cfg.ShutdownGrace.D(), JobTimeout: cfg.JobTimeout.D(),
 		MaxJobs: cfg.MaxJobs, RedisDownExit: cfg.RedisDownExit.D(),
 		MaxAttempts: cfg.MaxAttempts, RetryBackoff: cfg.RetryBackoff.D(), RetryBackoffMax: cfg.RetryBackoffMax.D(),
-		DeadMax: cfg.DeadMax, MaxPayload: cfg.MaxPayload, VisibilityTimeout: cfg.VisibilityTimeout.D(),
+		DeadMax: cfg.DeadMax, Retention: cfg.Retention.D(), RetentionMax: cfg.RetentionMax, MaxPayload: cfg.MaxPayload, VisibilityTimeout: cfg.VisibilityTimeout.D(),
 		RateLimit: rate, Fence: fenceCfg,
 		Logger: h.log,
 	}, st)

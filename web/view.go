@@ -399,6 +399,12 @@ var funcs = template.FuncMap{
 		}
 		return "in " + d.String()
 	},
+	"ago": func(now time.Time, t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return max(now.Sub(t).Round(time.Second), 0).String() + " ago"
+	},
 	"num": func(n int64) string {
 		s := strconv.FormatInt(n, 10)
 		for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {

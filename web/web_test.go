@@ -246,6 +246,9 @@ func TestQueueParam(t *testing.T) {
 func TestJobPage(t *testing.T) {
 	f := newFixture(t)
 	ts := f.server(t, Options{})
+	// a job done 90s ago, remembered by a retention
+	at := time.Now().Add(-90 * time.Second).UnixMilli()
+	f.rdb.ZAdd(context.Background(), work.KeysFor("q").Done, redis.Z{Score: float64(at), Member: "5-0"})
 	for _, c := range []struct {
 		path, want string
 		code       int
@@ -253,6 +256,8 @@ func TestJobPage(t *testing.T) {
 		{"/job?queue=other&id=" + f.other, `id="job-state" class="state state-waiting">waiting<`, 200},
 		{"/job?queue=q&id=" + f.dead[hostile], `<a href="/dead?queue=q&amp;id=` + f.dead[hostile] + `">show it</a>`, 200},
 		{"/job?queue=q&id=1-0", ">unknown<", 200},
+		{"/job?queue=q&id=5-0", `id="job-state" class="state state-done">done<`, 200},
+		{"/job?queue=q&id=5-0", "(1m3", 200}, // 1m30s ago, or a little more on a slow machine
 		{"/job?queue=q&id=" + url.QueryEscape("<script>x"), `&#34;&lt;script&gt;x&#34; is not a job id`, 400},
 		{"/job?queue=q&id=", "give a job id", 400},
 		{"/job?queue=nope&id=1-0", "no such queue", 404},

@@ -101,15 +101,15 @@ func BenchmarkAckBatch(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				args := []any{Group}
+				args := []any{Group, len(jobs), 0, 0, 1} // no histogram, no retention
 				for _, j := range jobs {
-					args = append(args, j.ID)
+					args = append(args, j.Entry)
 				}
 				pendingIDs = append(pendingIDs, args)
 			}
 			b.StartTimer()
 		}
-		n, err := ackScript.Run(ctx, rdb, []string{r.keys.Stream, r.keys.Stats}, pendingIDs[i%perFill]...).Int()
+		n, err := ackScript.Run(ctx, rdb, []string{r.keys.Stream, r.keys.Stats, r.keys.Done}, pendingIDs[i%perFill]...).Int()
 		if err != nil || n != benchBatch {
 			b.Fatalf("acked %d: %v", n, err)
 		}
@@ -123,6 +123,16 @@ func BenchmarkRun(b *testing.B) {
 	for _, conc := range []int{1, 10} {
 		b.Run("c"+strconv.Itoa(conc), func(b *testing.B) {
 			benchRun(b, conc, HandlerFunc(func(context.Context, *Job) error { return nil }))
+		})
+	}
+}
+
+// BenchmarkRunRetention is BenchmarkRun with a retention: each ack batch
+// also records its jobs as done (ZADD, trims, PEXPIRE in the same script).
+func BenchmarkRunRetention(b *testing.B) {
+	for _, conc := range []int{1, 10} {
+		b.Run("c"+strconv.Itoa(conc), func(b *testing.B) {
+			benchRun(b, conc, HandlerFunc(func(context.Context, *Job) error { return nil }), func(c *Config) { c.Retention = time.Hour })
 		})
 	}
 }
@@ -141,7 +151,7 @@ func BenchmarkRunExec(b *testing.B) {
 // of Run until b.N jobs are done (polled every 50µs). At concurrency 1 it
 // also reports the median gap between one job's return and the next one's
 // start: what the loop adds to every job, free of the handler's own noise.
-func benchRun(b *testing.B, conc int, h Handler) {
+func benchRun(b *testing.B, conc int, h Handler, opts ...func(*Config)) {
 	var (
 		mu   sync.Mutex
 		last time.Time
@@ -172,10 +182,11 @@ func benchRun(b *testing.B, conc int, h Handler) {
 	done := make(chan struct{})
 	b.ReportAllocs()
 	b.ResetTimer()
-	go func() {
-		errc <- Run(ctx, Config{Client: rdb, Queue: "q", Consumer: "bench/run-0", Handler: h,
-			Concurrency: conc, Logger: zerolog.Nop()}, st)
-	}()
+	c := Config{Client: rdb, Queue: "q", Consumer: "bench/run-0", Handler: h, Concurrency: conc, Logger: zerolog.Nop()}
+	for _, o := range opts {
+		o(&c)
+	}
+	go func() { errc <- Run(ctx, c, st) }()
 	go func() {
 		defer close(done)
 		for st.Done.Load() < int64(b.N) {

@@ -79,6 +79,7 @@ func TestFencedWrites(t *testing.T) {
 			c := testConfig(rdb, h)
 			c.Consumer = "fleet/run-0"
 			c.Fence = &Fence{Key: key, Token: token}
+			c.Retention = time.Hour
 			st := new(Stats)
 			var after time.Time
 			_ = runUntil(t, c, st, func() bool {
@@ -102,10 +103,16 @@ func TestFencedWrites(t *testing.T) {
 					t.Fatalf("done %d with the lease intact, want 1", st.Done.Load())
 				}
 				settled(t, rdb, "q")
+				if l, err := Locate(context.Background(), rdb, "q", ids[0]); err != nil || l.State != StateDone {
+					t.Errorf("acked with the lease intact: %+v, %v; want done", l, err)
+				}
 				return
 			}
 			if st.Done.Load() != 0 {
 				t.Errorf("a fenced ack counted %d done", st.Done.Load())
+			}
+			if n := rdb.Exists(context.Background(), KeysFor("q").Done).Val(); n != 0 {
+				t.Errorf("a fenced ack recorded done jobs")
 			}
 			if n := rdb.ZCard(context.Background(), KeysFor("q").Retry).Val(); n != 0 {
 				t.Errorf("a fenced retry scheduled %d jobs", n)
@@ -137,8 +144,9 @@ func TestFencedWrites(t *testing.T) {
 
 func TestIsFenced(t *testing.T) {
 	rdb := redistest.Start(t).Client()
-	err := fenced[ackScript].Run(context.Background(), rdb, []string{KeysFor("q").Stream, KeysFor("q").Stats, "baton:{q}:lease:run:0"},
-		Group, 0, 0, "7").Err()
+	k := KeysFor("q")
+	err := fenced[ackScript].Run(context.Background(), rdb, []string{k.Stream, k.Stats, k.Done, "baton:{q}:lease:run:0"},
+		Group, 0, 0, 0, 1, "7").Err()
 	if !IsFenced(err) {
 		t.Fatalf("ack against a missing lease: %v, want fenced", err)
 	}

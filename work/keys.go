@@ -43,6 +43,7 @@ type Keys struct {
 	Stats         string // baton:{q}:stats: totals that outlive short-lived holders
 	Rate          string // baton:{q}:rate: the rate limiter's state
 	RateLog       string // baton:{q}:rate:log: jobs granted per second, the last few seconds
+	Done          string // baton:{q}:done: sorted set of done job ids, scored by when done (ms); written only when retention > 0
 }
 
 // KeysFor returns the keys of queue q.
@@ -50,7 +51,8 @@ func KeysFor(q string) Keys {
 	base := "baton:{" + q + "}"
 	return Keys{Stream: base, High: base + ":high", Low: base + ":low", Retry: base + ":retry", RetryJobs: base + ":retry:jobs",
 		Scheduled: base + ":scheduled", ScheduledJobs: base + ":scheduled:jobs",
-		Dead: base + ":dead", DeadIndex: base + ":dead:ids", Stats: base + ":stats", Rate: base + ":rate", RateLog: base + ":rate:log"}
+		Dead: base + ":dead", DeadIndex: base + ":dead:ids", Stats: base + ":stats", Rate: base + ":rate", RateLog: base + ":rate:log",
+		Done: base + ":done"}
 }
 
 // Unique is the key that holds the id of the job queued under a unique key.
@@ -118,19 +120,27 @@ end
 // totals and the duration histogram. XACK and XDEL free memory, so this runs
 // under OOM too.
 //
-// KEYS[1] stream, KEYS[2] stats, KEYS[3..] unique keys; ARGV[1] group,
-// ARGV[2] n, ARGV[3] h, ARGV[4..3+n] entry ids, then h field/increment pairs
-// for the stats hash, then one job id per unique key.
+// With a retention, it then records each job as done: its job id in the
+// done set scored by Redis' clock (ms), records older than the retention
+// dropped, the oldest beyond retention_max dropped, and the set set to
+// expire after the retention, so an idle queue's records vanish. Like the
+// statistics, these writes (after the acknowledgement) never fail the ack.
+//
+// KEYS[1] stream, KEYS[2] stats, KEYS[3] done, KEYS[4..] unique keys;
+// ARGV[1] group, ARGV[2] n, ARGV[3] h, ARGV[4] retention (ms; 0: record
+// nothing), ARGV[5] retention_max, ARGV[6..5+n] entry ids, then h
+// field/increment pairs for the stats hash, then one job id per unique key,
+// then, with a retention, the n entries' job ids.
 // Returns how many entries were pending and are now acknowledged.
 const ackLua = `
 local n, h = tonumber(ARGV[2]), tonumber(ARGV[3])
 local ids = {}
-for i = 4, 3 + n do ids[#ids + 1] = ARGV[i] end
+for i = 6, 5 + n do ids[#ids + 1] = ARGV[i] end
 local acked = redis.call('XACK', KEYS[1], ARGV[1], unpack(ids))
 redis.call('XDEL', KEYS[1], unpack(ids))
-local u = 4 + n + 2 * h
-for i = 3, #KEYS do
-  if redis.call('GET', KEYS[i]) == ARGV[u + i - 3] then redis.call('DEL', KEYS[i]) end
+local u = 6 + n + 2 * h
+for i = 4, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[u + i - 4] then redis.call('DEL', KEYS[i]) end
 end
 if acked > 0 then
   redis.pcall('HINCRBY', KEYS[2], 'done', acked)
@@ -139,7 +149,22 @@ if acked == n then
   -- The durations are of the whole batch: counted only when all of it was
   -- still pending, never twice for a job another holder claimed and settled
   -- first (rare: the histogram may then miss this batch's share).
-  for i = 4 + n, 3 + n + 2 * h, 2 do redis.pcall('HINCRBY', KEYS[2], ARGV[i], ARGV[i + 1]) end
+  for i = 6 + n, 5 + n + 2 * h, 2 do redis.pcall('HINCRBY', KEYS[2], ARGV[i], ARGV[i + 1]) end
+end
+local keep = tonumber(ARGV[4])
+if keep > 0 then
+  -- Every job of the batch ran to success here, acked by this call or not
+  -- (claimed meanwhile by another holder): each is recorded. Locate looks
+  -- at the done set last, so a later state (running again, retrying,
+  -- dead) wins over the record.
+  local t = redis.call('TIME')
+  local now = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+  local z, j = {}, u + #KEYS - 3
+  for i = j, j + n - 1 do z[#z + 1] = now; z[#z + 1] = ARGV[i] end
+  redis.pcall('ZADD', KEYS[3], unpack(z))
+  redis.pcall('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. string.format('%d', tonumber(now) - keep))
+  redis.pcall('ZREMRANGEBYRANK', KEYS[3], 0, -1 - tonumber(ARGV[5]))
+  redis.pcall('PEXPIRE', KEYS[3], keep)
 end
 return acked
 `

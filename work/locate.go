@@ -16,7 +16,8 @@ const (
 	StateScheduled = "scheduled" // delayed by its producer
 	StateRetrying  = "retrying"  // failed, due again later
 	StateDead      = "dead"      // dead-lettered
-	StateUnknown   = "unknown"   // done (done jobs are not kept), or never enqueued here
+	StateDone      = "done"      // finished successfully, within the retention (kept only when retention > 0)
+	StateUnknown   = "unknown"   // done and not kept (retention 0, or its record expired or was dropped), or never enqueued here
 )
 
 // locateScan bounds how many stream entries Locate reads when the job is in
@@ -46,6 +47,8 @@ type Location struct {
 	Attempts int `json:"attempts,omitempty"`
 	// Dead is its dead letter (dead).
 	Dead *DeadLetter `json:"dead_letter,omitempty"`
+	// DoneAt is when it was acknowledged as done, on Redis' clock (done).
+	DoneAt time.Time `json:"done_at,omitzero"`
 }
 
 // recordFieldScript reads one field of a packed retry or scheduled record.
@@ -63,21 +66,23 @@ return false
 `)
 
 // Locate says where job id of queue q is: a few reads for a job in the
-// retry or scheduled sets, the dead letters, or the stream under its own id;
-// a bounded scan for a job back in the stream under a newer entry. It never
-// writes.
+// retry or scheduled sets, the dead letters, the stream under its own id, or
+// the done records (kept only with a retention); a bounded scan for a job
+// back in the stream under a newer entry. A job found nowhere else is done
+// when it has a done record. It never writes.
 func Locate(ctx context.Context, rdb redis.Cmdable, q, id string) (*Location, error) {
 	if _, _, ok := cutDash(id); !ok {
 		return nil, fmt.Errorf("%q is not a job id (they look like 1700000000000-0)", id)
 	}
 	k := KeysFor(q)
 	loc := &Location{ID: id, State: StateUnknown}
-	var retry, sched *redis.FloatCmd
+	var retry, sched, done *redis.FloatCmd
 	var letter *redis.StringCmd
 	var own *redis.XMessageSliceCmd
 	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		retry = p.ZScore(ctx, k.Retry, id)
 		sched = p.ZScore(ctx, k.Scheduled, id)
+		done = p.ZScore(ctx, k.Done, id)
 		letter = p.HGet(ctx, k.DeadIndex, id)
 		own = p.XRange(ctx, k.Stream, id, id)
 		return nil
@@ -123,6 +128,9 @@ func Locate(ctx context.Context, rdb redis.Cmdable, q, id string) (*Location, er
 			}
 			return loc, inStream(ctx, rdb, stream, loc)
 		}
+	}
+	if done.Err() == nil {
+		loc.State, loc.DoneAt = StateDone, time.UnixMilli(int64(done.Val()))
 	}
 	return loc, nil
 }

@@ -51,6 +51,13 @@ type Config struct {
 	RetryBackoff, RetryBackoffMax time.Duration
 	// DeadMax bounds the dead-letter stream. Default 10000.
 	DeadMax int
+	// Retention is how long a done job is remembered (its id and when it
+	// was done, in the sorted set Keys.Done), so Locate can say "done".
+	// 0 (or under 1 ms): done jobs are not kept. Default 0.
+	Retention time.Duration
+	// RetentionMax bounds the done records; the oldest are dropped first.
+	// Default 100000.
+	RetentionMax int
 	// RateLimit caps how many jobs start per unit of time across every
 	// holder of the queue, in Redis: a job over the limit waits in the
 	// queue; it is never failed nor counted as an attempt. Zero: no limit.
@@ -117,6 +124,12 @@ func (c *Config) defaults() {
 	}
 	if c.DeadMax < 1 {
 		c.DeadMax = 10000
+	}
+	if c.Retention < time.Millisecond {
+		c.Retention = 0
+	}
+	if c.RetentionMax < 1 {
+		c.RetentionMax = 100000
 	}
 	if c.MaxPayload < 1 {
 		c.MaxPayload = 1 << 20

@@ -55,6 +55,9 @@ func (r *runner) settle() {
 		case res.err == nil:
 			b := &acks[j.Priority]
 			b.ids = append(b.ids, j.Entry)
+			if r.c.Retention > 0 {
+				b.jobs = append(b.jobs, j.ID)
+			}
 			b.hist.add(res.dur)
 			if j.unique != "" {
 				b.uniqueKeys = append(b.uniqueKeys, r.keys.Unique(j.unique))
@@ -102,6 +105,7 @@ type ackBatch struct {
 	ids        []any
 	uniqueKeys []string // keys of acked jobs that hold one; their job ids in uniqueIDs
 	uniqueIDs  []any
+	jobs       []any     // the job ids of the entries in ids, with a retention only
 	hist       histogram // durations of the jobs in ids
 }
 
@@ -110,11 +114,17 @@ func (r *runner) ack(level Priority, b *ackBatch) {
 	if len(b.ids) == 0 {
 		return
 	}
-	keys := append([]string{r.keys.StreamOf(level), r.keys.Stats}, b.uniqueKeys...)
-	args := append([]any{Group, len(b.ids), 0}, b.ids...)
+	keys := append([]string{r.keys.StreamOf(level), r.keys.Stats, r.keys.Done}, b.uniqueKeys...)
+	// One allocation of the exact size; retention 0 records nothing.
+	args := make([]any, 0, 5+len(b.ids)+2*b.hist.fields()+len(b.uniqueIDs)+len(b.jobs))
+	args = append(append(args, Group, len(b.ids), 0, 0, 0), b.ids...)
+	if r.c.Retention > 0 {
+		args[3], args[4] = r.c.Retention.Milliseconds(), r.c.RetentionMax
+	}
 	args, pairs := b.hist.pairs(args)
 	args[2] = pairs
 	args = append(args, b.uniqueIDs...)
+	args = append(args, b.jobs...)
 	var n int64
 	err := r.redisRetry(func(ctx context.Context) error {
 		var err error
@@ -129,7 +139,7 @@ func (r *runner) ack(level Priority, b *ackBatch) {
 	for _, id := range b.ids {
 		r.forget(entryKey{level, id.(string)})
 	}
-	b.ids, b.uniqueKeys, b.uniqueIDs = b.ids[:0], b.uniqueKeys[:0], b.uniqueIDs[:0]
+	b.ids, b.uniqueKeys, b.uniqueIDs, b.jobs = b.ids[:0], b.uniqueKeys[:0], b.uniqueIDs[:0], b.jobs[:0]
 }
 
 // giveBack returns entries read but never started to their stream

@@ -65,6 +65,17 @@ func (h *histogram) add(d time.Duration) {
 	h.sumUS += d.Microseconds()
 }
 
+// fields counts the field/increment pairs pairs will append.
+func (h *histogram) fields() int {
+	n := 1 // the sum
+	for _, c := range h.n {
+		if c > 0 {
+			n++
+		}
+	}
+	return n
+}
+
 // pairs appends the batch's field/increment pairs and resets it.
 func (h *histogram) pairs(args []any) ([]any, int) {
 	n := 0

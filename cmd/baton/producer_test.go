@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -151,5 +153,63 @@ func TestJobFindsDelayedAndPriorityJobs(t *testing.T) {
 		if loc.ID != id || loc.State != c.state || loc.Priority != c.priority {
 			t.Fatalf("enqueue %v, then job %s: %+v, want %s %q", c.args, id, loc, c.state, c.priority)
 		}
+	}
+}
+
+// TestJobSaysDone: with retention = "1h", `baton job ID` says a job a
+// holder finished is done, and when (exit 0; --json: state done, done_at);
+// without a retention the same job is unknown (exit 1), as done jobs are
+// not kept.
+func TestJobSaysDone(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, config string
+	}{
+		{"retention 1h", "retention = \"1h\"\n"},
+		{"no retention", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRig(t)
+			conf := filepath.Join(r.dir, "baton.toml")
+			if err := os.WriteFile(conf, []byte(c.config), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out, errOut, code := r.baton("enqueue", "payload")
+			id := strings.TrimSpace(out)
+			if code != 0 || id == "" {
+				t.Fatalf("enqueue: exit %d %s", code, errOut)
+			}
+			before := time.Now()
+			if _, errOut, code := r.baton("run", "--config", conf, "--lifetime", "1s", "--jitter", "0", "--standby-slots", "0", "--", "/bin/true"); code != 0 {
+				t.Fatalf("run: exit %d %s", code, errOut)
+			}
+			if s := r.status(); s.Jobs.Done != 1 {
+				t.Fatalf("status: %d done, want 1", s.Jobs.Done)
+			}
+			out, errOut, code = r.baton("job", "--lock-dir", r.locks, id)
+			jout, jerr, jcode := r.baton("job", "--lock-dir", r.locks, "--json", id)
+			var loc struct {
+				ID, State string
+				DoneAt    time.Time `json:"done_at"`
+			}
+			if err := json.Unmarshal([]byte(jout), &loc); err != nil {
+				t.Fatalf("job --json: %v: %s %s", err, jout, jerr)
+			}
+			if c.config == "" {
+				if code != 1 || !strings.Contains(errOut, "job "+id+" is unknown on queue default: done and not kept (see retention), or never enqueued here") {
+					t.Fatalf("job without retention: exit %d, stdout %q, stderr %q; want unknown, exit 1", code, out, errOut)
+				}
+				if jcode != 1 || loc.State != "unknown" || !loc.DoneAt.IsZero() {
+					t.Fatalf("job --json without retention: exit %d %s", jcode, jout)
+				}
+				return
+			}
+			if code != 0 || !regexp.MustCompile(`^job `+id+`: done at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \(\d+s ago\)\n$`).MatchString(out) {
+				t.Fatalf("job: exit %d, stdout %q, stderr %q; want done", code, out, errOut)
+			}
+			if jcode != 0 || loc.ID != id || loc.State != "done" || loc.DoneAt.Before(before.Add(-time.Second)) || time.Since(loc.DoneAt) > time.Minute {
+				t.Fatalf("job --json: exit %d %s; want done since %s", jcode, jout, before.Format(time.RFC3339Nano))
+			}
+		})
 	}
 }

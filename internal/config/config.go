@@ -130,6 +130,13 @@ type Config struct {
 	RateLimit string `toml:"rate_limit" group:"Jobs" help:"most jobs started per s, m or h across all holders, e.g. 50/s (default: none)"`
 	// DeadMax bounds the dead-letter stream; the oldest are dropped. Default 10000.
 	DeadMax int `toml:"dead_max" group:"Retries" help:"dead letters kept; the oldest are dropped"`
+	// Retention is how long a done job is remembered, so baton job can say
+	// "done" and when: its id and time in baton:{queue}:done. 0 = done jobs
+	// are not kept. Default 0.
+	Retention Duration `toml:"retention" group:"Jobs" help:"how long done jobs are remembered for baton job (0: not kept)"`
+	// RetentionMax bounds the done jobs remembered; the oldest are dropped.
+	// Default 100000.
+	RetentionMax int `toml:"retention_max" group:"Jobs" help:"done jobs remembered at most (with retention); the oldest are dropped"`
 	// MaxPayload is the largest payload in bytes: enqueue refuses bigger ones,
 	// a holder dead-letters them (too_large). Default 1048576 (1 MiB).
 	MaxPayload int `toml:"max_payload" group:"Jobs" help:"largest payload in bytes"`
@@ -169,7 +176,7 @@ type Config struct {
 const (
 	Connection = "Connection" // queue, redis_url, redis_sentinels, redis_master, redis_sentinel_password, redis_sentinel_username, redis_cluster
 	Slots      = "Slots"      // lock_dir, lock_backend, host, lease_ttl, lease_renew, max_per_host, slots, standby_slots, min_slots, scale_up_*, idle_exit, spawn, lifetime, jitter, standby_wait, poll_interval, schedule
-	Jobs       = "Jobs"       // enqueue_wait_replicas, enqueue_wait_timeout, concurrency, job_timeout, shutdown_grace, visibility_timeout, max_payload, rate_limit, redis_down_exit, max_jobs
+	Jobs       = "Jobs"       // enqueue_wait_replicas, enqueue_wait_timeout, concurrency, job_timeout, shutdown_grace, visibility_timeout, max_payload, rate_limit, retention, retention_max, redis_down_exit, max_jobs
 	Retries    = "Retries"    // max_attempts, reject_exit_codes, retry_backoff, retry_backoff_max, dead_max
 	Workers    = "Workers"    // persistent, heartbeat_timeout, max_jobs_per_child, max_child_rss
 	Logging    = "Logging"    // log_level, log_format, metrics_file
@@ -206,6 +213,7 @@ func Default() Config {
 		RetryBackoff:      Duration{time.Second},
 		RetryBackoffMax:   Duration{10 * time.Minute},
 		DeadMax:           10000,
+		RetentionMax:      100000,
 		MaxPayload:        1 << 20,
 		RedisDownExit:     Duration{30 * time.Second},
 		Schedule:          "* * * * *",

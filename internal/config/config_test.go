@@ -216,3 +216,44 @@ func TestLongestQueueName(t *testing.T) {
 		t.Fatalf("queue %q, want %q", c.Queue, q)
 	}
 }
+
+// retention keeps no done jobs by default; a negative one, or a
+// retention_max under 1, is refused with one line naming the key.
+func TestRetention(t *testing.T) {
+	c, err := load(t, "", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Retention.D() != 0 || c.RetentionMax != 100000 {
+		t.Fatalf("retention %s, retention_max %d; want 0 and 100000", c.Retention, c.RetentionMax)
+	}
+	c, err = load(t, "retention = \"1h\"\nretention_max = 5\n", nil, nil)
+	if err != nil || c.Retention.D() != time.Hour || c.RetentionMax != 5 {
+		t.Fatalf("retention %v, retention_max %v: %v", c.Retention, c.RetentionMax, err)
+	}
+	for _, tc := range []struct {
+		name, file string
+		args       []string
+		want       string // after "config <file>:"
+	}{
+		{"negative", "retention = \"-1s\"\n", nil, "1: retention: -1s: must not be negative (0 keeps no done jobs)"},
+		{"under a millisecond", "retention = \"10us\"\n", nil, "1: retention: 10µs: must be at least 1ms (0 keeps no done jobs)"},
+		{"max zero", "retention = \"1h\"\nretention_max = 0\n", nil, "2: retention_max: 0: must be at least 1"},
+		{"negative flag", "", []string{"--retention", "-5m"}, "flag --retention: -5m0s: must not be negative (0 keeps no done jobs)"},
+		{"max flag", "", []string{"--retention-max", "-1"}, "flag --retention-max: -1: must be at least 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := load(t, tc.file, tc.args, nil)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			got := err.Error()
+			if tc.file != "" {
+				_, got, _ = strings.Cut(got, ".toml:")
+			}
+			if got != tc.want {
+				t.Fatalf("error %q, want %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -88,6 +88,12 @@ func (c *Config) Validate() error {
 		return bad("retry_backoff_max", "%s: must be at least retry_backoff (%s)", c.RetryBackoffMax, c.RetryBackoff)
 	case c.DeadMax < 1:
 		return bad("dead_max", "%d: must be at least 1", c.DeadMax)
+	case c.Retention.Duration < 0:
+		return bad("retention", "%s: must not be negative (0 keeps no done jobs)", c.Retention)
+	case c.Retention.Duration > 0 && c.Retention.Duration < time.Millisecond:
+		return bad("retention", "%s: must be at least 1ms (0 keeps no done jobs)", c.Retention)
+	case c.RetentionMax < 1:
+		return bad("retention_max", "%d: must be at least 1", c.RetentionMax)
 	case c.MaxPayload < 1 || c.MaxPayload > 512<<20:
 		return bad("max_payload", "%d: must be between 1 and %d bytes (Redis's limit)", c.MaxPayload, 512<<20)
 	case c.RedisDownExit.Duration <= 0:
