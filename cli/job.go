@@ -18,7 +18,8 @@ const jobUsage = `Usage: baton job [flags] ID
 
 Say where a job is, by the id enqueue printed: waiting (and how many
 waiting jobs are ahead of it), running (on which slot, since when, which
-attempt; with the holder's pid when it runs on this host), scheduled (due
+attempt; with the holder's pid when it runs on this host, or with
+lock_backend redis its pid and host wherever it runs), scheduled (due
 when), retrying (attempt, due when), dead (why), done (when; only with
 retention > 0, which keeps done jobs that long), or unknown: a done job not
 kept (retention 0, the default, or its record expired or was dropped) or
@@ -34,7 +35,7 @@ Example:
 // jobFlags builds job's flag set.
 func jobFlags() (*pflag.FlagSet, *jsonOpts) {
 	fs := flagSet("job")
-	return fs, new(jsonOpts).bind(fs, config.Bind(fs, config.Connection, "lock_dir", "slots"), "print one JSON object")
+	return fs, new(jsonOpts).bind(fs, config.Bind(fs, append([]string{config.Connection}, slotKeys...)...), "print one JSON object")
 }
 
 func runJob(ctx context.Context, e *env, args []string) error {
@@ -63,12 +64,13 @@ func runJob(ctx context.Context, e *env, args []string) error {
 		if err := writeJSON(e, struct {
 			*work.Location
 			PID   int        `json:"pid,omitempty"`
+			Host  string     `json:"host,omitempty"`
 			Since *time.Time `json:"since,omitempty"`
-		}{loc, holder.PID, qstatus.TimePtr(holder.JobSince)}); err != nil {
+		}{loc, holder.PID, holder.Host, qstatus.TimePtr(holder.JobSince)}); err != nil {
 			return err
 		}
 	} else {
-		fmt.Fprintln(e.Stdout, describeJob(loc, holder.PID, holder.JobSince))
+		fmt.Fprintln(e.Stdout, describeJob(loc, holder))
 	}
 	if loc.State == work.StateUnknown {
 		return fmt.Errorf("job %s is unknown on queue %s", loc.ID, cfg.Queue)
@@ -76,13 +78,23 @@ func runJob(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-// localHolder is the slot record of the holder running loc on this host, if any.
-func localHolder(cfg *config.Config, loc *work.Location) (h struct {
+// jobHolder is the holder running a job, as its slot record says.
+type jobHolder struct {
 	PID      int
+	Host     string // fleet mode: the host it runs on
 	JobSince time.Time
-}) {
-	host, _ := os.Hostname()
-	slot, ok := strings.CutPrefix(loc.Consumer, host+"/run-")
+}
+
+// localHolder is the holder running loc, from its slot record: a flock
+// slot of this host (its consumer is host/run-i), or in fleet mode a lease
+// of any host (fleet/run-i). Zero when the record does not name the job.
+func localHolder(cfg *config.Config, loc *work.Location) (h jobHolder) {
+	prefix := "fleet/run-"
+	if cfg.LockBackend != "redis" {
+		host, _ := os.Hostname()
+		prefix = host + "/run-"
+	}
+	slot, ok := strings.CutPrefix(loc.Consumer, prefix)
 	if loc.State != work.StateRunning || !ok {
 		return h
 	}
@@ -94,11 +106,14 @@ func localHolder(cfg *config.Config, loc *work.Location) (h struct {
 	recs, err := run.Records()
 	if err == nil && recs[i].Held && recs[i].Job == loc.ID {
 		h.PID, h.JobSince = recs[i].PID, recs[i].JobSince
+		if cfg.LockBackend == "redis" {
+			h.Host = recs[i].Host
+		}
 	}
 	return h
 }
 
-func describeJob(l *work.Location, pid int, since time.Time) string {
+func describeJob(l *work.Location, h jobHolder) string {
 	in := func(t time.Time) string {
 		d := time.Until(t).Round(time.Second)
 		if d <= 0 {
@@ -114,9 +129,12 @@ func describeJob(l *work.Location, pid int, since time.Time) string {
 		return fmt.Sprintf("job %s: waiting, %d waiting jobs ahead of it (entry %s)", l.ID, l.Ahead, l.Entry)
 	case work.StateRunning:
 		s := fmt.Sprintf("job %s: running on %s, delivery %d of entry %s", l.ID, l.Consumer, l.Deliveries, l.Entry)
-		if pid > 0 {
-			s += fmt.Sprintf(", pid %d, for %s", pid, time.Since(since).Round(100*time.Millisecond))
-		} else {
+		switch {
+		case h.PID > 0 && h.Host != "":
+			s += fmt.Sprintf(", pid %d on host %s, for %s", h.PID, h.Host, time.Since(h.JobSince).Round(100*time.Millisecond))
+		case h.PID > 0:
+			s += fmt.Sprintf(", pid %d, for %s", h.PID, time.Since(h.JobSince).Round(100*time.Millisecond))
+		default:
 			s += fmt.Sprintf(", last touched %s ago", l.Idle.Round(100*time.Millisecond))
 		}
 		return s

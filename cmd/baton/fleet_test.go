@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -653,4 +654,34 @@ func TestFleetHandOver(t *testing.T) {
 		t.Errorf("h2's log does not say promoted:\n%s", h2.log())
 	}
 	r.drainAll(2)
+}
+
+// TestFleetJobNamesHolder: in fleet mode, baton job names the pid and host
+// of the holder running a job, whichever host asks (the lease records are
+// in Redis), in text and JSON.
+func TestFleetJobNamesHolder(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	out, errOut, code := r.baton("enqueue", "x")
+	id := strings.TrimSpace(out)
+	if code != 0 {
+		t.Fatalf("enqueue: exit %d %s", code, errOut)
+	}
+	h := r.start(r.fleetArgs("far", "--lifetime", "30s", "--shutdown-grace", "500ms", "--standby-slots", "0", "--", "sleep", "20")...)
+	asked := []string{"job", "--lock-backend", "redis", "--lock-dir", filepath.Join(r.dir, "locks-near"), id}
+	want := fmt.Sprintf(", pid %d on host far, for ", h.cmd.Process.Pid)
+	eventually(t, 10*time.Second, "baton job names the holder on host far", func() bool {
+		out, _, _ := r.baton(asked...)
+		return strings.Contains(out, "running on fleet/run-0") && strings.Contains(out, want)
+	})
+	jout, _, _ := r.baton(append(asked, "--json")...)
+	var loc struct {
+		State, Host string
+		PID         int
+	}
+	if err := json.Unmarshal([]byte(jout), &loc); err != nil || loc.State != "running" || loc.Host != "far" || loc.PID != h.cmd.Process.Pid {
+		t.Fatalf("job --json: %v %s", err, jout)
+	}
+	_ = h.cmd.Process.Signal(syscall.SIGTERM)
+	h.wait(t, 15*time.Second)
 }
