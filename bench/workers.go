@@ -245,6 +245,12 @@ func (b *bench) outsideWorker(ctx context.Context, dir string, env, enqueue, wor
 		}
 		select {
 		case werr := <-exited:
+			// A worker that stops itself (BullMQ's) may write the out file
+			// and exit between two looks at it: look once more.
+			exited <- werr // for the wait below
+			if took, _ = os.ReadFile(out); len(took) > 0 && took[len(took)-1] == '\n' {
+				continue // the loop's look ends it
+			}
 			err = fmt.Errorf("worker exited before its n-th job: %v", werr)
 		case <-ctx.Done():
 			err = ctx.Err()
