@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -153,4 +155,56 @@ func TestTimeBelowK(t *testing.T) {
 	if out, _, _ := r.baton("status", "--slots", "2"); !strings.Contains(out, "cover below k=2 for ") {
 		t.Errorf("status lacks the time below k:\n%s", out)
 	}
+}
+
+// TestLeaveRecordedAtRelease: a persistent holder whose child ignores its
+// stop message keeps its slot until the child is killed, shutdown_grace
+// later; its retirement is recorded then, not when it stopped taking jobs,
+// or the history would count the slot free (time below k) while it was
+// held.
+func TestLeaveRecordedAtRelease(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	worker, err := filepath.Abs(filepath.Join("..", "..", "work", "testdata", "persist_worker.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.extraEnv = append(r.extraEnv, "PERSIST_LOG="+filepath.Join(r.dir, "persist.log"))
+	r.baton("enqueue", "x") // children start with the first job
+	h := r.start("run", "--slots", "1", "--standby-slots", "0", "--persistent", "--lifetime", "1s", "--jitter", "0",
+		"--shutdown-grace", "1500ms", "--", python(t), worker, "--ignore-stop")
+	if code := h.wait(t, 20*time.Second); code != 0 {
+		t.Fatalf("exit %d: %s", code, h.log())
+	}
+	var killed time.Time
+	for _, line := range strings.Split(h.log(), "\n") {
+		var l struct {
+			Time    time.Time `json:"time"`
+			Message string    `json:"message"`
+		}
+		if json.Unmarshal([]byte(line), &l) == nil && strings.Contains(l.Message, "still running after the stop message") {
+			killed = l.Time
+		}
+	}
+	if killed.IsZero() {
+		t.Fatalf("the child was not killed after its grace:\n%s", h.log())
+	}
+	var events struct {
+		Events []struct {
+			Kind string    `json:"kind"`
+			At   time.Time `json:"at"`
+		} `json:"events"`
+	}
+	r.statusInto(&events, "--slots", "1", "--standby-slots", "0")
+	for _, e := range events.Events {
+		if e.Kind != "retired" {
+			continue
+		}
+		if e.At.Before(killed.Add(-50 * time.Millisecond)) {
+			t.Fatalf("retirement recorded at %s, %v before the child was killed (%s): the slot was still held",
+				e.At.Format(time.StampMilli), killed.Sub(e.At), killed.Format(time.StampMilli))
+		}
+		return
+	}
+	t.Fatalf("no retirement among the events %+v", events.Events)
 }
