@@ -139,8 +139,8 @@ func (f *enqueueFlags) options(uniqueSet, attemptsSet bool) ([]work.Option, erro
 		opts = append(opts, work.UniqueKey(f.uniqueKey))
 	}
 	switch {
-	case f.uniqueFor < 0:
-		return nil, usagef("", "enqueue: --unique-for %s: must be positive", f.uniqueFor)
+	case f.uniqueFor < 0 || f.uniqueFor > 0 && f.uniqueFor < time.Millisecond:
+		return nil, usagef("", "enqueue: --unique-for %s: must be at least 1ms (0: until the job is done or dead)", f.uniqueFor)
 	case f.uniqueFor > 0 && f.uniqueKey == "":
 		return nil, usagef("add --unique-key K", "enqueue: --unique-for needs --unique-key")
 	case f.uniqueFor > 0:

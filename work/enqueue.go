@@ -97,8 +97,8 @@ func UniqueKey(key string) Option {
 // done or dead). It needs UniqueKey.
 func UniqueFor(d time.Duration) Option {
 	return func(o *jobOptions) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: unique-for %s must be positive", ErrBadOption, d)
+		if d < time.Millisecond {
+			return fmt.Errorf("%w: unique-for %s must be at least 1ms", ErrBadOption, d)
 		}
 		o.uniqueFor = d
 		return nil
@@ -217,8 +217,12 @@ func (w *waitCall) err() error {
 	return nil
 }
 
-// scriptBatch is the most jobs with options one script call adds.
+// scriptBatch is the most jobs with options one script call adds, and
+// scriptBytes about the most bytes of their packed arguments: one Redis
+// argument, which Redis refuses past proto-max-bulk-len (512 MB).
 const scriptBatch = 200
+
+var scriptBytes = 64 << 20 // a variable for the tests
 
 // sendJobs sends, in one pipeline, the jobs not yet sent: jobs without
 // options before the first job with options are one XADD each; from the
@@ -258,7 +262,7 @@ func sendJobs(ctx context.Context, rdb redis.Cmdable, k Keys, jobs []Message, op
 				continue
 			}
 			batch.add(i, m.Payload, o, now, k)
-			if len(batch.jobs) == scriptBatch {
+			if len(batch.jobs) == scriptBatch || len(batch.args) >= scriptBytes {
 				flush()
 			}
 		}

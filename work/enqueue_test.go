@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -159,6 +160,7 @@ func TestBadOptionsAddNothing(t *testing.T) {
 	ctx := context.Background()
 	for _, opts := range [][]Option{
 		{In(-time.Second)}, {UniqueKey("")}, {UniqueFor(time.Second)}, {MaxAttempts(0)}, {Timeout(0)},
+		{UniqueKey("k"), UniqueFor(500 * time.Microsecond)},
 	} {
 		_, err := EnqueueMany(ctx, rdb, "q", []Message{{Payload: []byte("ok")}, {Payload: []byte("bad"), Options: opts}})
 		if !errors.Is(err, ErrBadOption) {
@@ -391,5 +393,39 @@ func TestEnqueueScriptKeepsBinaryPayloads(t *testing.T) {
 		if !ok || p != string(msgs[i].Payload) {
 			t.Fatalf("job %d (%s, %d bytes): in the streams %v, payload intact %v", i, id, len(msgs[i].Payload), ok, p == string(msgs[i].Payload))
 		}
+	}
+}
+
+// A script call also ends at about scriptBytes of packed arguments (one
+// Redis argument, bounded by proto-max-bulk-len): many calls, every job
+// added, ids in job order.
+func TestEnqueueSplitsLargeScriptCalls(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	defer func(n int) { scriptBytes = n }(scriptBytes)
+	scriptBytes = 1000
+	msgs := make([]Message, 50)
+	for i := range msgs {
+		msgs[i] = Message{Payload: []byte(strings.Repeat(fmt.Sprint(i%10), 300)), Options: []Option{WithPriority(PriorityHigh)}}
+	}
+	if err := enqueueScript.Load(ctx, rdb).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb.ConfigResetStat(ctx)
+	ids, err := EnqueueMany(ctx, rdb, "q", msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := rdb.Info(ctx, "commandstats").Val()
+	if !regexp.MustCompile(`cmdstat_evalsha:calls=(1\d|[2-9]\d),`).MatchString(info) {
+		t.Fatalf("want 10 or more script calls of about 1,000 bytes for 50 jobs of 300 bytes (not one):\n%s", info)
+	}
+	for i := 1; i < len(ids); i++ {
+		if !parseID(t, ids[i-1]).less(parseID(t, ids[i])) {
+			t.Fatalf("ids out of order: %s then %s", ids[i-1], ids[i])
+		}
+	}
+	if n := rdb.XLen(ctx, KeysFor("q").High).Val(); n != int64(len(msgs)) {
+		t.Fatalf("%d jobs in the high stream, want %d", n, len(msgs))
 	}
 }
