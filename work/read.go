@@ -29,7 +29,7 @@ func (r *runner) read(ctx context.Context) {
 	}
 	var count int64
 	replay := true
-	r.announce = true
+	r.announce, r.inherited = true, true
 	var nextClaim time.Time // zero: claim at once
 	backoff := 50 * time.Millisecond
 	for !r.draining() {
@@ -71,7 +71,7 @@ func (r *runner) read(ctx context.Context) {
 			jobs, err = r.replayOne(ctx)
 			if err == nil && len(jobs) == 0 {
 				r.giveBackRate(ctx, granted)
-				replay, r.announce = false, false
+				replay, r.announce, r.inherited = false, false, false
 				continue
 			}
 		case r.c.VisibilityTimeout > 0 && time.Now().After(nextClaim):
@@ -295,7 +295,9 @@ func (r *runner) replayLevel(ctx context.Context, level Priority) ([]*Job, error
 			}
 			r.c.Logger.Debug().Str("entry", p.ID).Int64("deliveries", p.RetryCount+1).Msg("replaying own pending entry")
 			j := r.toJob(msgs[0], int(p.RetryCount)+1, level)
-			r.countCrashed(ctx, j)
+			if r.inherited { // after a lost reply, our own unstarted entries: no crash
+				r.countCrashed(ctx, j)
+			}
 			return []*Job{j}, nil
 		}
 		start = "(" + pend[len(pend)-1].ID
@@ -369,8 +371,9 @@ func (r *runner) claimLevel(ctx context.Context, level Priority, n int64) ([]*Jo
 	return jobs, nil
 }
 
-// countCrashed adds a replayed or claimed job's cut-short delivery to the
-// failed runs of kind crashed, unless the job is dead-lettered now (its last
+// countCrashed adds a cut-short delivery to the failed runs of kind
+// crashed: a job the slot's previous holder left pending, or one claimed
+// from a consumer that is gone; not when it is dead-lettered now (its last
 // run then counts under its dead reason). One command, only on this rare
 // path; a failure to count is logged, never fatal.
 func (r *runner) countCrashed(ctx context.Context, j *Job) {

@@ -204,6 +204,7 @@ type runner struct {
 	levels    atomic.Bool // the queue has high or low jobs' streams: read all three
 	dueWarned bool        // the keeper warned that due retries cannot move; the keeper's own
 	announce  bool        // the first replay is not yet logged at info; the reader's own
+	inherited bool        // replaying what the slot's previous holder left (not what a lost reply left); the reader's own
 
 	mu     sync.Mutex
 	active map[entryKey]struct{} // entries read and not yet settled; guarded by mu
