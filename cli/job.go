@@ -35,7 +35,7 @@ Example:
 // jobFlags builds job's flag set.
 func jobFlags() (*pflag.FlagSet, *jsonOpts) {
 	fs := flagSet("job")
-	return fs, new(jsonOpts).bind(fs, config.Bind(fs, append([]string{config.Connection}, slotKeys...)...), "print one JSON object")
+	return fs, new(jsonOpts).bind(fs, config.Bind(fs, readKeys...), "print one JSON object")
 }
 
 func runJob(ctx context.Context, e *env, args []string) error {

@@ -45,7 +45,7 @@ type metricsOpts struct {
 // metricsFlags builds metrics's flag set.
 func metricsFlags() (*pflag.FlagSet, *metricsOpts) {
 	fs := flagSet("metrics")
-	o := &metricsOpts{cf: config.Bind(fs, append([]string{config.Connection}, slotKeys...)...)}
+	o := &metricsOpts{cf: config.Bind(fs, readKeys...)}
 	fs.StringVar(&o.listen, "listen", "", "serve /metrics on this address (host:port) until SIGTERM or SIGINT")
 	return fs, o
 }

@@ -195,7 +195,8 @@ type holder struct {
 	// freeSince, since when the standby saw the slot free.
 	by        string
 	freeSince time.Time
-	hist      *history.Recorder // set by connect; nil when it cannot be built
+	hist      *history.Recorder  // set by connect; nil when it cannot be built
+	collector *metrics.Collector // metrics_file's, built once by metricsCollector
 }
 
 // killer is a handler that starts processes: KillAll kills them all.
@@ -640,11 +641,12 @@ func (h *holder) writeMetrics() (stop func()) {
 	return func() { close(quit); <-done }
 }
 
-// metricsCollector is the queue's collector for metrics_file, or nil when
-// there is no file to write.
+// metricsCollector is the queue's collector for metrics_file, built once
+// (in fleet mode its slot sets hold a lease client), or nil when there is no
+// file to write.
 func (h *holder) metricsCollector() *metrics.Collector {
-	if h.cfg.MetricsFile == "" || h.rdb == nil {
-		return nil
+	if h.collector != nil || h.cfg.MetricsFile == "" || h.rdb == nil {
+		return h.collector
 	}
 	run, sb, err := slotSets(h.cfg)
 	if err != nil {
@@ -654,7 +656,8 @@ func (h *holder) metricsCollector() *metrics.Collector {
 	if sb != nil {
 		q.Standby = sb
 	}
-	return metrics.NewCollector(h.rdb, q)
+	h.collector = metrics.NewCollector(h.rdb, q)
+	return h.collector
 }
 
 // writeMetricsOnce rewrites metrics_file once, as a holder leaves.

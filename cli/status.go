@@ -47,15 +47,15 @@ type (
 	statusReport = qstatus.Report
 )
 
-// statusFlags builds status's flag set.
-// slotKeys are the settings that say where a queue's slots are, for the
-// commands that read them (status, metrics, web).
-var slotKeys = []string{"lock_dir", "lock_backend", "slots", "standby_slots", "min_slots"}
+// readKeys are the settings of the commands that read a queue and its
+// slots (status, metrics, web, job): where Redis is, and where the slots are.
+var readKeys = []string{config.Connection, "lock_dir", "lock_backend", "slots", "standby_slots", "min_slots"}
 
+// statusFlags builds status's flag set.
 func statusFlags() (*pflag.FlagSet, *statusOpts) {
 	fs := flagSet("status")
 	o := new(statusOpts)
-	o.bind(fs, config.Bind(fs, append([]string{config.Connection}, slotKeys...)...), "print one JSON object (with --watch: one per line, per refresh)")
+	o.bind(fs, config.Bind(fs, readKeys...), "print one JSON object (with --watch: one per line, per refresh)")
 	fs.BoolVar(&o.watch, "watch", false, "refresh until interrupted, with rates per second and the last slot events")
 	fs.DurationVar(&o.interval, "interval", time.Second, "time between refreshes with --watch")
 	return fs, o

@@ -46,7 +46,7 @@ type webOpts struct {
 // webFlags builds web's flag set.
 func webFlags() (*pflag.FlagSet, *webOpts) {
 	fs := flagSet("web")
-	o := &webOpts{cf: config.Bind(fs, append([]string{config.Connection, "log_level", "log_format"}, slotKeys...)...)}
+	o := &webOpts{cf: config.Bind(fs, append([]string{"log_level", "log_format"}, readKeys...)...)}
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "serve the dashboard on this address (host:port) until SIGTERM or SIGINT")
 	fs.BoolVar(&o.allowRemote, "allow-remote", false, "allow a --listen address beyond loopback (and any Host header)")
 	fs.BoolVar(&o.allowActions, "allow-actions", false, "allow requeueing and purging dead letters, with the token")

@@ -314,15 +314,15 @@ func (c *scriptCall) add(i int, payload []byte, o *jobOptions, now time.Time, k 
 	}
 	// Its due time, its kind and, with a unique key that has a TTL, the TTL.
 	var num [20]byte
-	c.str(strconv.AppendInt(num[:0], due, 10))
+	pack(c, strconv.AppendInt(num[:0], due, 10))
 	switch {
 	case o.unique == "":
-		c.text(jobKind[o.priority][0])
+		pack(c, jobKind[o.priority][0])
 	case o.uniqueFor > 0:
-		c.text(jobKind[o.priority][2])
-		c.str(strconv.AppendInt(num[:0], o.uniqueFor.Milliseconds(), 10))
+		pack(c, jobKind[o.priority][2])
+		pack(c, strconv.AppendInt(num[:0], o.uniqueFor.Milliseconds(), 10))
 	default:
-		c.text(jobKind[o.priority][1])
+		pack(c, jobKind[o.priority][1])
 	}
 	if o.unique != "" {
 		c.unique = append(c.unique, k.Unique(o.unique))
@@ -332,7 +332,7 @@ func (c *scriptCall) add(i int, payload []byte, o *jobOptions, now time.Time, k 
 		// A delayed job's record, packed here: the script appends its id.
 		c.rec = appendFields(appendArrayHeader(c.rec[:0], n+2), payload, o)
 		c.small(1)
-		c.str(c.rec)
+		pack(c, c.rec)
 	} else {
 		c.small(n)
 		c.args = appendFields(c.args, payload, o)
@@ -341,12 +341,8 @@ func (c *scriptCall) add(i int, payload []byte, o *jobOptions, now time.Time, k 
 	c.jobs = append(c.jobs, i)
 }
 
-func (c *scriptCall) str(s []byte) {
-	c.args = appendPackedString(c.args, s)
-	c.nargs++
-}
-
-func (c *scriptCall) text(s string) {
+// pack appends one string item to c's arguments.
+func pack[S string | []byte](c *scriptCall, s S) {
 	c.args = appendPackedString(c.args, s)
 	c.nargs++
 }
