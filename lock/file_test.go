@@ -338,19 +338,26 @@ func startHelper(tb testing.TB, spec string) *exec.Cmd {
 	return cmd
 }
 
+// stoppedHolder starts a helper holding the one slot of a new set and
+// stops it (SIGSTOP): it cannot restore an unlinked lock file.
+func stoppedHolder(t *testing.T) (*FileSet, int) {
+	t.Helper()
+	dir := t.TempDir()
+	s := newSet(t, dir, RoleRun, 1)
+	pid := startHelper(t, dir+"|1").Process.Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	return s, pid
+}
+
 // TestNewcomerDefersToHolderOfUnlinkedFile: the lock file is unlinked under
 // a holder that cannot restore it yet (stopped). A newcomer creates a new
 // file and could lock it, but the kernel still holds the old lock for the
 // holder: the newcomer must count the slot as held. Resumed, the holder
 // restores its slot on the new file.
 func TestNewcomerDefersToHolderOfUnlinkedFile(t *testing.T) {
-	dir := t.TempDir()
-	s := newSet(t, dir, RoleRun, 1)
-	h := startHelper(t, dir+"|1")
-	pid := h.Process.Pid
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	s, pid := stoppedHolder(t)
 	if err := os.Remove(s.Path(0)); err != nil {
 		t.Fatal(err)
 	}

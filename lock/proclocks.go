@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -15,6 +16,11 @@ import (
 
 // procLocks is where the kernel lists every file lock on the machine.
 var procLocks = "/proc/locks"
+
+// procLocksReads counts reads of procLocks: the first read after a few
+// quiet milliseconds waits out an RCU grace period (Guarded), so tests
+// check that a guarded take makes none.
+var procLocksReads atomic.Int64
 
 // flockEntry is one granted flock from /proc/locks.
 type flockEntry struct {
@@ -29,6 +35,7 @@ type flockEntry struct {
 // compared: the device there is the superblock's, which is not st_dev on
 // btrfs subvolumes or overlayfs; the path or the descriptor link names the file.
 func flocks() ([]flockEntry, error) {
+	procLocksReads.Add(1)
 	b, err := os.ReadFile(procLocks)
 	if err != nil {
 		return nil, err
@@ -84,27 +91,31 @@ func flockOwner(path string, fl []flockEntry) (int, bool) {
 	return 0, false
 }
 
-// deletedHolder returns a live process, other than skip, that holds a flock
-// on an inode that path used to name: one it still has open as
-// "<path> (deleted)". Such a process took the slot before the file was
-// unlinked, and the kernel still counts its lock (flock belongs to the open
-// file description, and unlink does not close it).
-func deletedHolder(path string, skip int) (int, bool) {
+// deletedHolders reports which of paths (by index) an inode they used to
+// name is flocked by a live process other than skip: one that still has it
+// open as "<path> (deleted)". Such a process took the slot before the file
+// was unlinked, and the kernel still counts its lock (flock belongs to the
+// open file description, and unlink does not close it).
+func deletedHolders(paths []string, skip int) (map[int]bool, error) {
 	fl, err := flocks()
 	if err != nil {
-		return 0, false
+		return nil, err
 	}
-	var current syscall.Stat_t
-	haveCurrent := syscall.Lstat(path, &current) == nil
-	for _, e := range fl {
-		if e.pid == skip || haveCurrent && e.ino == current.Ino {
-			continue
-		}
-		if holdsPath(e, path+" (deleted)") {
-			return e.pid, true
+	held := map[int]bool{}
+	for i, path := range paths {
+		var current syscall.Stat_t
+		haveCurrent := syscall.Lstat(path, &current) == nil
+		for _, e := range fl {
+			if e.pid == skip || haveCurrent && e.ino == current.Ino {
+				continue
+			}
+			if holdsPath(e, path+" (deleted)") {
+				held[i] = true
+				break
+			}
 		}
 	}
-	return 0, false
+	return held, nil
 }
 
 // holdsPath reports whether e's process has a descriptor that links to name

@@ -25,10 +25,12 @@ var _ Watcher = (*FileSet)(nil)
 
 // Watch implements Watcher with inotify on the lock dir: a holder's one
 // writable descriptor of its lock file is closed when it releases the slot or
-// dies (kill -9 included), and its record is removed on release. Candidates
-// probe read-only, so a failed probe raises nothing.
+// dies (kill -9 included), after the lock is dropped. Candidates probe
+// read-only, so a failed probe raises nothing. The removal of a record is
+// not watched: a release removes it before it drops the lock, and a
+// standby woken then would try a slot still held, miss, and back off.
 func (s *FileSet) Watch() (<-chan struct{}, func(), error) {
-	const mask = unix.IN_CLOSE_WRITE | unix.IN_DELETE | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF
+	const mask = unix.IN_CLOSE_WRITE | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF
 	prefix := s.queue + "." + s.role + "."
 	n, err := newNotifier(func(name string) bool { return name == "" || strings.HasPrefix(name, prefix) },
 		// The dir itself was removed or moved: its holders recreate it.

@@ -148,7 +148,16 @@ func (p *Protocol) Promote(ctx context.Context, sb lock.Slot) (lock.Slot, bool, 
 	// came, within one tenure of the holders it found (docs/coverage.md).
 	changed, stop := watch(p.Run)
 	defer stop()
-	w := waiter{p: p, sb: sb, since: time.Now()}
+	// A guarded view of the run set makes the take itself cheap: it checks
+	// the kernel's locks now, not as the slot frees (lock.Guarded).
+	run := p.Run
+	if g, ok := run.(lock.Guarded); ok {
+		if v, stopGuard, err := g.Guarded(); err == nil {
+			run = v
+			defer stopGuard()
+		}
+	}
+	w := waiter{p: p, run: run, sb: sb, since: time.Now()}
 	deadline := time.NewTimer(p.Wait)
 	defer deadline.Stop()
 	tick := time.NewTimer(0) // try at once: a slot may have freed while we set up
@@ -177,7 +186,7 @@ func (p *Protocol) Promote(ctx context.Context, sb lock.Slot) (lock.Slot, bool, 
 		}
 		try, free := w.turn(polled)
 		if try {
-			if s, ok, err := p.Run.TryAcquire(); err != nil || ok {
+			if s, ok, err := run.TryAcquire(); err != nil || ok {
 				if ok && p.Took != nil {
 					p.Took(s.Index(), w.freedAt(s.Index()))
 				}
@@ -246,6 +255,7 @@ func (p *Protocol) awaitHandOver(ctx context.Context, sb lock.Slot, h lock.Hando
 // waiter is one Promote call's view of the slot records; Promote's goroutine owns it.
 type waiter struct {
 	p         *Protocol
+	run       lock.Set // p.Run, or its guarded view
 	sb        lock.Slot
 	since     time.Time     // when Promote began: our age if sb has no record
 	freeSince []time.Time   // per run slot: first look that found it free, zero if held at the last look
@@ -265,7 +275,7 @@ func (w *waiter) freedAt(i int) time.Time {
 // a free run slot. Reading records takes no lock and closes no lock file,
 // so it wakes no one.
 func (w *waiter) turn(polled bool) (try, free bool) {
-	rs, err := w.p.Run.Records()
+	rs, err := w.run.Records()
 	if err != nil {
 		return polled, false // records unreadable: fall back to polling
 	}
@@ -273,7 +283,7 @@ func (w *waiter) turn(polled bool) (try, free bool) {
 		w.freeSince = make([]time.Time, len(rs))
 	}
 	if polled && w.p.heal(rs) {
-		if rs, err = w.p.Run.Records(); err != nil {
+		if rs, err = w.run.Records(); err != nil {
 			return true, false
 		}
 	}
