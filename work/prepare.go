@@ -36,10 +36,8 @@ var probeScript = redis.NewScript(`return 1`)
 // memory. The group starts at id 0 so jobs enqueued before any holder ran
 // are delivered too.
 func Prepare(ctx context.Context, rdb redis.Cmdable, k Keys) error {
-	for _, s := range scripts {
-		if err := s.Load(ctx, rdb).Err(); err != nil {
-			return scriptingErr("SCRIPT LOAD", err)
-		}
+	if err := loadScripts(ctx, rdb); err != nil {
+		return err
 	}
 	if err := probeScript.EvalSha(ctx, rdb, nil).Err(); err != nil {
 		return scriptingErr("EVALSHA", err)
@@ -113,4 +111,27 @@ func permanent(err error) bool {
 		}
 	}
 	return true
+}
+
+// loadScripts loads the scripts Redis does not have yet: one SCRIPT EXISTS
+// for all of them, then a SCRIPT LOAD each for the missing (only on a fresh
+// or flushed Redis). A promoted standby prepares again as it starts work,
+// and a dozen SCRIPT LOAD round trips there were a part of the hand-over's
+// gap.
+func loadScripts(ctx context.Context, rdb redis.Cmdable) error {
+	hashes := make([]string, len(scripts))
+	for i, s := range scripts {
+		hashes[i] = s.Hash()
+	}
+	// Refused (an ACL without SCRIPT EXISTS): load them all, as before.
+	have, _ := rdb.ScriptExists(ctx, hashes...).Result()
+	for i, s := range scripts {
+		if i < len(have) && have[i] {
+			continue
+		}
+		if err := s.Load(ctx, rdb).Err(); err != nil {
+			return scriptingErr("SCRIPT LOAD", err)
+		}
+	}
+	return nil
 }

@@ -295,3 +295,43 @@ func TestPartialAckLeavesHistogramToTheOtherHolder(t *testing.T) {
 		t.Fatalf("stats %v: want done 1 and no durations", stats)
 	}
 }
+
+// TestPrepareLoadsOnlyMissingScripts: Prepare asks Redis which scripts it
+// has in one call and loads only the missing ones (a promoted standby
+// prepares again as it starts work); after a SCRIPT FLUSH it loads them
+// all again, and a job runs.
+func TestPrepareLoadsOnlyMissingScripts(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	loads := func() int {
+		info := rdb.Info(ctx, "commandstats").Val()
+		for _, line := range strings.Split(info, "\n") {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_script|load:calls="); ok {
+				n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+				return n
+			}
+		}
+		return 0
+	}
+	k := KeysFor("q")
+	if err := Prepare(ctx, rdb, k); err != nil {
+		t.Fatal(err)
+	}
+	if n := loads(); n != len(scripts) {
+		t.Fatalf("first Prepare: %d SCRIPT LOADs, want %d", n, len(scripts))
+	}
+	if err := Prepare(ctx, rdb, k); err != nil {
+		t.Fatal(err)
+	}
+	if n := loads(); n != len(scripts) {
+		t.Fatalf("second Prepare loaded %d scripts again, want none", n-len(scripts))
+	}
+	rdb.ScriptFlush(ctx)
+	enqueue(t, rdb, "q", 1)
+	st := new(Stats)
+	runUntil(t, testConfig(rdb, HandlerFunc(func(context.Context, *Job) error { return nil })), st,
+		func() bool { return st.Done.Load() == 1 })
+	if n := loads(); n != 2*len(scripts) {
+		t.Fatalf("after SCRIPT FLUSH: %d SCRIPT LOADs in all, want %d", n, 2*len(scripts))
+	}
+}
