@@ -14,7 +14,12 @@ import (
 // connect opens a client for c and checks it answers within a few seconds.
 // Errors name the address with the password redacted.
 func connect(ctx context.Context, c *config.Config, pool int) (redis.UniversalClient, error) {
-	rdb, err := connectLazy(c, pool)
+	return connectWith(ctx, c, clientOpts{pool: pool, dial: 2 * time.Second, retries: 2})
+}
+
+// connectWith is connect with t's tuning.
+func connectWith(ctx context.Context, c *config.Config, t clientOpts) (redis.UniversalClient, error) {
+	rdb, err := newClient(c, t)
 	if err != nil {
 		return nil, err
 	}
@@ -56,6 +61,7 @@ func connectLazy(c *config.Config, pool int) (redis.UniversalClient, error) {
 // timeout, its read and write timeouts (0: go-redis' 3s) and retries.
 type clientOpts struct {
 	pool     int
+	minIdle  int // connections kept dialled ahead of need
 	dial, io time.Duration
 	retries  int
 	// lean: the handshake is HELLO alone (RESP2: no maintenance-notification
@@ -76,6 +82,7 @@ func newClient(c *config.Config, t clientOpts) (redis.UniversalClient, error) {
 	case config.Sentinel:
 		o := u.Failover()
 		o.PoolSize, o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.MaxRetries = t.pool, t.dial, t.io, t.io, t.retries
+		o.MinIdleConns = t.minIdle
 		if t.lean {
 			o.Protocol, o.DisableIdentity = 2, true
 		}
@@ -83,6 +90,7 @@ func newClient(c *config.Config, t clientOpts) (redis.UniversalClient, error) {
 	case config.Cluster:
 		o := u.Cluster()
 		o.PoolSize, o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.MaxRetries = t.pool, t.dial, t.io, t.io, t.retries
+		o.MinIdleConns = t.minIdle
 		if t.lean {
 			o.Protocol, o.DisableIdentity = 2, true
 		}
@@ -92,7 +100,7 @@ func newClient(c *config.Config, t clientOpts) (redis.UniversalClient, error) {
 	if err != nil {
 		return nil, &config.Error{Key: "redis_url", Msg: config.URLError(c.RedisURL, err)}
 	}
-	o.PoolSize, o.DialTimeout, o.MaxRetries = t.pool, t.dial, t.retries
+	o.PoolSize, o.DialTimeout, o.MaxRetries, o.MinIdleConns = t.pool, t.dial, t.retries, t.minIdle
 	if t.io > 0 {
 		o.ReadTimeout, o.WriteTimeout = t.io, t.io
 	}

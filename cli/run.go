@@ -196,6 +196,7 @@ type holder struct {
 	by        string
 	freeSince time.Time
 	hist      *history.Recorder  // set by connect; nil when it cannot be built
+	tookDone  chan struct{}      // closed once took's record is written (or failed)
 	collector *metrics.Collector // metrics_file's, built once by metricsCollector
 }
 
@@ -271,7 +272,10 @@ func (h *holder) standBy(ctx context.Context, p *standby.Protocol, sb lock.Slot)
 }
 
 func (h *holder) connect(ctx context.Context) error {
-	rdb, err := connect(ctx, h.cfg, h.cfg.Concurrency+4)
+	// A few connections dialled ahead: as a holder starts, its reader,
+	// settler, sampler and slot history all want one at once, and a
+	// promoted standby would dial them inside the hand-over's gap.
+	rdb, err := connectWith(ctx, h.cfg, clientOpts{pool: h.cfg.Concurrency + 4, minIdle: 3, dial: 2 * time.Second, retries: 2})
 	if err != nil {
 		return err
 	}
@@ -302,7 +306,9 @@ func (h *holder) watchSlots(slot string, dead func() int64) (stop func()) {
 	})
 }
 
-// took records taking slot in the slot history; left, leaving it.
+// took records taking slot in the slot history, in the background: the
+// first job need not wait for the round trip. left, recording the leave,
+// waits for it.
 func (h *holder) took(slot lock.Slot) {
 	if h.hist == nil {
 		return
@@ -314,20 +320,28 @@ func (h *holder) took(slot lock.Slot) {
 	if !h.freeSince.IsZero() {
 		free = time.Since(h.freeSince)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	gap, known, err := h.hist.Took(ctx, slot.Index(), by, slot.Inherited(), free)
-	switch {
-	case err != nil:
-		h.log.Warn().Err(err).Msg("cannot record the take in the slot history")
-	case known:
-		h.log.Debug().Dur("gap", gap).Msg("the slot was free for this long")
-	}
+	done, i, prev, log := make(chan struct{}), slot.Index(), slot.Inherited(), h.log
+	h.tookDone = done
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		gap, known, err := h.hist.Took(ctx, i, by, prev, free)
+		switch {
+		case err != nil:
+			log.Warn().Err(err).Msg("cannot record the take in the slot history")
+		case known:
+			log.Debug().Dur("gap", gap).Msg("the slot was free for this long")
+		}
+	}()
 }
 
 func (h *holder) left(slot lock.Slot, why string, jobs int64) {
 	if h.hist == nil {
 		return
+	}
+	if h.tookDone != nil {
+		<-h.tookDone
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
