@@ -80,10 +80,8 @@ func (s *FileSet) TryAcquire() (Slot, bool, error) {
 		if !ok {
 			continue
 		}
-		// The path must still name the file locked: one unlinked or
-		// replaced between the open and the lock is nobody's slot.
-		var st syscall.Stat_t
-		if now, err := inode(path); err != nil || syscall.Fstat(int(f.Fd()), &st) != nil || st.Ino != now {
+		st, named := names(path, f)
+		if !named {
 			_ = f.Close()
 			continue
 		}
@@ -95,7 +93,7 @@ func (s *FileSet) TryAcquire() (Slot, bool, error) {
 		// whose record went with the dir, may hold an unlinked file of this
 		// path however old the new file is. A guarded view (Guarded) checked
 		// when its wait began and vouches while nothing changed the file.
-		if (s.guard == nil || !s.guard.vouch(i, st.Ino)) && stillHeld(path) {
+		if (s.guard == nil || !s.guard.vouch(i, st.Dev, st.Ino)) && stillHeld(path) {
 			_ = f.Close()
 			continue
 		}
@@ -112,6 +110,15 @@ func (s *FileSet) TryAcquire() (Slot, bool, error) {
 		return sl, true, nil
 	}
 	return nil, false, nil
+}
+
+// names reports whether path still names f, the file locked, with f's
+// stat: a file unlinked or replaced between the open and the lock is
+// nobody's slot (and a holder of it would be one a guard cannot see).
+func names(path string, f *os.File) (syscall.Stat_t, bool) {
+	var st syscall.Stat_t
+	now, err := inode(path)
+	return st, err == nil && syscall.Fstat(int(f.Fd()), &st) == nil && st.Ino == now
 }
 
 // stillHeld reports whether another live process holds a lock on a file that
@@ -303,7 +310,7 @@ func (sl *fileSlot) Release() error {
 		sl.mu.Lock()
 		defer sl.mu.Unlock()
 		rec := sl.set.recordPath(sl.i)
-		aside := filepath.Join(sl.set.dir, "."+filepath.Base(rec)+"."+strconv.Itoa(os.Getpid())+".gone")
+		aside := filepath.Join(sl.set.dir, "."+filepath.Base(rec)+".gone") // one per slot: a kill -9 right here leaves one at most
 		moved := os.Rename(rec, aside) == nil
 		if !moved {
 			if rerr := os.Remove(rec); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
@@ -394,7 +401,14 @@ func (sl *fileSlot) restore() bool {
 	path := sl.set.Path(sl.i)
 	for end := time.Now().Add(restoreFor); time.Now().Before(end); {
 		if os.MkdirAll(sl.set.dir, 0o750) == nil {
-			if f, _, ok, err := tryLock(path); err == nil && ok {
+			f, _, ok, err := tryLock(path)
+			if ok && err == nil {
+				if _, named := names(path, f); !named {
+					_ = f.Close() // replaced since the open: try again
+					ok = false
+				}
+			}
+			if ok && err == nil {
 				sl.mu.Lock()
 				oldF, oldBeacon := sl.f, sl.beacon
 				sl.f = f

@@ -4,6 +4,7 @@ package lock
 
 import (
 	"os"
+	"path/filepath"
 	"sync"
 	"unsafe"
 
@@ -27,13 +28,23 @@ var _ Guarded = (*FileSet)(nil)
 // period, unless another read came within a few milliseconds: 6 to 8 ms
 // measured, most of a promotion's gap. The view does the check for every
 // slot once, now, while its process waits anyway, and watches the lock
-// files (inotify: their link count, their moves, the dir itself). A win
-// skips the check while nothing was seen to change the file it locked.
+// files and every dir on their path (inotify: link counts, moves,
+// deletions). A win skips the check while nothing was seen to change the
+// file it locked.
+//
+// Why that is enough: a holder of an unlinked file either held it when the
+// view began (the check sees it) or locked a file unlinked since (an
+// event), or locked it after the check although it was unlinked before:
+// a candidate between its open and its lock across the whole check. A win
+// refuses a file its path no longer names (names), so only a baton from
+// before that rule, during a deploy, could be that candidate; it would
+// lose the slot at its watch's next look, within about three seconds.
 //
 // The view also reads records without asking the kernel about slots that
 // have none (Records would read /proc/locks for them): a slot released a
 // moment ago reads as free, and a holder that has not yet published its
-// record too, which only costs a failed try.
+// record too, which costs a failed try (standby.Promote asks the set
+// itself on its polls and after a miss).
 func (s *FileSet) Guarded() (Set, func(), error) {
 	g, err := newGuard(s)
 	if err != nil {
@@ -47,17 +58,17 @@ func (s *FileSet) Guarded() (Set, func(), error) {
 // guard is one waiter's watch on a set's lock files.
 type guard struct {
 	mu    sync.Mutex
-	fd    int // inotify, non-blocking; read only under mu, never by a goroutine of its own
-	dir   int // the watch on the lock dir
+	fd    int          // inotify, non-blocking; read only under mu, never by a goroutine of its own
+	dirs  map[int]bool // the watches on the lock dir and each dir above it
 	slots []guarded
-	none  bool // the dir moved or went, or events were lost: vouch for nothing
+	none  bool // a dir moved or went, or events were lost: vouch for nothing
 }
 
 // guarded is one slot's lock file as the guard saw it.
 type guarded struct {
-	wd  int    // its inotify watch
-	ino uint64 // the inode the path named when the watch began
-	ok  bool   // watched, and no holder of an unlinked file of the path when checked
+	wd       int    // its inotify watch
+	dev, ino uint64 // the file the path named when the watch began
+	ok       bool   // watched, and no holder of an unlinked file of the path when checked
 }
 
 func newGuard(s *FileSet) (*guard, error) {
@@ -65,10 +76,20 @@ func newGuard(s *FileSet) (*guard, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &guard{fd: fd, slots: make([]guarded, s.n)}
-	if g.dir, err = unix.InotifyAddWatch(fd, s.dir, unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_ONLYDIR); err != nil {
-		_ = unix.Close(fd)
-		return nil, err
+	g := &guard{fd: fd, dirs: map[int]bool{}, slots: make([]guarded, s.n)}
+	// The dir and every dir above it: a parent moved aside and back (or
+	// replaced) moves the lock files with it, and raises an event only on
+	// itself.
+	for dir := s.dir; ; dir = filepath.Dir(dir) {
+		wd, err := unix.InotifyAddWatch(fd, dir, unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_ONLYDIR)
+		if err != nil {
+			_ = unix.Close(fd)
+			return nil, err
+		}
+		g.dirs[wd] = true
+		if dir == filepath.Dir(dir) {
+			break
+		}
 	}
 	paths := make([]string, s.n)
 	for i := range s.n {
@@ -79,8 +100,9 @@ func newGuard(s *FileSet) (*guard, error) {
 			continue // missing: a win on it checks the kernel
 		}
 		// Read after the watch began: a change in between is an event.
-		if ino, err := inode(paths[i]); err == nil {
-			g.slots[i] = guarded{wd: wd, ino: ino, ok: true}
+		var st unix.Stat_t
+		if unix.Lstat(paths[i], &st) == nil {
+			g.slots[i] = guarded{wd: wd, dev: st.Dev, ino: st.Ino, ok: true}
 		}
 	}
 	// Checked after the watches began: a file unlinked later is an event.
@@ -94,15 +116,19 @@ func newGuard(s *FileSet) (*guard, error) {
 	return g, nil
 }
 
-// vouch reports whether a win of slot i, whose lock file is inode ino (the
-// inode its path names now), needs no check of the kernel's locks: the
-// guard checked the path when it began, has watched that inode since, and
-// no event has touched it or the dir.
-func (g *guard) vouch(i int, ino uint64) bool {
+// vouch reports whether a win of slot i, whose lock file is dev:ino (the
+// file its path names now), needs no check of the kernel's locks: the
+// guard checked the path when it began, has watched that file since, and
+// no event has touched it or a dir on its path.
+func (g *guard) vouch(i int, dev, ino uint64) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.drain()
-	return !g.none && i < len(g.slots) && g.slots[i].ok && g.slots[i].ino == ino
+	if g.none || i >= len(g.slots) {
+		return false
+	}
+	sl := g.slots[i]
+	return sl.ok && sl.dev == dev && sl.ino == ino
 }
 
 // drain reads every pending event; each one withdraws the guard's word for
@@ -123,7 +149,7 @@ func (g *guard) drain() {
 		for off := 0; off+unix.SizeofInotifyEvent <= k; {
 			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
 			off += unix.SizeofInotifyEvent + int(ev.Len)
-			if ev.Mask&unix.IN_Q_OVERFLOW != 0 || int(ev.Wd) == g.dir {
+			if ev.Mask&unix.IN_Q_OVERFLOW != 0 || g.dirs[int(ev.Wd)] {
 				g.none = true
 				continue
 			}

@@ -56,54 +56,76 @@ func TestGuardedTakeReadsNoKernelLocks(t *testing.T) {
 	}
 }
 
-// TestGuardedViewWithdrawsItsWord: each change to a lock file, or to the
-// dir, makes the guard check the kernel again on the next win; a slot whose
-// file did not exist when the guard began is never vouched for.
+// TestGuardedViewWithdrawsItsWord: each change to a lock file, or to a dir
+// on its path, makes the guard check the kernel again on the next win; a
+// slot whose file did not exist when the guard began is never vouched for.
 func TestGuardedViewWithdrawsItsWord(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "locks")
-	s := newSet(t, dir, RoleRun, 3)
+	root := t.TempDir()
+	dir := filepath.Join(root, "parent", "locks")
+	s := newSet(t, dir, RoleRun, 4)
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		t.Fatal(err)
 	}
-	for i := range 2 { // files for slots 0 and 1 only
+	for i := range 3 { // files for slots 0 to 2 only
 		if err := os.WriteFile(s.Path(i), nil, 0o640); err != nil {
 			t.Fatal(err)
 		}
 	}
 	v := guardedView(t, s)
-	ino := func(i int) uint64 {
-		n, err := inode(s.Path(i))
-		if err != nil {
+	vouched := func(i int) bool {
+		var st syscall.Stat_t
+		if err := syscall.Lstat(s.Path(i), &st); err != nil {
 			t.Fatal(err)
 		}
-		return n
+		return v.guard.vouch(i, st.Dev, st.Ino)
 	}
-	if !v.guard.vouch(0, ino(0)) || !v.guard.vouch(1, ino(1)) {
-		t.Fatal("no word for files unchanged since the guard began")
+	for i := range 3 {
+		if !vouched(i) {
+			t.Fatalf("no word for slot %d, unchanged since the guard began", i)
+		}
 	}
-	if v.guard.vouch(0, ino(0)+1) {
+	if v.guard.vouch(0, v.guard.slots[0].dev, v.guard.slots[0].ino+1) {
 		t.Fatal("vouched for another inode than the one watched")
 	}
-	if err := os.WriteFile(s.Path(2), nil, 0o640); err != nil {
+	if err := os.WriteFile(s.Path(3), nil, 0o640); err != nil {
 		t.Fatal(err)
 	}
-	if v.guard.vouch(2, ino(2)) {
+	if vouched(3) {
 		t.Fatal("vouched for a file that did not exist when the guard began")
 	}
-	if err := os.Chmod(s.Path(0), 0o600); err != nil { // IN_ATTRIB, like an unlink's link count
+	// Moved away and back: the same inode at the path, but it was gone.
+	if err := os.Rename(s.Path(0), s.Path(0)+".x"); err != nil {
 		t.Fatal(err)
 	}
-	if v.guard.vouch(0, ino(0)) {
-		t.Fatal("still vouched for a file whose attributes changed")
-	}
-	if !v.guard.vouch(1, ino(1)) {
-		t.Fatal("a change to slot 0's file withdrew the word for slot 1")
-	}
-	if err := os.Rename(dir, dir+".old"); err != nil {
+	if err := os.Rename(s.Path(0)+".x", s.Path(0)); err != nil {
 		t.Fatal(err)
 	}
-	if v.guard.vouch(1, v.guard.slots[1].ino) { // the path names nothing now
-		t.Fatal("still vouched after the lock dir moved")
+	if vouched(0) {
+		t.Fatal("still vouched for a file moved away and back")
+	}
+	// A hard link and its unlink: the link count changed, as an unlink does.
+	if err := os.Link(s.Path(1), s.Path(1)+".x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(s.Path(1) + ".x"); err != nil {
+		t.Fatal(err)
+	}
+	if vouched(1) {
+		t.Fatal("still vouched for a file whose link count changed")
+	}
+	if !vouched(2) {
+		t.Fatal("changes to slots 0 and 1 withdrew the word for slot 2")
+	}
+	// A parent moved aside and back raises nothing on the lock files.
+	parent := filepath.Dir(dir)
+	if err := os.Rename(parent, parent+".x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(parent+".x", parent); err != nil {
+		t.Fatal(err)
+	}
+	if vouched(2) {
+		t.Fatal("still vouched after a parent of the lock dir moved")
 	}
 }
 

@@ -192,14 +192,15 @@ func (p *Protocol) Promote(ctx context.Context, sb lock.Slot) (lock.Slot, bool, 
 				}
 				return s, ok, err
 			}
+			w.missed = true
 		}
 		if free && (try || soon == nil) {
 			// A run slot looks free and we do not have it. Look again
 			// soon, later each time (0.5ms, 1ms, … up to Poll):
 			//  - we missed it: its old holder is still closing it, or its
-			//    new holder has not published a record yet. Our own try
-			//    closed lock files, which wakes us, so wake-ups wait for
-			//    the pause, or we would spin until the record appears;
+			//    new holder has not published a record yet (the next look
+			//    asks the kernel). Wake-ups wait for the pause, or every
+			//    other slot's event would make us try again;
 			//  - we defer to an older standby: it may leave without the
 			//    slot (a second slot freed, it timed out, it is stuck).
 			soon, quiet = time.After(w.pause()), try
@@ -256,6 +257,7 @@ func (p *Protocol) awaitHandOver(ctx context.Context, sb lock.Slot, h lock.Hando
 type waiter struct {
 	p         *Protocol
 	run       lock.Set // p.Run, or its guarded view
+	missed    bool     // the last try found every run slot held
 	sb        lock.Slot
 	since     time.Time     // when Promote began: our age if sb has no record
 	freeSince []time.Time   // per run slot: first look that found it free, zero if held at the last look
@@ -273,9 +275,19 @@ func (w *waiter) freedAt(i int) time.Time {
 
 // turn reports whether to try the run set now, and whether the records show
 // a free run slot. Reading records takes no lock and closes no lock file,
-// so it wakes no one.
+// so it wakes no one. A look on a wake-up reads the guarded view, which
+// counts a slot without a record as free: one released a moment ago, most
+// likely. A poll, and the look after a missed try, read the set itself,
+// which asks the kernel about such slots: a holder that has not published
+// its record yet is not free, and must not make a standby try at every
+// look, nor count as free for long (stuck) and upset the order of standbys.
 func (w *waiter) turn(polled bool) (try, free bool) {
-	rs, err := w.run.Records()
+	set := w.run
+	if polled || w.missed {
+		set = w.p.Run
+	}
+	w.missed = false
+	rs, err := set.Records()
 	if err != nil {
 		return polled, false // records unreadable: fall back to polling
 	}
@@ -283,7 +295,7 @@ func (w *waiter) turn(polled bool) (try, free bool) {
 		w.freeSince = make([]time.Time, len(rs))
 	}
 	if polled && w.p.heal(rs) {
-		if rs, err = w.run.Records(); err != nil {
+		if rs, err = set.Records(); err != nil {
 			return true, false
 		}
 	}

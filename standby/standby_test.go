@@ -43,6 +43,15 @@ func (s trackedSet) TryAcquire() (lock.Slot, bool, error) {
 	return sl, ok, err
 }
 
+// Guarded keeps the guarded view tracked: Promote takes through it.
+func (s trackedSet) Guarded() (lock.Set, func(), error) {
+	v, stop, err := s.FileSet.Guarded()
+	if err != nil {
+		return nil, nil, err
+	}
+	return trackedSet{v.(*lock.FileSet), s.tb}, stop, nil
+}
+
 func TestEnterRoles(t *testing.T) {
 	run, sb := sets(t, 2, 1)
 	p := &Protocol{Run: run, Standby: sb}
@@ -172,6 +181,41 @@ func TestPromoteOldestFirst(t *testing.T) {
 	_ = holder.Release()
 }
 
+// TestPromoteOldestFirstBesideHolderWithoutRecord: a run slot held by a
+// holder without a record never counts as free for long: after several
+// polls, the other slot, freed, still goes to the standby that has waited
+// longest (a slot free for two polls would let the younger try at once).
+func TestPromoteOldestFirstBesideHolderWithoutRecord(t *testing.T) {
+	for trial := range 3 {
+		run, sb := sets(t, 2, 2)
+		p := &Protocol{Run: run, Standby: sb, Poll: 100 * time.Millisecond, Wait: time.Minute}
+		_, quiet, _ := p.Enter() // no record
+		_, holder, _ := p.Enter()
+		base := time.Now()
+		publish(t, holder, base)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan time.Duration, 2)
+		for age := range 2 {
+			_, s, _ := p.Enter()
+			publish(t, s, base.Add(-time.Duration(age)*time.Second))
+			go func() {
+				r, ok, _ := p.Promote(ctx, s)
+				if ok {
+					defer r.Release()
+					done <- time.Duration(age) * time.Second
+				}
+			}()
+		}
+		time.Sleep(450 * time.Millisecond) // four polls
+		_ = holder.Release()
+		if got := <-done; got != time.Second {
+			t.Fatalf("trial %d: the freed slot went to the standby of age %v, not the oldest", trial, got)
+		}
+		cancel()
+		_ = quiet.Release()
+	}
+}
+
 // TestPromotePastStuckStandby: an older standby that does not take a free
 // run slot (hung, stopped, still starting) holds the others back for two
 // polls, not for good.
@@ -204,6 +248,15 @@ type countingSet struct {
 func (c countingSet) TryAcquire() (lock.Slot, bool, error) {
 	c.tries.Add(1)
 	return c.trackedSet.TryAcquire()
+}
+
+// Guarded counts the tries through the guarded view too.
+func (c countingSet) Guarded() (lock.Set, func(), error) {
+	v, stop, err := c.trackedSet.Guarded()
+	if err != nil {
+		return nil, nil, err
+	}
+	return countingSet{v.(trackedSet), c.tries}, stop, nil
 }
 
 // TestPromoteDoesNotSpin: a failed try closes lock files, and closing a lock
@@ -268,6 +321,45 @@ func TestPromoteDoesNotSpin(t *testing.T) {
 			}
 			t.Logf("%d tries of the run set in 300ms", run.tries.Load()-candidates)
 		})
+	}
+}
+
+// TestPromoteBesideHolderWithoutRecord: one run slot is held by a holder
+// that has not published its record yet (a cron-started holder connecting
+// to Redis); when the other one frees, the standby takes it at once, not
+// at its next poll: the slot without a record must not keep it backing off.
+func TestPromoteBesideHolderWithoutRecord(t *testing.T) {
+	run, sb := sets(t, 2, 1)
+	p := &Protocol{Run: run, Standby: sb, Poll: 5 * time.Second, Wait: time.Minute}
+	_, quiet, _ := p.Enter() // no record
+	defer quiet.Release()
+	_, busy, _ := p.Enter()
+	publish(t, busy, time.Now())
+	role, s, err := p.Enter()
+	if role != Standby || err != nil {
+		t.Fatalf("third candidate: %v, %v", role, err)
+	}
+	type result struct {
+		at time.Time
+		ok bool
+	}
+	got := make(chan result, 1)
+	go func() {
+		sl, ok, _ := p.Promote(context.Background(), s)
+		if ok {
+			defer sl.Release()
+		}
+		got <- result{time.Now(), ok}
+	}()
+	time.Sleep(300 * time.Millisecond) // looks and tries meanwhile find both held
+	freed := time.Now()
+	_ = busy.Release()
+	r := <-got
+	if !r.ok {
+		t.Fatal("not promoted")
+	}
+	if d := r.at.Sub(freed); d > 100*time.Millisecond {
+		t.Fatalf("promoted %v after the slot freed; want it within 100ms (the poll is 5s)", d)
 	}
 }
 
