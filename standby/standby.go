@@ -192,7 +192,10 @@ func (p *Protocol) Promote(ctx context.Context, sb lock.Slot) (lock.Slot, bool, 
 				}
 				return s, ok, err
 			}
-			w.missed = true
+			// A slot looked free and was not: ask the kernel next time.
+			// (A poll's try with none free learns nothing: the next look,
+			// a wake-up as a slot frees, must stay cheap.)
+			w.missed = free
 		}
 		if free && (try || soon == nil) {
 			// A run slot looks free and we do not have it. Look again
@@ -257,7 +260,7 @@ func (p *Protocol) awaitHandOver(ctx context.Context, sb lock.Slot, h lock.Hando
 type waiter struct {
 	p         *Protocol
 	run       lock.Set // p.Run, or its guarded view
-	missed    bool     // the last try found every run slot held
+	missed    bool     // the last try missed a run slot that looked free
 	sb        lock.Slot
 	since     time.Time     // when Promote began: our age if sb has no record
 	freeSince []time.Time   // per run slot: first look that found it free, zero if held at the last look
