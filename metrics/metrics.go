@@ -99,6 +99,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	var mem *work.Memory
+	_, cluster := c.rdb.(*redis.ClusterClient) // each queue's master, its own memory
 	for _, q := range c.queues {
 		c.slots(ch, q)
 		counts, err := work.ReadCounts(ctx, c.rdb, q.Name)
@@ -111,8 +112,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		if cov, err := history.ReadCoverage(ctx, c.rdb, q.Name, q.Keep, counts.Stats); err == nil {
 			coverage(ch, q.Name, cov)
 		}
-		if mem == nil {
-			if m, err := work.ReadMemory(ctx, c.rdb); err == nil {
+		if mem == nil || cluster {
+			if m, err := work.ReadMemory(ctx, c.rdb, q.Name); err == nil {
 				mem = &m
 				ch <- gauge(memUsed, float64(m.Used), q.Name)
 				ch <- gauge(memMax, float64(m.Max), q.Name)

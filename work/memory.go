@@ -23,8 +23,17 @@ func (m Memory) AtLimit() bool { return m.Max > 0 && m.Used >= m.Max }
 // only noeviction keeps invariant 3 (never nowhere).
 func (m Memory) Evicts() bool { return m.Max > 0 && m.Policy != "" && m.Policy != "noeviction" }
 
-// ReadMemory reads INFO memory.
-func ReadMemory(ctx context.Context, rdb redis.Cmdable) (Memory, error) {
+// ReadMemory reads INFO memory of the server that holds queue's keys: on a
+// Cluster, the master of their hash slot (any other node's memory says
+// nothing of whether this queue's writes are refused).
+func ReadMemory(ctx context.Context, rdb redis.Cmdable, queue string) (Memory, error) {
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		node, err := cc.MasterForKey(ctx, KeysFor(queue).Stream)
+		if err != nil {
+			return Memory{}, err
+		}
+		rdb = node
+	}
 	info, err := rdb.InfoMap(ctx, "memory").Result()
 	if err != nil {
 		return Memory{}, err

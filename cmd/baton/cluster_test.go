@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestCluster: baton on a real three-master Redis Cluster, configured with
@@ -79,8 +80,39 @@ func TestCluster(t *testing.T) {
 			t.Errorf("job record %q: no fencing token", l)
 		}
 	}
-	s := r.status(append(topo, "--queue", "c", "--lock-backend", "redis")...)
-	if s.Jobs == nil || s.Jobs.Done != 3 || s.Jobs.Waiting != 0 || s.Jobs.Pending != 0 {
-		t.Fatalf("status on the cluster: %+v, want 3 done", s.Jobs)
+	// 8 MB on queue c's master, in its hash slot: status shows that
+	// master's memory, not some other node's.
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	defer cc.Close()
+	const ballast = 8 << 20
+	if err := cc.Set(context.Background(), "baton:{c}:ballast", strings.Repeat("x", ballast), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	owner, err := cc.MasterForKey(context.Background(), "baton:{c}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The owner listed last: a keyless INFO would go to any master.
+	var last []string
+	for _, a := range addrs {
+		if a != owner.Options().Addr {
+			last = append(last, a)
+		}
+	}
+	last = append(last, owner.Options().Addr)
+	for range 3 {
+		var s struct {
+			statusJSON
+			Memory *struct {
+				Used int64 `json:"used_bytes"`
+			} `json:"redis_memory"`
+		}
+		r.statusInto(&s, "--redis-cluster", strings.Join(last, ","), "--queue", "c", "--lock-backend", "redis")
+		if s.Jobs == nil || s.Jobs.Done != 3 || s.Jobs.Waiting != 0 || s.Jobs.Pending != 0 {
+			t.Fatalf("status on the cluster: %+v, want 3 done", s.Jobs)
+		}
+		if s.Memory == nil || s.Memory.Used < ballast {
+			t.Fatalf("status on the cluster: redis memory %+v, want that of queue c's master (over %d bytes)", s.Memory, ballast)
+		}
 	}
 }

@@ -250,7 +250,7 @@ func queueCounts(ctx context.Context, rdb redis.Cmdable, q string) (*work.Counts
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	mem, err := work.ReadMemory(ctx, rdb)
+	mem, err := work.ReadMemory(ctx, rdb, q)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("read redis memory: %w", err)
 	}
