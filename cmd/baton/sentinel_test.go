@@ -264,22 +264,24 @@ func first(s []string) string {
 	return s[0]
 }
 
-// TestSentinelAuth: Sentinels with their own requirepass (the data servers
-// have none). With the password in BATON_REDIS_SENTINEL_PASSWORD, enqueue
-// and a fleet holder work through them, status reads them, and the job
-// does not inherit the password. A wrong password, or none, is refused
-// with one line saying it is the Sentinels' password that is wrong or
-// missing, exit 1, the password never printed; a Sentinel password
-// without redis_sentinels is exit 2 naming both keys.
+// TestSentinelAuth: Sentinels with their own requirepass, and data servers
+// with another. With the Sentinels' password in
+// BATON_REDIS_SENTINEL_PASSWORD and the master's in BATON_REDIS_URL,
+// enqueue and a fleet holder work through them, status reads them, and the
+// job inherits neither password. A wrong Sentinel password, or none, is
+// refused with one line saying it is the Sentinels' password that is wrong
+// or missing, exit 1, the password never printed; a wrong master password
+// is refused as the master's; a Sentinel password without redis_sentinels
+// is exit 2 naming both keys.
 func TestSentinelAuth(t *testing.T) {
 	t.Parallel()
-	const pw = "s3ntinel-only-pw"
-	g := redistest.StartGroup(t, redistest.SentinelAuth(pw))
+	const pw, dpw = "s3ntinel-only-pw", "d4ta-only-pw"
+	g := redistest.StartGroup(t, redistest.SentinelAuth(pw), redistest.DataAuth(dpw))
 	r := rigOn(t, g.Master)
-	r.extraEnv = []string{"BATON_REDIS_URL=redis:///0", "BATON_REDIS_SENTINEL_PASSWORD=" + pw}
+	r.extraEnv = []string{"BATON_REDIS_URL=redis://:" + dpw + "@/0", "BATON_REDIS_SENTINEL_PASSWORD=" + pw}
 	topo := []string{"--redis-sentinels", strings.Join(g.Sentinels, ","), "--redis-master", g.Name}
 	out := r.dir + "/out"
-	job := r.script("job.sh", `p=$(cat); echo "$p $BATON_HOST $(env | grep -c SENTINEL_PASSWORD)" >> `+out+"\n")
+	job := r.script("job.sh", `p=$(cat); echo "$p $BATON_HOST $(env | grep -c -e SENTINEL_PASSWORD -e `+dpw+`)" >> `+out+"\n")
 
 	if _, errOut, code := r.baton(append(append([]string{"enqueue", "-q"}, topo...), "a", "b", "c")...); code != 0 {
 		t.Fatalf("enqueue through password-protected Sentinels: exit %d: %s", code, errOut)
@@ -292,7 +294,7 @@ func TestSentinelAuth(t *testing.T) {
 	})
 	for _, l := range readLines(t, out) {
 		if f := strings.Fields(l); len(f) != 3 || f[1] != "h1" || f[2] != "0" {
-			t.Errorf("job record %q: want payload, host h1, and 0 variables holding the Sentinels' password", l)
+			t.Errorf("job record %q: want payload, host h1, and 0 variables holding a password", l)
 		}
 	}
 	st, errOut, code := r.baton(append([]string{"status", "--json", "--lock-backend", "redis", "--slots", "1", "--standby-slots", "0"}, topo...)...)
@@ -316,6 +318,8 @@ func TestSentinelAuth(t *testing.T) {
 			[]string{"the sentinels refused the password (WRONGPASS)"}},
 		{"no password", []string{"BATON_REDIS_SENTINEL_PASSWORD="}, topo, 1,
 			[]string{"the sentinels require a password (NOAUTH)", "hint: set BATON_REDIS_SENTINEL_PASSWORD"}},
+		{"wrong master password", []string{"BATON_REDIS_URL=redis://:not-" + dpw + "@/0"}, topo, 1,
+			[]string{"wrong password or user (WRONGPASS)"}},
 		{"without sentinels", nil, nil, 2,
 			[]string{"env BATON_REDIS_SENTINEL_PASSWORD: given without redis_sentinels: redis_sentinel_password is the Sentinels' own password"}},
 	} {
@@ -330,8 +334,8 @@ func TestSentinelAuth(t *testing.T) {
 				code = ee.ExitCode()
 			}
 			msg := stderr.String()
-			if code != tc.code || strings.Contains(msg, pw) {
-				t.Errorf("exit %d, want %d, and the password never printed:\n%s", code, tc.code, msg)
+			if code != tc.code || strings.Contains(msg, pw) || strings.Contains(msg, dpw) {
+				t.Errorf("exit %d, want %d, and no password ever printed:\n%s", code, tc.code, msg)
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(msg, w) {

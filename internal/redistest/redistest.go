@@ -51,11 +51,23 @@ func (s *Server) URL() string {
 	return "redis://" + s.Addr + "/0"
 }
 
-// Client returns a client closed at cleanup.
+// Client returns a client closed at cleanup, with the server's
+// requirepass when it was started with one.
 func (s *Server) Client() *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, TLSConfig: s.tls})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, TLSConfig: s.tls, Password: s.password()})
 	s.tb.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// password is the value of the last --requirepass argument, if any.
+func (s *Server) password() string {
+	pw := ""
+	for i, a := range s.args {
+		if a == "--requirepass" && i+1 < len(s.args) {
+			pw = s.args[i+1]
+		}
+	}
+	return pw
 }
 
 // Option adds redis-server arguments, e.g. Appendonly.

@@ -30,7 +30,10 @@ type Group struct {
 	Sentinels       []string // host:port of each Sentinel
 	// SentinelPassword is the Sentinels' requirepass (SentinelAuth), "" for none.
 	SentinelPassword string
-	tb               testing.TB
+	// DataPassword is the master's and replica's requirepass (DataAuth), ""
+	// for none.
+	DataPassword string
+	tb           testing.TB
 }
 
 // sentinelAuth marks the Option SentinelAuth returns: it is StartGroup's,
@@ -41,6 +44,14 @@ const sentinelAuth = "\x00sentinel-requirepass"
 // (requirepass in sentinel.conf, which they also use with each other).
 // The data servers keep no password.
 func SentinelAuth(password string) Option { return Option{sentinelAuth, password} }
+
+// dataAuth marks the Option DataAuth returns.
+const dataAuth = "\x00data-requirepass"
+
+// DataAuth is a StartGroup option: the master and the replica require
+// password (requirepass, and masterauth for the replica's sync), and the
+// Sentinels are told it (sentinel auth-pass).
+func DataAuth(password string) Option { return Option{dataAuth, password} }
 
 // sentinelClient is a client of the Sentinel at addr, with the group's
 // password.
@@ -61,11 +72,15 @@ func StartGroup(tb testing.TB, opts ...Option) *Group {
 	g := &Group{Name: "batonmaster", tb: tb}
 	data := opts[:0:0]
 	for _, o := range opts {
-		if len(o) == 2 && o[0] == sentinelAuth {
+		switch {
+		case len(o) == 2 && o[0] == sentinelAuth:
 			g.SentinelPassword = o[1]
-			continue
+		case len(o) == 2 && o[0] == dataAuth:
+			g.DataPassword = o[1]
+			data = append(data, Option{"--requirepass", o[1], "--masterauth", o[1]})
+		default:
+			data = append(data, o)
 		}
-		data = append(data, o)
 	}
 	opts = data
 	// A replica's full sync starts at once, not after Redis 7's 5s wait
@@ -115,6 +130,9 @@ func (g *Group) startSentinel(bin, mport string) string {
 		port, dir, filepath.Join(dir, "sentinel.log"), g.Name, mport, g.Name, g.Name)
 	if g.SentinelPassword != "" {
 		body += "requirepass " + g.SentinelPassword + "\n"
+	}
+	if g.DataPassword != "" {
+		body += "sentinel auth-pass " + g.Name + " " + g.DataPassword + "\n"
 	}
 	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil { // Sentinel rewrites it
 		g.tb.Fatal(err)
