@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/baton-run/baton/history"
@@ -197,6 +198,9 @@ type holder struct {
 	freeSince time.Time
 	hist      *history.Recorder  // set by connect; nil when it cannot be built
 	tookDone  chan struct{}      // closed once took's record is written (or failed)
+	leftOnce  sync.Once          // the leave is recorded once, forced exit or not
+	mu        sync.Mutex         // guards leave
+	leave     func(why string)   // records leaving the run slot held now, for a forced exit; nil before
 	collector *metrics.Collector // metrics_file's, built once by metricsCollector
 }
 
@@ -204,7 +208,7 @@ type holder struct {
 type killer interface{ KillAll() }
 
 func (h *holder) serve(ctx context.Context, p *standby.Protocol, role standby.Role, slot lock.Slot) error {
-	ctx, stopSignals := drainOnSignal(ctx, h.log, h.killAll)
+	ctx, stopSignals := drainOnSignal(ctx, h.log, func() { h.forcedExit(history.WhyStopped) })
 	defer stopSignals()
 	defer func() {
 		if h.rdb != nil {
@@ -336,17 +340,38 @@ func (h *holder) took(slot lock.Slot) {
 	}()
 }
 
-func (h *holder) left(slot lock.Slot, why string, jobs int64) {
+// left records leaving slot in the slot history, once: the forced exits
+// (a second signal, the hard deadline) record it too, within wait, just
+// before the process exits and the kernel frees the slot; else the next
+// take would count a death.
+func (h *holder) left(slot lock.Slot, why string, jobs int64, wait time.Duration) {
 	if h.hist == nil {
 		return
 	}
-	if h.tookDone != nil {
-		<-h.tookDone
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := h.hist.Left(ctx, slot.Index(), why, jobs); err != nil {
-		h.log.Warn().Err(err).Msg("cannot record leaving in the slot history")
+	h.leftOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		if h.tookDone != nil {
+			select {
+			case <-h.tookDone:
+			case <-ctx.Done():
+			}
+		}
+		if err := h.hist.Left(ctx, slot.Index(), why, jobs); err != nil {
+			h.log.Warn().Err(err).Msg("cannot record leaving in the slot history")
+		}
+	})
+}
+
+// forcedExit kills the jobs and, when a run slot is held, records leaving
+// it (why) within half a second; the caller exits next.
+func (h *holder) forcedExit(why string) {
+	h.killAll()
+	h.mu.Lock()
+	leave := h.leave
+	h.mu.Unlock()
+	if leave != nil {
+		leave(why)
 	}
 }
 
@@ -368,7 +393,7 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 	deadline := until.Add(cfg.ShutdownGrace.D() + hardMargin)
 	hard := time.AfterFunc(time.Until(deadline), func() {
 		h.log.Error().Msg("hard deadline: jobs still running after lifetime + shutdown_grace; killing them and exiting")
-		h.killAll()
+		h.forcedExit(history.WhyError)
 		os.Exit(ExitRuntime)
 	})
 	defer hard.Stop()
@@ -469,6 +494,9 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 	}
 	stopPublish := publish(slot, rec, st, children, heal, step, h.log)
 	h.took(slot)
+	h.mu.Lock()
+	h.leave = func(why string) { h.left(slot, why, st.Done.Load(), 500*time.Millisecond) }
+	h.mu.Unlock()
 	stopWatch := h.watchSlots(slot.Name(), st.Dead.Load)
 	stopMetrics := h.writeMetrics()
 	defer stopMetrics()
@@ -496,7 +524,7 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 	if why == history.WhyMaxJobs && sc != nil && sc.left { // read after stopPublish: no step runs now
 		why = history.WhyIdle
 	}
-	leave = func() { h.left(slot, why, st.Done.Load()) }
+	leave = func() { h.left(slot, why, st.Done.Load(), 2*time.Second) }
 	h.log.Info().Int64("jobs_done", st.Done.Load()).Int64("jobs_failed", st.Failed.Load()).Int64("jobs_dead", st.Dead.Load()).Msg("leaving run slot")
 	if errors.Is(err, context.Canceled) {
 		return nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -207,4 +208,46 @@ func TestLeaveRecordedAtRelease(t *testing.T) {
 		return
 	}
 	t.Fatalf("no retirement among the events %+v", events.Events)
+}
+
+// TestForcedExitRecordsLeave: a second SIGTERM while a persistent child
+// ignores its stop message exits at once, and the holder records leaving
+// its slot first ("left", stopped): the slot history does not count a
+// death at the next take.
+func TestForcedExitRecordsLeave(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	worker, err := filepath.Abs(filepath.Join("..", "..", "work", "testdata", "persist_worker.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := filepath.Join(r.dir, "persist.log")
+	r.extraEnv = append(r.extraEnv, "PERSIST_LOG="+log)
+	r.baton("enqueue", "x") // children start with the first job
+	h := r.start("run", "--slots", "1", "--standby-slots", "0", "--persistent", "--lifetime", "1m",
+		"--shutdown-grace", "10s", "--", python(t), worker, "--ignore-stop")
+	eventually(t, 20*time.Second, "the child runs the job", func() bool {
+		b, _ := os.ReadFile(log)
+		return len(b) > 0
+	})
+	_ = h.cmd.Process.Signal(syscall.SIGTERM)
+	eventually(t, 10*time.Second, "the holder drains", func() bool { return strings.Contains(h.log(), "draining") })
+	time.Sleep(300 * time.Millisecond) // the child ignores its stop message
+	_ = h.cmd.Process.Signal(syscall.SIGTERM)
+	if code := h.wait(t, 5*time.Second); code != 1 {
+		t.Fatalf("exit %d after the second signal, want 1: %s", code, h.log())
+	}
+	var events struct {
+		Events []struct {
+			Kind string `json:"kind"`
+			Why  string `json:"why"`
+		} `json:"events"`
+	}
+	r.statusInto(&events, "--slots", "1", "--standby-slots", "0")
+	for _, e := range events.Events {
+		if e.Kind == "left" && e.Why == "stopped" {
+			return
+		}
+	}
+	t.Fatalf("no leave among the events %+v", events.Events)
 }
