@@ -5,10 +5,12 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/baton-run/baton/internal/faultproxy"
 	"github.com/baton-run/baton/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -334,4 +336,69 @@ func TestPrepareLoadsOnlyMissingScripts(t *testing.T) {
 	if n := loads(); n != 2*len(scripts) {
 		t.Fatalf("after SCRIPT FLUSH: %d SCRIPT LOADs in all, want %d", n, 2*len(scripts))
 	}
+}
+
+// TestLostReadReplyIsNoCrash: a read whose reply is lost on the way (the
+// entry is delivered, and pending for this slot, but the holder never saw
+// it) is read again from the slot's own pending entries once Redis answers
+// again, and runs once. Nobody crashed: failed:crashed stays at 0.
+func TestLostReadReplyIsNoCrash(t *testing.T) {
+	srv := redistest.Start(t)
+	direct := srv.Client()
+	ctx := context.Background()
+	if err := EnsureGroup(ctx, direct, KeysFor("q")); err != nil {
+		t.Fatal(err)
+	}
+	px, err := faultproxy.Start(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: px.Addr, ReadTimeout: 300 * time.Millisecond, MaxRetries: -1})
+	defer rdb.Close()
+	var attempts []int
+	var mu sync.Mutex
+	h := HandlerFunc(func(_ context.Context, j *Job) error {
+		mu.Lock()
+		defer mu.Unlock()
+		attempts = append(attempts, j.Attempt)
+		return nil
+	})
+	c := testConfig(rdb, h)
+	c.Block = time.Second
+	st := new(Stats)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- Run(runCtx, c, st) }()
+	// The holder waits in XREADGROUP BLOCK; its reply goes nowhere.
+	time.Sleep(300 * time.Millisecond)
+	px.Blackhole(true)
+	enqueue(t, direct, "q", 1)
+	for end := time.Now().Add(5 * time.Second); pending(t, direct, "q") != 1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the entry was never delivered to the blocked read")
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	px.Blackhole(false)
+	px.Reset()
+	for end := time.Now().Add(15 * time.Second); st.Done.Load() != 1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("the job delivered into the lost reply never ran (attempts %v)", attempts)
+		}
+	}
+	cancel()
+	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(attempts) != 1 {
+		t.Fatalf("ran %d times (attempts %v), want once", len(attempts), attempts)
+	}
+	if n := direct.HGet(ctx, KeysFor("q").Stats, StatFailedPrefix+FailedCrashed).Val(); n != "" && n != "0" {
+		t.Fatalf("failed:crashed = %q after a lost reply, want 0: nobody crashed", n)
+	}
+	settled(t, direct, "q")
 }
