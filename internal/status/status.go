@@ -141,8 +141,14 @@ func FleetSettings(cfg *config.Config) []lock.Setting {
 // Read reads cfg's queue once: its slots from the lock dir, and, when rdb
 // is not nil, its jobs and Redis's memory. jerr is Redis failing (the slots
 // are still in rep, with rep.Error set); err is the lock dir failing.
+//
+// With lock_backend redis and no rdb the slots are unknown (they are leases
+// in Redis, not files here): rep.Run and rep.Standby are empty.
 func Read(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient) (rep *Report, jerr, err error) {
 	rep = &Report{Queue: cfg.Queue, Run: []Slot{}, Standby: []Slot{}, Rate: cfg.RateLimit}
+	if cfg.LockBackend == "redis" && rdb == nil {
+		return rep, nil, nil
+	}
 	runSet, sbSet, err := SlotSets(cfg, rdb)
 	if err != nil {
 		return nil, nil, err
