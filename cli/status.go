@@ -177,6 +177,12 @@ func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	// empty is the cells after STATE a row without a record leaves blank,
+	// every one tab-terminated so that the columns stay aligned below it.
+	empty := "\t\t\t\t\t\t"
+	if lease {
+		empty += "\t\t"
+	}
 	if lease {
 		fmt.Fprintln(tw, "SLOT\tSTATE\tPID\tHOST\tSINCE\tUNTIL\tJOBS\tCURRENT\tFENCE\tEXPIRES IN")
 	} else {
@@ -184,11 +190,11 @@ func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 	}
 	row := func(name string, s slotStatus) {
 		if !s.Held {
-			fmt.Fprintf(tw, "%s\tfree\t\t\t\t\t\t\n", name)
+			fmt.Fprintf(tw, "%s\tfree%s\n", name, empty)
 			return
 		}
 		if s.NoRecord {
-			fmt.Fprintf(tw, "%s\theld, record unreadable\t%d\t\t\t\t\t\n", name, s.PID)
+			fmt.Fprintf(tw, "%s\theld, record unreadable\t%d%s\n", name, s.PID, empty[1:])
 			return
 		}
 		cur := ""
