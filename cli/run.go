@@ -9,12 +9,14 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/baton-run/baton/history"
 	"github.com/baton-run/baton/internal/config"
 	"github.com/baton-run/baton/internal/proc"
+	"github.com/baton-run/baton/internal/rediserr"
 	"github.com/baton-run/baton/lock"
 	"github.com/baton-run/baton/metrics"
 	"github.com/baton-run/baton/standby"
@@ -153,6 +155,9 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		return usagef("use the same value on every host; a new value is accepted once no lease granted under the old one is left (docs/fleet.md)", "%s", mis)
 	}
 	if err != nil {
+		if msg, _ := rediserr.Explain(err, strings.HasPrefix(cfg.RedisURL, "rediss://")); msg != "" && cfg.LockBackend == "redis" {
+			return redisError(cfg, err) // the leases are in Redis: name it, with a hint
+		}
 		return fmt.Errorf("take a slot: %w", err)
 	}
 	if role == standby.None {

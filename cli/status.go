@@ -32,7 +32,7 @@ line first: position, standby slot, host, pid and time waited
 the holders' records and the kernel's lock table (/proc/locks) and never
 takes a slot: a slot locked without a readable record shows as "held, record
 unreadable" (no_record in --json). Exit 1 when Redis cannot be
-reached (the slots are still shown).
+reached (flock slots are still shown; a fleet's leases, in Redis, are not).
 
 {{flags}}
 Example:
@@ -169,8 +169,20 @@ func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 		}
 		fmt.Fprintf(w, "hint: %s\n\n", work.OOMHint)
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	lease := cfg.LockBackend == "redis"
+	if lease && len(rep.Run) == 0 {
+		// Read leaves the slots out when Redis cannot be read: the
+		// fleet's leases are there, not in this host's lock dir.
+		fmt.Fprintf(w, "slots unknown (redis unreachable: the fleet's leases are in Redis)\n")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	// empty is the cells after STATE a row without a record leaves blank,
+	// every one tab-terminated so that the columns stay aligned below it.
+	empty := "\t\t\t\t\t\t"
+	if lease {
+		empty += "\t\t"
+	}
 	if lease {
 		fmt.Fprintln(tw, "SLOT\tSTATE\tPID\tHOST\tSINCE\tUNTIL\tJOBS\tCURRENT\tFENCE\tEXPIRES IN")
 	} else {
@@ -178,11 +190,11 @@ func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 	}
 	row := func(name string, s slotStatus) {
 		if !s.Held {
-			fmt.Fprintf(tw, "%s\tfree\t\t\t\t\t\t\n", name)
+			fmt.Fprintf(tw, "%s\tfree%s\n", name, empty)
 			return
 		}
 		if s.NoRecord {
-			fmt.Fprintf(tw, "%s\theld, record unreadable\t%d\t\t\t\t\t\n", name, s.PID)
+			fmt.Fprintf(tw, "%s\theld, record unreadable\t%d%s\n", name, s.PID, empty[1:])
 			return
 		}
 		cur := ""

@@ -141,8 +141,14 @@ func FleetSettings(cfg *config.Config) []lock.Setting {
 // Read reads cfg's queue once: its slots from the lock dir, and, when rdb
 // is not nil, its jobs and Redis's memory. jerr is Redis failing (the slots
 // are still in rep, with rep.Error set); err is the lock dir failing.
+//
+// With lock_backend redis and no rdb the slots are unknown (they are leases
+// in Redis, not files here): rep.Run and rep.Standby are empty.
 func Read(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient) (rep *Report, jerr, err error) {
 	rep = &Report{Queue: cfg.Queue, Run: []Slot{}, Standby: []Slot{}, Rate: cfg.RateLimit}
+	if cfg.LockBackend == "redis" && rdb == nil {
+		return rep, nil, nil
+	}
 	runSet, sbSet, err := SlotSets(cfg, rdb)
 	if err != nil {
 		return nil, nil, err
@@ -284,7 +290,10 @@ func Warnings(cfg *config.Config, rep *Report, others []string) []string {
 			held++
 		}
 	}
-	if j := rep.Jobs; j != nil && j.Waiting+j.Pending > 0 && held == 0 {
+	if j := rep.Jobs; j != nil && j.Waiting+j.Pending > 0 && held == 0 && cfg.LockBackend == "redis" {
+		w = append(w, fmt.Sprintf("%d jobs waiting or pending and no run lease held on any host: is cron running 'baton run' with lock_backend redis on the fleet's hosts?",
+			j.Waiting+j.Pending))
+	} else if j != nil && j.Waiting+j.Pending > 0 && held == 0 {
 		w = append(w, fmt.Sprintf("%d jobs waiting or pending and no holder in %s: is cron running 'baton run'? "+
 			"Holders run by another user use another default lock dir (/tmp/baton-<uid>), and holders on other hosts are not visible here",
 			j.Waiting+j.Pending, cfg.LockDir))
