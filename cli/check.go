@@ -34,11 +34,12 @@ to try a change. A line that names baton without its path warns: cron's PATH
 is /usr/bin:/bin. check never takes a slot and creates no file.
 
 In fleet mode (lock_backend = "redis") --hosts H says that H hosts each run
-the entry: the relations count all their candidates, and four more are
+the entry: the relations count all their candidates, and more are
 checked: the lease timings' order, a standby that outwaits a holder's hard
 deadline plus lease_ttl, losing a whole host (the other H-1 must still start
 candidates faster than holders retire) and, with max_per_host, room for k
-holders on H-1 hosts. See docs/fleet.md.
+holders on H-1 hosts and for k holders and their standbys on H hosts. See
+docs/fleet.md.
 
 {{flags}}
 Exit codes:

@@ -52,8 +52,9 @@ type Relation struct {
 // docs/coverage.md for the derivations and the simulations behind them.
 //
 // In fleet mode (q.Fleet) the relations count candidates from all q.H()
-// hosts, and four more follow: the lease timings' order, a standby that
-// outwaits a holder's lease, losing a whole host, and max_per_host.
+// hosts, and more follow: the lease timings' order, a standby that
+// outwaits a holder's lease, losing a whole host, and max_per_host (room
+// with a host lost, and room for the standbys).
 func Check(q Quantities) []Relation {
 	rs := []Relation{
 		outwaitsLifetime(q),
@@ -69,7 +70,7 @@ func Check(q Quantities) []Relation {
 	if q.Fleet() {
 		rs = append(rs, leaseOrder(q), outwaitsLease(q), hostLoss(q))
 		if q.MaxPerHost > 0 {
-			rs = append(rs, hostCap(q))
+			rs = append(rs, hostCap(q), hostRoom(q))
 		}
 	}
 	return rs
@@ -396,6 +397,31 @@ func hostCap(q Quantities) Relation {
 		r.Why = "one host: losing it stops every slot until it returns"
 	}
 	r.Fix = fmt.Sprintf("raise max_per_host to %d", ceilDiv(k, max(hosts-1, 1)))
+	return r
+}
+
+// hostRoom: max_per_host caps a host's run and standby slots together, so
+// with every host up the fleet must have room for k holders and the
+// standbys that cover their hand-overs (standby-slots counts the standby
+// slots, not whether any host may take them).
+func hostRoom(q Quantities) Relation {
+	hosts, k, c := q.H(), q.Slots, q.MaxPerHost
+	need := k + min(q.StandbySlots, k)
+	got := hosts * c
+	r := Relation{
+		Name:    "host-room",
+		Formula: "N_h·max_per_host ≥ k + min(N_s, k)",
+		Values:  fmt.Sprintf("%d·%d = %d ≥ %d", hosts, c, got, need),
+		Margin:  fmt.Sprintf("%+d slots", got-need),
+		Why:     "max_per_host counts run and standby slots together: the hosts must have room for k holders and the standbys that take over from them",
+	}
+	if got >= need {
+		return r
+	}
+	r.Status = Fail
+	r.Why = fmt.Sprintf("max_per_host counts run and standby slots together: %d hosts take at most %d, so at most %d of the standbys that cover hand-overs can ever wait",
+		hosts, got, max(got-k, 0))
+	r.Fix = fmt.Sprintf("raise max_per_host to %d, or run the entry on %d hosts", ceilDiv(need, hosts), ceilDiv(need, c))
 	return r
 }
 

@@ -333,6 +333,16 @@ func TestCheckFleetRelations(t *testing.T) {
 			func(q *Quantities) { q.Slots, q.StandbySlots, q.MaxPerHost = 4, 4, 1 },
 			"host-cap", Fail, "2·1 = 2 ≥ 4", "-2 slots", "raise max_per_host to 2",
 		},
+		{
+			"no room for the standbys",
+			func(q *Quantities) { q.Slots, q.StandbySlots, q.MaxPerHost = 4, 4, 2 },
+			"host-room", Fail, "3·2 = 6 ≥ 8", "-2 slots", "raise max_per_host to 3, or run the entry on 4 hosts",
+		},
+		{
+			"room for the standbys needed, not for every standby slot",
+			func(q *Quantities) { q.Slots, q.StandbySlots, q.MaxPerHost = 2, 8, 2 },
+			"host-room", Pass, "3·2 = 6 ≥ 4", "+2 slots", "",
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			q := fleet()
