@@ -27,3 +27,28 @@ func ExampleFileSet() {
 	// third: false
 	// after release: true
 }
+
+// A process that will wait long for a slot (a standby) takes it through a
+// guarded view: the check for holders of unlinked lock files is done as the
+// wait begins, so the take itself costs a few non-blocking syscalls.
+func ExampleFileSet_Guarded() {
+	dir, _ := os.MkdirTemp("", "locks")
+	defer os.RemoveAll(dir)
+	run, _ := lock.NewFileSet(dir, "thumbs", lock.RoleRun, 1)
+	holder, _, _ := run.TryAcquire()
+	view, stop, err := run.Guarded()
+	if err != nil {
+		fmt.Println(err) // no inotify: take from run itself
+		return
+	}
+	defer stop()
+	_, ok, _ := view.TryAcquire()
+	fmt.Println("while held:", ok)
+	_ = holder.Release()
+	s, ok, _ := view.TryAcquire()
+	fmt.Println("once released:", ok)
+	_ = s.Release()
+	// Output:
+	// while held: false
+	// once released: true
+}
