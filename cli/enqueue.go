@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/internal/config"
+	qstatus "github.com/baton-run/baton/internal/status"
 	"github.com/baton-run/baton/work"
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/pflag"
@@ -241,11 +242,11 @@ func sendJobs(ctx context.Context, rdb redis.Cmdable, cfg *config.Config, payloa
 			}
 		}
 		if errors.Is(err, work.ErrNotReplicated) {
-			return &hintError{msg: fmt.Sprintf("enqueue: %d jobs added, the last %d %v: a failover now could lose them", added, len(chunk), err),
+			return &hintError{msg: fmt.Sprintf("enqueue: %s added, the last %d %v: a failover now could lose them", qstatus.Jobs(int64(added)), len(chunk), err),
 				hint: "check the replicas (INFO replication), or lower enqueue_wait_replicas; enqueuing again may run these jobs twice", err: err}
 		}
 		if err != nil {
-			return fmt.Errorf("enqueue: %d jobs added before: %w", added, err)
+			return fmt.Errorf("enqueue: %s added before: %w", qstatus.Jobs(int64(added)), err)
 		}
 	}
 	return nil

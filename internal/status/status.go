@@ -291,12 +291,20 @@ func Warnings(cfg *config.Config, rep *Report, others []string) []string {
 		}
 	}
 	if j := rep.Jobs; j != nil && j.Waiting+j.Pending > 0 && held == 0 && cfg.LockBackend == "redis" {
-		w = append(w, fmt.Sprintf("%d jobs waiting or pending and no run lease held on any host: is cron running 'baton run' with lock_backend redis on the fleet's hosts?",
-			j.Waiting+j.Pending))
+		w = append(w, fmt.Sprintf("%s waiting or pending and no run lease held on any host: is cron running 'baton run' with lock_backend redis on the fleet's hosts?",
+			Jobs(j.Waiting+j.Pending)))
 	} else if j != nil && j.Waiting+j.Pending > 0 && held == 0 {
-		w = append(w, fmt.Sprintf("%d jobs waiting or pending and no holder in %s: is cron running 'baton run'? "+
+		w = append(w, fmt.Sprintf("%s waiting or pending and no holder in %s: is cron running 'baton run'? "+
 			"Holders run by another user use another default lock dir (/tmp/baton-<uid>), and holders on other hosts are not visible here",
-			j.Waiting+j.Pending, cfg.LockDir))
+			Jobs(j.Waiting+j.Pending), cfg.LockDir))
 	}
 	return w
+}
+
+// Jobs is n jobs in words: "1 job", "2 jobs".
+func Jobs(n int64) string {
+	if n == 1 {
+		return "1 job"
+	}
+	return fmt.Sprintf("%d jobs", n)
 }
