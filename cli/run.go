@@ -369,14 +369,26 @@ func (h *holder) left(slot lock.Slot, why string, jobs int64, wait time.Duration
 }
 
 // forcedExit kills the jobs and, when a run slot is held, records leaving
-// it (why) within half a second; the caller exits next.
+// it (why); the caller exits next. It waits half a second at most, however
+// the record fares: a Redis that stopped answering holds a reply for the
+// client's read timeout whatever the context says, and a normal leave in
+// progress holds leftOnce.
 func (h *holder) forcedExit(why string) {
 	h.killAll()
 	h.mu.Lock()
 	leave := h.leave
 	h.mu.Unlock()
-	if leave != nil {
+	if leave == nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
 		leave(why)
+	}()
+	select {
+	case <-done:
+	case <-time.After(500 * time.Millisecond):
 	}
 }
 

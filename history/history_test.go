@@ -214,3 +214,36 @@ func TestEventsCapped(t *testing.T) {
 		t.Errorf("%d events kept after %d; want about %d", n, 3*EventsKept, EventsKept)
 	}
 }
+
+// TestLateLeaveIsIgnored: a holder frozen past its lease (fleet mode)
+// leaves late, after another process took its slot: its leave records
+// nothing, and the slot stays the new holder's.
+func TestLateLeaveIsIgnored(t *testing.T) {
+	ctx := context.Background()
+	a, rdb, _ := newRecorder(t, 1, 1)
+	if _, _, err := a.Took(ctx, 0, ByCandidate, nil, -1); err != nil {
+		t.Fatal(err)
+	}
+	b := *a
+	b.PID = 200
+	if _, _, err := b.Took(ctx, 0, ByStandby, &lock.Record{PID: a.PID}, -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Left(ctx, 0, WhyError, 3); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events(t, rdb, "q") {
+		if e.Kind == KindLeft || e.Kind == KindRetired {
+			t.Fatalf("the late leave was recorded: %+v", e)
+		}
+	}
+	if c := coverage(t, rdb, "q", 1); c.Held != 1 {
+		t.Fatalf("coverage %+v: the slot is the new holder's", c)
+	}
+	if err := b.Left(ctx, 0, WhyLifetime, 5); err != nil {
+		t.Fatal(err)
+	}
+	if c := coverage(t, rdb, "q", 1); c.Held != 0 {
+		t.Fatalf("coverage %+v: its holder's own leave frees it", c)
+	}
+}

@@ -94,9 +94,12 @@ return gap
 // KEYS as above. ARGV[1] k, ARGV[2] N, ARGV[3] the slot left, ARGV[4] pid,
 // ARGV[5] host, ARGV[6] why ("lifetime": a retirement; "stopped",
 // "error", "max_jobs", "idle" otherwise), ARGV[7] jobs done, ARGV[8] events kept.
-// Returns 1.
+// Returns 1, or 0 and records nothing when another pid took the slot since
+// (a holder frozen past its lease, leaving late).
 var leaveScript = redis.NewScript(prelude + `
 local k, n, slot = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local holder = redis.call('HGET', KEYS[1], 'pid:' .. slot)
+if holder and holder ~= ARGV[4] then return 0 end
 charge(k, count(prev))
 redis.call('HSET', KEYS[1], 'at', now, 'held', setbit(prev, slot, n, '0'), 't:' .. slot, now, 'left:' .. slot, now)
 redis.call('HDEL', KEYS[1], 'pid:' .. slot)

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/baton-run/baton/internal/faultproxy"
 )
 
 // historyJSON is the slot history in status --json.
@@ -250,4 +252,34 @@ func TestForcedExitRecordsLeave(t *testing.T) {
 		}
 	}
 	t.Fatalf("no leave among the events %+v", events.Events)
+}
+
+// TestForcedExitWithRedisHung: with Redis no longer answering (a network
+// blackhole), a second SIGTERM still exits at once: recording the leave
+// is given half a second, not the client's read timeout.
+func TestForcedExitWithRedisHung(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	px, err := faultproxy.Start(r.redis.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	started := filepath.Join(r.dir, "started")
+	job := r.script("job.sh", "touch "+started+"\nsleep 60\n")
+	r.baton("enqueue", "x")
+	h := r.start("run", "--redis-url", "redis://"+px.Addr+"/0", "--slots", "1", "--standby-slots", "0",
+		"--lifetime", "1m", "--shutdown-grace", "30s", "--", job)
+	eventually(t, 20*time.Second, "the job starts", func() bool { _, err := os.Stat(started); return err == nil })
+	px.Blackhole(true)
+	_ = h.cmd.Process.Signal(syscall.SIGTERM)
+	eventually(t, 10*time.Second, "the holder drains", func() bool { return strings.Contains(h.log(), "draining") })
+	second := time.Now()
+	_ = h.cmd.Process.Signal(syscall.SIGTERM)
+	if code := h.wait(t, 10*time.Second); code != 1 {
+		t.Fatalf("exit %d after the second signal, want 1: %s", code, h.log())
+	}
+	if d := time.Since(second); d > 2*time.Second {
+		t.Fatalf("exited %v after the second signal; want at once (half a second for the leave record)", d)
+	}
 }
