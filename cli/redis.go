@@ -14,7 +14,12 @@ import (
 // connect opens a client for c and checks it answers within a few seconds.
 // Errors name the address with the password redacted.
 func connect(ctx context.Context, c *config.Config, pool int) (redis.UniversalClient, error) {
-	return connectWith(ctx, c, clientOpts{pool: pool, dial: 2 * time.Second, retries: 2})
+	return connectWith(ctx, c, poolOpts(pool))
+}
+
+// poolOpts is the usual tuning of a client with pool connections.
+func poolOpts(pool int) clientOpts {
+	return clientOpts{pool: pool, dial: 2 * time.Second, retries: 2}
 }
 
 // connectWith is connect with t's tuning.
@@ -54,7 +59,7 @@ func redisError(c *config.Config, err error) error {
 // for a long-running reader (metrics --listen) that must start, and report
 // Redis down, whatever Redis is doing.
 func connectLazy(c *config.Config, pool int) (redis.UniversalClient, error) {
-	return newClient(c, clientOpts{pool: pool, dial: 2 * time.Second, retries: 2})
+	return newClient(c, poolOpts(pool))
 }
 
 // clientOpts tune a client: its pool (per node on a Cluster), its dial

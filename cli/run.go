@@ -155,8 +155,10 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		return usagef("use the same value on every host; a new value is accepted once no lease granted under the old one is left (docs/fleet.md)", "%s", mis)
 	}
 	if err != nil {
-		if msg, _ := rediserr.Explain(err, strings.HasPrefix(cfg.RedisURL, "rediss://")); msg != "" && cfg.LockBackend == "redis" {
-			return redisError(cfg, err) // the leases are in Redis: name it, with a hint
+		if cfg.LockBackend == "redis" {
+			if msg, _ := rediserr.Explain(err, strings.HasPrefix(cfg.RedisURL, "rediss://")); msg != "" {
+				return redisError(cfg, err) // the leases are in Redis: name it, with a hint
+			}
 		}
 		return fmt.Errorf("take a slot: %w", err)
 	}
@@ -284,7 +286,9 @@ func (h *holder) connect(ctx context.Context) error {
 	// A few connections dialled ahead: as a holder starts, its reader,
 	// settler, sampler and slot history all want one at once, and a
 	// promoted standby would dial them inside the hand-over's gap.
-	rdb, err := connectWith(ctx, h.cfg, clientOpts{pool: h.cfg.Concurrency + 4, minIdle: 3, dial: 2 * time.Second, retries: 2})
+	t := poolOpts(h.cfg.Concurrency + 4)
+	t.minIdle = 3
+	rdb, err := connectWith(ctx, h.cfg, t)
 	if err != nil {
 		return err
 	}

@@ -97,7 +97,7 @@ func (s *FileSet) TryAcquire() (Slot, bool, error) {
 			_ = f.Close()
 			continue
 		}
-		if err := sl.open(); err != nil {
+		if err := sl.open(st.Ino); err != nil {
 			_ = f.Close()
 			return nil, false, err
 		}
@@ -251,17 +251,13 @@ func (sl *fileSlot) Inherited() *Record    { return sl.prev }
 
 // open opens the beacon, a writable descriptor of the locked file that is
 // closed, after the lock is dropped, exactly when the holder releases or
-// dies: its close is what Watch reports. It notes the inode locked.
-func (sl *fileSlot) open() error {
-	var st syscall.Stat_t
-	if err := syscall.Fstat(int(sl.f.Fd()), &st); err != nil {
-		return fmt.Errorf("lock %s: %w", sl.set.Path(sl.i), err)
-	}
+// dies: its close is what Watch reports. It notes ino, the inode locked.
+func (sl *fileSlot) open(ino uint64) error {
 	beacon, err := os.OpenFile(sl.set.Path(sl.i), os.O_WRONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("lock %s: %w", sl.set.Path(sl.i), err)
 	}
-	sl.beacon, sl.ino = beacon, st.Ino
+	sl.beacon, sl.ino = beacon, ino
 	return nil
 }
 
@@ -402,17 +398,17 @@ func (sl *fileSlot) restore() bool {
 	for end := time.Now().Add(restoreFor); time.Now().Before(end); {
 		if os.MkdirAll(sl.set.dir, 0o750) == nil {
 			f, _, ok, err := tryLock(path)
+			var st syscall.Stat_t
 			if ok && err == nil {
-				if _, named := names(path, f); !named {
+				if st, ok = names(path, f); !ok {
 					_ = f.Close() // replaced since the open: try again
-					ok = false
 				}
 			}
 			if ok && err == nil {
 				sl.mu.Lock()
 				oldF, oldBeacon := sl.f, sl.beacon
 				sl.f = f
-				if err := sl.open(); err != nil {
+				if err := sl.open(st.Ino); err != nil {
 					sl.f = oldF
 					sl.mu.Unlock()
 					_ = f.Close()
