@@ -48,8 +48,9 @@ func (s *FileSet) Evict(r Record, now time.Time, margin time.Duration) (int, err
 		return false
 	})
 	// Its lock goes when its last thread has closed the descriptor table,
-	// which can be after its main thread shows as a zombie.
-	for end := time.Now().Add(time.Second); locksHeldBy(r.PID) && time.Now().Before(end); {
+	// which can be after its main thread shows as a zombie; and the kernel
+	// closes files before it marks the process a zombie. Wait for both.
+	for end := time.Now().Add(time.Second); (locksHeldBy(r.PID) || proc.Alive(r.PID, r.Start)) && time.Now().Before(end); {
 		time.Sleep(time.Millisecond)
 	}
 	return n, nil

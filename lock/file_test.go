@@ -197,20 +197,23 @@ func TestHolderRestoresRemovedLockFile(t *testing.T) {
 			if err := tc.remove(s); err != nil {
 				t.Fatal(err)
 			}
+			// The new file exists a moment before it is locked: wait
+			// for the lock, not only for the new inode.
 			deadline := time.Now().Add(5 * time.Second)
 			for {
 				now, err := inode(s.Path(0))
 				r := mustRecords(t, s)[0]
-				if err == nil && now != old && r.Held && !r.NoRecord && r.Host == "h" {
+				pid, locked := flockOwner(s.Path(0), mustFlocks(t))
+				if err == nil && now != old && locked && r.Held && !r.NoRecord && r.Host == "h" {
+					if pid != os.Getpid() {
+						t.Fatalf("new lock file flocked by %d, want us", pid)
+					}
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("not restored: inode %d→%d (%v), record %+v", old, now, err, r)
+					t.Fatalf("not restored: inode %d→%d (%v), flocked %v by %d, record %+v", old, now, err, locked, pid, r)
 				}
 				time.Sleep(5 * time.Millisecond)
-			}
-			if pid, ok := flockOwner(s.Path(0), mustFlocks(t)); !ok || pid != os.Getpid() {
-				t.Fatalf("new lock file flocked by %d (%v), want us", pid, ok)
 			}
 			if _, ok, _ := s.TryAcquire(); ok {
 				t.Fatal("a newcomer took the restored slot")

@@ -107,7 +107,7 @@ type Evicter interface {
 	// this set, the pid still has r's start time and holds the slot's lock
 	// file, and now is past r.Deadline + margin. It returns how many
 	// processes it killed (0: nothing proven, nothing done), once r's
-	// process has dropped its locks or after a second.
+	// process has dropped its locks and died, or after a second.
 	Evict(r Record, now time.Time, margin time.Duration) (int, error)
 }
 
