@@ -83,5 +83,11 @@ func TestHelpHasExamples(t *testing.T) {
 		if code != ExitOK || !strings.Contains(out, "Example") || !strings.Contains(out, "Usage: baton "+name) {
 			t.Errorf("baton %s --help: exit %d\n%s", name, code, out)
 		}
+		// Prose fits a terminal; indented lines (flags, examples) may not.
+		for _, line := range strings.Split(out, "\n") {
+			if len(line) > 80 && !strings.HasPrefix(line, " ") && !strings.HasPrefix(line, "Usage:") {
+				t.Errorf("baton %s --help: a line of %d characters: %q", name, len(line), line)
+			}
+		}
 	}
 }

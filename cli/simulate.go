@@ -39,8 +39,9 @@ With --arrivals, simulate models scaling instead (docs/scaling.md): jobs of
 --job-time arrive in bursts ("20000@10s") or at rates ("100/s",
 "100/s@1m-5m"), min_slots holders always run (cron and the standbys keep
 them; the default mode proves that), and holders above them come and go
-as the holders' own scale.Decide starts and stops them. It reports the time to drain and the holder-seconds
-spent, with autoscaling and without (min_slots holders only).
+as the holders' own scale.Decide starts and stops them. It reports the time
+to drain and the holder-seconds spent, with autoscaling and without
+(min_slots holders only).
 
 {{flags}}
 Example:

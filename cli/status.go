@@ -19,20 +19,20 @@ const statusUsage = `Usage: baton status [flags]
 
 Show every run and standby slot (held or free, pid, host, since, until, jobs
 done, current job; a persistent holder's children under it: pid, jobs
-served, resident memory), the queue's last slot events (takes,
-promotions, retirements, deaths, dead letters), how long fewer than k run
-slots were held and the mean gap between a slot's holders, and its jobs: waiting (never delivered), pending
-(running or left by a holder that died), scheduled (delayed by enqueue --in
-or --at), retrying (failed, due later), dead (see 'baton dead') and done (all
-time). It also says when Redis is at maxmemory or may evict jobs. With
-lock_backend redis the slots are the fleet's leases (fencing token, time
-left), and the line of standbys waiting for a run lease follows, first in
-line first: position, standby slot, host, pid and time waited
-(standby_line in --json). It reads
-the holders' records and the kernel's lock table (/proc/locks) and never
-takes a slot: a slot locked without a readable record shows as "held, record
-unreadable" (no_record in --json). Exit 1 when Redis cannot be
-reached (flock slots are still shown; a fleet's leases, in Redis, are not).
+served, resident memory), the queue's last slot events (takes, promotions,
+retirements, deaths, dead letters), how long fewer than k run slots were
+held and the mean gap between a slot's holders, and its jobs: waiting (never
+delivered), pending (running or left by a holder that died), scheduled
+(delayed by enqueue --in or --at), retrying (failed, due later), dead (see
+'baton dead') and done (all time). It also says when Redis is at maxmemory
+or may evict jobs. With lock_backend redis the slots are the fleet's leases
+(fencing token, time left), and the line of standbys waiting for a run lease
+follows, first in line first: position, standby slot, host, pid and time
+waited (standby_line in --json). It reads the holders' records and the
+kernel's lock table (/proc/locks) and never takes a slot: a slot locked
+without a readable record shows as "held, record unreadable" (no_record in
+--json). Exit 1 when Redis cannot be reached (flock slots are still shown; a
+fleet's leases, in Redis, are not).
 
 {{flags}}
 Example:
