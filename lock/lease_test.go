@@ -88,7 +88,9 @@ func TestLeaseAtMostN(t *testing.T) {
 func TestLeaseRenewReleaseTokens(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client()
-	opt := lock.LeaseOptions{TTL: 300 * time.Millisecond, Renew: 50 * time.Millisecond}
+	// A renew deadline (2/3 TTL) of 600ms: a round trip under -race on a
+	// loaded machine must not fence a healthy holder.
+	opt := lock.LeaseOptions{TTL: 900 * time.Millisecond, Renew: 100 * time.Millisecond}
 	a := leaseSet(t, rdb, "a", lock.RoleRun, 1, opt)
 	b := leaseSet(t, rdb, "b", lock.RoleRun, 1, opt)
 	var last int64
@@ -105,7 +107,7 @@ func TestLeaseRenewReleaseTokens(t *testing.T) {
 		if err := sl.Publish(lock.Record{PID: 42, Host: "a", Token: "t" + strconv.Itoa(round)}); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(3 * opt.TTL) // renewed meanwhile
+		time.Sleep(2 * opt.TTL) // renewed meanwhile
 		if _, ok, err := b.TryAcquire(); ok || err != nil {
 			t.Fatalf("round %d: b took a renewed lease (%v, %v)", round, ok, err)
 		}
@@ -178,13 +180,16 @@ func TestLeaseRenewDeadline(t *testing.T) {
 	defer px.Close()
 	cut := redis.NewClient(&redis.Options{Addr: px.Addr, ReadTimeout: 200 * time.Millisecond, MaxRetries: -1})
 	defer cut.Close()
-	opt := lock.LeaseOptions{TTL: 900 * time.Millisecond, Renew: 100 * time.Millisecond}
+	// The holder fences itself at 1.6s without a renewal; the lease
+	// expires at 2.4s: 800ms to read it still held, even on a loaded
+	// machine.
+	opt := lock.LeaseOptions{TTL: 2400 * time.Millisecond, Renew: 150 * time.Millisecond}
 	sl, ok, err := leaseSet(t, cut, "a", lock.RoleRun, 1, opt).TryAcquire()
 	if err != nil || !ok {
 		t.Fatal(ok, err)
 	}
 	defer sl.Release()
-	time.Sleep(2 * opt.TTL) // healthy meanwhile
+	time.Sleep(opt.TTL * 5 / 4) // healthy meanwhile
 	select {
 	case <-sl.Lost():
 		t.Fatal("lost while healthy")

@@ -188,7 +188,7 @@ func TestPromoteOldestFirst(t *testing.T) {
 func TestPromoteOldestFirstBesideHolderWithoutRecord(t *testing.T) {
 	for trial := range 3 {
 		run, sb := sets(t, 2, 2)
-		p := &Protocol{Run: run, Standby: sb, Poll: 100 * time.Millisecond, Wait: time.Minute}
+		p := &Protocol{Run: run, Standby: sb, Poll: 300 * time.Millisecond, Wait: time.Minute}
 		_, quiet, _ := p.Enter() // no record
 		_, holder, _ := p.Enter()
 		base := time.Now()
@@ -206,7 +206,7 @@ func TestPromoteOldestFirstBesideHolderWithoutRecord(t *testing.T) {
 				}
 			}()
 		}
-		time.Sleep(450 * time.Millisecond) // four polls
+		time.Sleep(1300 * time.Millisecond) // four polls
 		_ = holder.Release()
 		if got := <-done; got != time.Second {
 			t.Fatalf("trial %d: the freed slot went to the standby of age %v, not the oldest", trial, got)
@@ -351,15 +351,18 @@ func TestPromoteBesideHolderWithoutRecord(t *testing.T) {
 		}
 		got <- result{time.Now(), ok}
 	}()
-	time.Sleep(300 * time.Millisecond) // looks and tries meanwhile find both held
+	// Looks and tries meanwhile find both held. Long enough that a standby
+	// backing off (doubling from 0.5ms) would be mid-way through a pause of
+	// about 2s when the slot frees: it would take the slot some 1.6s late.
+	time.Sleep(2500 * time.Millisecond)
 	freed := time.Now()
 	_ = busy.Release()
 	r := <-got
 	if !r.ok {
 		t.Fatal("not promoted")
 	}
-	if d := r.at.Sub(freed); d > 100*time.Millisecond {
-		t.Fatalf("promoted %v after the slot freed; want it within 100ms (the poll is 5s)", d)
+	if d := r.at.Sub(freed); d > 500*time.Millisecond {
+		t.Fatalf("promoted %v after the slot freed; want it within 500ms (the poll is 5s)", d)
 	}
 }
 

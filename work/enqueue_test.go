@@ -239,7 +239,10 @@ func TestLocate(t *testing.T) {
 	if l := state(ids[1]); l.State != StateRunning || l.Consumer != "h/run-0" || l.Entry != ids[1] {
 		t.Fatalf("running: %+v", l)
 	}
-	for end := time.Now().Add(20 * time.Second); st.Dead.Load() != 1 || st.Failed.Load() != 2; time.Sleep(5 * time.Millisecond) {
+	// Failed counts a failure before its move is written: wait for the
+	// moves themselves.
+	for end := time.Now().Add(20 * time.Second); st.Dead.Load() != 1 || st.Failed.Load() != 2 ||
+		state(ids[0]).State != StateRetrying || state(ids[2]).State != StateDead; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(end) {
 			close(release)
 			t.Fatalf("dead %d failed %d, want 1 and 2", st.Dead.Load(), st.Failed.Load())

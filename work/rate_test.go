@@ -2,6 +2,7 @@ package work
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -52,8 +53,17 @@ func TestRateLimitAcrossHolders(t *testing.T) {
 	recent, err := RecentRate(ctx, rdb, "q")
 	cancel()
 	wg.Wait()
-	if err != nil || recent < 30 || recent > 42 {
+	// A loaded machine only lowers the rate: the lower bounds are loose.
+	if err != nil || recent < 20 || recent > 42 {
 		t.Errorf("recent rate %.1f/s (%v), want about 40/s", recent, err)
+	}
+	// The limiter's own log: no second of Redis' clock granted more than
+	// 40 + the burst.
+	for field, v := range rdb.HGetAll(ctx, KeysFor("q").RateLog).Val() {
+		var sec, n int
+		if _, err := fmt.Sscanf(v, "%d %d", &sec, &n); err != nil || n > 42 {
+			t.Errorf("rate log %s = %q: want at most 42 grants in a second", field, v)
+		}
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -67,12 +77,14 @@ func TestRateLimitAcrossHolders(t *testing.T) {
 		}
 		return n
 	}
-	if n := in(from, from.Add(2*time.Second)); n < 72 || n > 88 {
-		t.Fatalf("%d jobs started in 2s at 40/s, want 80 ± 10%%", n)
+	if n := in(from, from.Add(2*time.Second)); n < 50 || n > 88 {
+		t.Fatalf("%d jobs started in 2s at 40/s, want about 80", n)
 	}
+	// Handlers start a little after their grant, unevenly under load: a
+	// second of starts may hold a few grants of the second before.
 	for at := from; at.Before(from.Add(time.Second)); at = at.Add(50 * time.Millisecond) {
-		if n := in(at, at.Add(time.Second)); n > 42 {
-			t.Fatalf("%d jobs started in the second from %v, want at most 42", n, at.Sub(begin))
+		if n := in(at, at.Add(time.Second)); n > 46 {
+			t.Fatalf("%d jobs started in the second from %v, want at most 46", n, at.Sub(begin))
 		}
 	}
 	if p := pending(t, rdb, "q"); p != 0 {

@@ -177,12 +177,14 @@ func TestRunningJobIsNeverClaimed(t *testing.T) {
 	var runs atomic.Int64
 	h := HandlerFunc(func(ctx context.Context, j *Job) error {
 		runs.Add(1)
-		time.Sleep(1500 * time.Millisecond)
+		time.Sleep(2500 * time.Millisecond)
 		return nil
 	})
 	a, b := testConfig(rdb, h), testConfig(rdb, h)
 	b.Consumer = "h/run-1"
-	a.VisibilityTimeout, b.VisibilityTimeout = 400*time.Millisecond, 400*time.Millisecond
+	// The job outlives the visibility timeout more than twice over; the
+	// holder's keeper (every 250ms) has room to be late on a loaded machine.
+	a.VisibilityTimeout, b.VisibilityTimeout = time.Second, time.Second
 	ctx, cancel := context.WithCancel(context.Background())
 	sa, sb := new(Stats), new(Stats)
 	done := make(chan struct{}, 2)

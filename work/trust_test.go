@@ -372,7 +372,11 @@ func TestLostReadReplyIsNoCrash(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() { errc <- Run(runCtx, c, st) }()
 	// The holder waits in XREADGROUP BLOCK; its reply goes nowhere.
-	time.Sleep(300 * time.Millisecond)
+	for end := time.Now().Add(5 * time.Second); !strings.Contains(direct.Info(ctx, "clients").Val(), "blocked_clients:1"); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the holder never blocked in its read")
+		}
+	}
 	px.Blackhole(true)
 	enqueue(t, direct, "q", 1)
 	for end := time.Now().Add(5 * time.Second); pending(t, direct, "q") != 1; time.Sleep(5 * time.Millisecond) {

@@ -30,7 +30,7 @@ func (r *rig) fleetArgs(h string, extra ...string) []string {
 // leases reads the fleet's run leases from Redis.
 func (r *rig) leases(q string, n int) []lock.Record {
 	r.t.Helper()
-	return r.recordsOf(lock.NewLeaseSet(r.redis.Client(), q, lock.RoleRun, n, lock.LeaseOptions{}))
+	return r.recordsOf(lock.NewLeaseSet(r.client(), q, lock.RoleRun, n, lock.LeaseOptions{}))
 }
 
 // sampleLeases counts q's run leases held (of n), read from Redis every
@@ -250,7 +250,9 @@ if [ "$BATON_HOST" = cut ] && [ "$p" = x ]; then sleep 60; fi
 while [ "$BATON_HOST" = cut ] && [ ! -e `+goFile+` ]; do sleep 0.02; done
 while [ "$BATON_HOST" = other ] && [ "$p" = y ] && [ ! -e `+release+` ]; do sleep 0.02; done
 echo "end $BATON_HOST $p" >> `+events+"\n")
-	const ttl = 1500 * time.Millisecond
+	// The holder fences itself 1.6s after its last renewal, its lease
+	// expires 0.8s later: room to see it still held on a loaded machine.
+	const ttl = 2400 * time.Millisecond
 	common := []string{"--slots", "1", "--standby-slots", "0", "--lease-ttl", ttl.String(), "--lease-renew", "200ms",
 		"--lifetime", "1m", "--redis-down-exit", "1m", "--concurrency", "2", "--", job}
 	cut := r.start(r.fleetArgs("cut", append([]string{"--redis-url", "redis://" + px.Addr + "/0"}, common...)...)...)
@@ -413,7 +415,7 @@ echo "end $BATON_HOST $p" >> `+events+"\n")
 		}
 	}
 	eventually(t, 10*time.Second, "two standbys wait on host other", func() bool {
-		return heldRecs(r.recordsOf(lock.NewLeaseSet(r.redis.Client(), "default", lock.RoleStandby, 4, lock.LeaseOptions{}))) == 2
+		return heldRecs(r.recordsOf(lock.NewLeaseSet(r.client(), "default", lock.RoleStandby, 4, lock.LeaseOptions{}))) == 2
 	})
 	payloads := []string{"enqueue", "-q"}
 	for i := 0; i < 10; i++ {
@@ -493,7 +495,9 @@ func TestFleetPausedHolderIsFenced(t *testing.T) {
 echo "start $BATON_HOST $BATON_FENCE" >> `+events+`
 if [ "$BATON_HOST" = paused ]; then sleep 3; fi
 echo "end $BATON_HOST $BATON_FENCE" >> `+events+"\n")
-	const ttl = 1500 * time.Millisecond
+	// The holder fences itself 1.6s after its last renewal, its lease
+	// expires 0.8s later: room to see it still held on a loaded machine.
+	const ttl = 2400 * time.Millisecond
 	common := []string{"--slots", "1", "--standby-slots", "0", "--lease-ttl", ttl.String(), "--lease-renew", "200ms", "--lifetime", "1m", "--", job}
 	paused := r.start(r.fleetArgs("paused", common...)...)
 	eventually(t, 10*time.Second, "the holder on host paused takes the lease", func() bool { return published(r.leases("default", 1)) == 1 })
@@ -624,7 +628,7 @@ func TestFleetHandOver(t *testing.T) {
 			"--poll-interval", "1m", "--standby-wait", "1m", "--lifetime", lifetime, "--jitter", "0s", "--", job)
 	}
 	standbys := func() []lock.Record {
-		return r.recordsOf(lock.NewLeaseSet(r.redis.Client(), "default", lock.RoleStandby, 2, lock.LeaseOptions{}))
+		return r.recordsOf(lock.NewLeaseSet(r.client(), "default", lock.RoleStandby, 2, lock.LeaseOptions{}))
 	}
 	holder := func() lock.Record { return r.leases("default", 1)[0] }
 	h1 := r.start(args("h1", "3s")...)

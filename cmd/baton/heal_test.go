@@ -77,7 +77,7 @@ func TestFrozenHolderIsHealed(t *testing.T) {
 				t.Fatalf("second start %v, want job %s attempt 2 in run-0", again, id)
 			}
 			eventually(t, 5*time.Second, "the frozen holder's job is gone", func() bool {
-				return syscall.Kill(childPID, 0) != nil
+				return gone(childPID)
 			})
 			eventually(t, 10*time.Second, "job acked", func() bool {
 				s := r.status()

@@ -16,6 +16,7 @@ import (
 	"github.com/baton-run/baton/cli"
 	"github.com/baton-run/baton/internal/redistest"
 	"github.com/baton-run/baton/work"
+	"github.com/redis/go-redis/v9"
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
@@ -64,6 +65,16 @@ type rig struct {
 	extraEnv []string
 	mu       sync.Mutex
 	procs    []*process
+
+	rdbOnce sync.Once
+	rdb     *redis.Client // client, shared by the rig's many reads
+}
+
+// client is one Redis client for the test's own reads: a new one per poll
+// would dial again each time, and keep every connection open until the end.
+func (r *rig) client() *redis.Client {
+	r.rdbOnce.Do(func() { r.rdb = r.redis.Client() })
+	return r.rdb
 }
 
 type process struct {

@@ -187,7 +187,7 @@ echo "end $BATON_JOB_ID" >> `+events+"\n")
 		t.Fatalf("replay took %v; the standby polls every 100ms", took)
 	}
 	eventually(t, 5*time.Second, "the killed holder's child is gone", func() bool {
-		return syscall.Kill(childPID, 0) != nil
+		return gone(childPID)
 	})
 	eventually(t, 5*time.Second, "the child's own child is gone", func() bool {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", grandchildPID))
@@ -355,7 +355,7 @@ func TestGraceEndKillsExecJob(t *testing.T) {
 	}
 	b, _ := os.ReadFile(pidFile)
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	eventually(t, 5*time.Second, "job process gone", func() bool { return syscall.Kill(pid, 0) != nil })
+	eventually(t, 5*time.Second, "job process gone", func() bool { return gone(pid) })
 	if s := r.status(); s.Jobs.Pending != 1 {
 		t.Fatalf("the unfinished job must stay pending: %+v", *s.Jobs)
 	}

@@ -282,7 +282,7 @@ echo "e $(date +%s%N) $BATON_SLOT" >> `+events+"\n")
 	})
 	sb := r.start(r.fleetArgs("h2", flags...)...)
 	standbyLease := func() lock.Record {
-		return r.recordsOf(lock.NewLeaseSet(r.redis.Client(), "default", lock.RoleStandby, 1, lock.LeaseOptions{}))[0]
+		return r.recordsOf(lock.NewLeaseSet(r.client(), "default", lock.RoleStandby, 1, lock.LeaseOptions{}))[0]
 	}
 	eventually(t, 10*time.Second, "h2 holds the standby lease", func() bool {
 		l := standbyLease()

@@ -3,8 +3,10 @@
 package proc
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -42,10 +44,12 @@ func TestKillHolderLeftovers(t *testing.T) {
 	start := func(env ...string) *exec.Cmd {
 		c := exec.Command("sh", "-c", "sleep 60 & wait")
 		c.Env = append(os.Environ(), env...)
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if err := c.Start(); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+		// The group: sh's sleep too, which would otherwise outlive the test.
+		t.Cleanup(func() { _ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL); _ = c.Wait() })
 		return c
 	}
 	// Same queue and slot, another holder's token: another deployment's job.
@@ -53,7 +57,15 @@ func TestKillHolderLeftovers(t *testing.T) {
 	other := start(EnvHolder+"="+NewToken(), "BATON_QUEUE=q", "BATON_SLOT=h/run-0")
 	prefix := start(EnvHolder + "=" + token[:16])
 	holder := start(EnvHolder + "=" + token) // a holder a job started: spared
-	time.Sleep(50 * time.Millisecond)        // sh starts its sleep
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%[1]d/children", left.Process.Pid))
+		if len(strings.Fields(string(b))) == 1 { // sh started its sleep
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("sh never started its sleep")
+		}
+	}
 	spare := func(pid int) bool { return pid == holder.Process.Pid }
 	if n := KillHolderLeftovers(token, spare); n != 2 {
 		t.Fatalf("killed %d, want 2 (sh and its sleep)", n)

@@ -25,7 +25,7 @@ func TestKillOrphans(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = mine.Process.Kill(); _ = mine.Wait(); Done(mine.Process.Pid) })
 	// Two daemons in new sessions, one with a mark; a short-lived orphan.
-	sh := exec.Command("sh", "-c", "MARK=1 setsid sleep 60 >/dev/null & echo $!; setsid sleep 60 >/dev/null & echo $!; sleep 0.01 >/dev/null &")
+	sh := exec.Command("sh", "-c", "MARK=1 setsid sleep 60 >/dev/null & echo $!; setsid sleep 60 >/dev/null & echo $!; sleep 0.01 >/dev/null & echo $!")
 	var out bytes.Buffer
 	sh.Stdout = &out
 	if err := Start(sh); err != nil {
@@ -39,8 +39,18 @@ func TestKillOrphans(t *testing.T) {
 		pids = append(pids, p)
 		t.Cleanup(func() { _ = (&os.Process{Pid: p}).Kill() })
 	}
-	marked, unmarked := pids[0], pids[1]
-	time.Sleep(50 * time.Millisecond) // the short one is a zombie by now
+	marked, unmarked, short := pids[0], pids[1], pids[2]
+	// The marked one is marked once it has exec'd its sleep; the short
+	// one is a zombie once it has exited.
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		env, _ := os.ReadFile("/proc/" + strconv.Itoa(marked) + "/environ")
+		if _, err := ReadStat(short); EnvHas(env, []byte("MARK=1")) && err != nil {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the marked orphan never exec'd, or the short one never exited")
+		}
+	}
 	if n := KillOrphans(func(env []byte) bool { return EnvHas(env, []byte("MARK=1")) }); n != 1 {
 		t.Fatalf("killed %d, want the marked orphan", n)
 	}

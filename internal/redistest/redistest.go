@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -40,7 +41,10 @@ type Server struct {
 	args []string
 	tls  *tls.Config // non-nil: the server speaks TLS only (StartTLS)
 	cmd  *exec.Cmd
-	tb   testing.TB
+	// exited is closed once cmd has been waited for: a server that exits at
+	// once (a port it may not use) is seen without waiting for its PING.
+	exited chan struct{}
+	tb     testing.TB
 }
 
 // URL is the server's redis:// URL.
@@ -109,8 +113,12 @@ func start(tb testing.TB, s *Server, opts []Option) *Server {
 	for _, o := range opts {
 		s.args = append(s.args, o...)
 	}
+	port := freePort
+	if slices.Contains(s.args, "--cluster-enabled") {
+		port = clusterPort
+	}
 	for attempt := 0; ; attempt++ {
-		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(tb)))
+		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port(tb)))
 		if err = s.start(bin); err == nil {
 			break
 		}
@@ -137,21 +145,29 @@ func (s *Server) start(bin string) error {
 	if err := proc.Start(cmd); err != nil {
 		return err
 	}
-	s.cmd = cmd
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		proc.Done(cmd.Process.Pid)
+		close(exited)
+	}()
+	s.cmd, s.exited = cmd, exited
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, TLSConfig: s.tls})
 	defer c.Close()
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); {
 		// A server with requirepass answers too, with NOAUTH.
 		if err := c.Ping(context.Background()).Err(); err == nil || strings.HasPrefix(err.Error(), "NOAUTH") {
 			return nil
 		}
-		if cmd.ProcessState != nil {
-			break
+		select {
+		case <-exited:
+			end = time.Now()
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 	_ = cmd.Process.Kill()
-	_ = cmd.Wait()
-	proc.Done(cmd.Process.Pid)
+	<-exited
+	s.cmd = nil
 	log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
 	return fmt.Errorf("redis-server on %s did not answer: %s", s.Addr, log)
 }
@@ -162,8 +178,7 @@ func (s *Server) Stop() {
 		return
 	}
 	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
-	proc.Done(s.cmd.Process.Pid)
+	<-s.exited
 	s.cmd = nil
 }
 
@@ -185,6 +200,22 @@ func freePort(tb testing.TB) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// clusterPort is a free port for a cluster node: Redis refuses ports above
+// 55535 there (its bus listens on the port + 10000), and the bus port must
+// be free too.
+func clusterPort(tb testing.TB) int {
+	for {
+		p := freePort(tb)
+		if p > 55535 {
+			continue
+		}
+		if l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p+10000))); err == nil {
+			_ = l.Close()
+			return p
+		}
+	}
 }
 
 // StartMain starts a redis-server for a TestMain (where there is no
