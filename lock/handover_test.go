@@ -209,13 +209,20 @@ func TestLeaseTryAcquireOr(t *testing.T) {
 		}
 		return statCalls(v, "evalsha") + statCalls(v, "eval")
 	}
-	before := calls()
-	s, role, err := h.run.TryAcquireOr(h.sb)
-	if s != nil || role != "" || err != nil {
-		t.Fatalf("loser got %v %q %v, want nothing", s, role, err)
+	// The holders renew meanwhile, now and then: the fewest of three tries.
+	fewest := int64(-1)
+	for range 3 {
+		before := calls()
+		s, role, err := h.run.TryAcquireOr(h.sb)
+		if s != nil || role != "" || err != nil {
+			t.Fatalf("loser got %v %q %v, want nothing", s, role, err)
+		}
+		if n := calls() - before; fewest < 0 || n < fewest {
+			fewest = n
+		}
 	}
-	if n := calls() - before; n != 1 {
-		t.Errorf("a loser ran %d scripts, want 1", n)
+	if fewest != 1 {
+		t.Errorf("a loser ran %d scripts, want 1", fewest)
 	}
 	other := newFleetHost(t, rdb, "b", 1, 1, lock.LeaseOptions{Agree: []lock.Setting{{Name: "slots", Value: "2"}}})
 	var mis *lock.ConfigMismatchError

@@ -245,7 +245,7 @@ func TestHeartbeatNeverTakesAnEntryBack(t *testing.T) {
 	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: Group, Consumer: "a", Streams: []string{stream, ">"}, Count: 2}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // both entries idle that long
 	// Holder b claims the first entry, as after a stall of holder a.
 	if err := rdb.XClaim(ctx, &redis.XClaimArgs{Stream: stream, Group: Group, Consumer: "b", Messages: ids[:1]}).Err(); err != nil {
 		t.Fatal(err)
@@ -261,7 +261,7 @@ func TestHeartbeatNeverTakesAnEntryBack(t *testing.T) {
 	owner := map[string]string{}
 	for _, p := range pend {
 		owner[p.ID] = p.Consumer
-		if p.ID == ids[1] && p.Idle > 40*time.Millisecond {
+		if p.ID == ids[1] && p.Idle >= 250*time.Millisecond {
 			t.Errorf("a's own entry not refreshed: idle %v", p.Idle)
 		}
 	}

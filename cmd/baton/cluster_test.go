@@ -64,7 +64,7 @@ func TestCluster(t *testing.T) {
 
 	done := r.dir + "/done"
 	job := r.script("job.sh", `cat >> `+done+`; echo " $BATON_FENCE" >> `+done+"\n")
-	args := r.fleetArgs("h1", append(topo, "--queue", "c", "--standby-slots", "0", "--lifetime", "1500ms", "--jitter", "0s", "--", job)...)
+	args := r.fleetArgs("h1", append(topo, "--queue", "c", "--standby-slots", "0", "--lifetime", "4s", "--jitter", "0s", "--", job)...)
 	p := r.start(args...)
 	if code := p.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("run on the cluster: exit %d: %s", code, p.log())

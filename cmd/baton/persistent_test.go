@@ -50,12 +50,12 @@ func TestPersistentPythonExample(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("enqueue: %v %s", err, out)
 	}
-	h := r.start("run", "--persistent", "--concurrency", "2", "--lifetime", "4s", "--jitter", "1ms", "--shutdown-grace", "20s",
+	h := r.start("run", "--persistent", "--concurrency", "2", "--lifetime", "6s", "--jitter", "1ms", "--shutdown-grace", "20s",
 		"--", python(t), examplePath(t, "python/example_worker.py"))
-	if code := h.wait(t, 15*time.Second); code != 0 {
+	if code := h.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("exit %d: %s", code, h.log())
 	}
-	if took := h.end.Sub(h.start); took > 10*time.Second {
+	if took := h.end.Sub(h.start); took > 16*time.Second {
 		t.Fatalf("holder took %s: the children should exit on stop, not at the grace", took)
 	}
 	if s := r.status(); s.Jobs.Done != jobs || s.Jobs.Pending != 0 || s.Jobs.Waiting != 0 {
