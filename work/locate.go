@@ -68,8 +68,8 @@ return false
 // Locate says where job id of queue q is: a few reads for a job in the
 // retry or scheduled sets, the dead letters, the stream under its own id, or
 // the done records (kept only with a retention); a bounded scan for a job
-// back in the stream under a newer entry. A job found nowhere else is done
-// when it has a done record. It never writes.
+// back in the stream under a newer entry, made only when it has no done
+// record. It never writes.
 func Locate(ctx context.Context, rdb redis.Cmdable, q, id string) (*Location, error) {
 	if _, _, ok := cutDash(id); !ok {
 		return nil, fmt.Errorf("%q is not a job id (they look like 1700000000000-0)", id)
@@ -116,6 +116,12 @@ func Locate(ctx context.Context, rdb redis.Cmdable, q, id string) (*Location, er
 		loc.Entry = entry
 		return loc, inStream(ctx, rdb, k.Stream, loc)
 	}
+	// A done record is written only by the job's own successful ack: no
+	// need to scan the streams for a newer entry of it.
+	if done.Err() == nil {
+		loc.State, loc.DoneAt = StateDone, time.UnixMilli(int64(done.Val()))
+		return loc, nil
+	}
 	for _, level := range readOrder {
 		stream := k.StreamOf(level)
 		if entry, err = findEntry(ctx, rdb, stream, id); err != nil {
@@ -128,9 +134,6 @@ func Locate(ctx context.Context, rdb redis.Cmdable, q, id string) (*Location, er
 			}
 			return loc, inStream(ctx, rdb, stream, loc)
 		}
-	}
-	if done.Err() == nil {
-		loc.State, loc.DoneAt = StateDone, time.UnixMilli(int64(done.Val()))
 	}
 	return loc, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -70,6 +71,15 @@ func TestRetentionRecordsDoneJobs(t *testing.T) {
 		if n := rdb.XLen(ctx, s).Val(); n != 0 {
 			t.Errorf("%s holds %d entries after all were done", s, n)
 		}
+	}
+	// With a backlog, a done job is told from its record: no stream scan.
+	enqueue(t, rdb, "q", 3000)
+	rdb.ConfigResetStat(ctx)
+	if l, err := Locate(ctx, rdb, "q", ids[4]); err != nil || l.State != StateDone {
+		t.Errorf("job %s behind a backlog: %+v (%v), want done", ids[4], l, err)
+	}
+	if info := rdb.Info(ctx, "commandstats").Val(); strings.Contains(info, "cmdstat_xrevrange") {
+		t.Errorf("locating a done job scanned a stream:\n%s", info)
 	}
 }
 
