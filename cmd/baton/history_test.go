@@ -83,10 +83,12 @@ func TestPromotionGaps(t *testing.T) {
 	c := run("10m")
 	eventually(t, 20*time.Second, "c stands by", func() bool { return held(r.status("--standby-slots", "2").Standby) == 1 })
 	_ = syscall.Kill(b.cmd.Process.Pid, syscall.SIGKILL)
+	// status reads the counters, then the events, not atomically: wait
+	// until a read shows the take in both.
 	eventually(t, 20*time.Second, "c promoted after b died", func() bool {
 		h = r.history("--standby-slots", "2")
 		e := h.Events[len(h.Events)-1]
-		return e.Kind == "promoted" && e.PID == c.cmd.Process.Pid
+		return e.Kind == "promoted" && e.PID == c.cmd.Process.Pid && h.Coverage.Gaps["standby"].Count == 2
 	})
 	last = h.Events[len(h.Events)-1]
 	if last.DiedPID != b.cmd.Process.Pid && !strings.Contains(h.kinds(), "died promoted") {
