@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -98,13 +97,7 @@ func TestFleetStatusLine(t *testing.T) {
 	}
 
 	// The dashboard, also as the reader.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	web := r.start("web", "--config", conf, "--redis-url", readerURL, "--listen", addr)
+	web, addr := r.serve("web", "--config", conf, "--redis-url", readerURL)
 	var page string
 	eventually(t, 10*time.Second, "the dashboard answers", func() bool {
 		res, err := http.Get("http://" + addr + "/")

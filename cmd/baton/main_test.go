@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -123,7 +124,12 @@ func (r *rig) env() []string {
 // start starts `baton args...` with the rig's Redis and lock dir.
 func (r *rig) start(args ...string) *process {
 	r.t.Helper()
-	cmd := r.cmd(append([]string{args[0], "--log-format", "json"}, args[1:]...)...)
+	return r.startCmd(r.cmd(append([]string{args[0], "--log-format", "json"}, args[1:]...)...))
+}
+
+// startCmd starts cmd as a process of the rig.
+func (r *rig) startCmd(cmd *exec.Cmd) *process {
+	r.t.Helper()
 	p := &process{cmd: cmd, stderr: new(bytes.Buffer), done: make(chan struct{})}
 	cmd.Stderr = lockedWriter{&p.mu, p.stderr}
 	// Spawned candidates inherit stderr: do not wait for them to close it.
@@ -141,6 +147,23 @@ func (r *rig) start(args ...string) *process {
 	r.procs = append(r.procs, p)
 	r.mu.Unlock()
 	return p
+}
+
+// serve starts `baton args... --listen 127.0.0.1:0` (web, metrics) and
+// returns it with the address it serves, read from its log: a port taken
+// from a closed listener could be another test's by the time it listens.
+func (r *rig) serve(args ...string) (*process, string) {
+	r.t.Helper()
+	p := r.startCmd(r.cmd(append(args, "--listen", "127.0.0.1:0")...))
+	served := regexp.MustCompile(`http://(127\.0\.0\.1:[0-9]+)/`)
+	var addr string
+	eventually(r.t, 10*time.Second, "baton "+args[0]+" says where it serves", func() bool {
+		if m := served.FindStringSubmatch(p.log()); m != nil {
+			addr = m[1]
+		}
+		return addr != ""
+	})
+	return p, addr
 }
 
 // cmd prepares `baton args...` with the rig's Redis and, for the commands

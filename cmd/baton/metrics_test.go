@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -21,19 +20,7 @@ func TestMetricsListen(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
 	r.baton("enqueue", "a", "b", "c")
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	cmd := r.cmd("metrics", "--lock-dir", r.locks, "--listen", addr)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	defer func() { _ = cmd.Process.Kill() }()
+	p, addr := r.serve("metrics", "--lock-dir", r.locks)
 	get := func() string {
 		resp, err := http.Get("http://" + addr + "/metrics")
 		if err != nil {
@@ -54,14 +41,9 @@ func TestMetricsListen(t *testing.T) {
 	if body = get(); !strings.Contains(body, `baton_up{queue="default"} 0`) {
 		t.Fatalf("Redis stopped: want baton_up 0 in:\n%s", body)
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("still serving 10s after SIGTERM")
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("exit %d after SIGTERM: %s", code, p.log())
 	}
 }
 

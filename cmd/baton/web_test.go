@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -59,18 +58,13 @@ func newWebRig(t *testing.T, actions bool) *webRig {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	args := []string{"web", "--queue", "q", "--lock-dir", r.locks, "--slots", "2", "--standby-slots", "1", "--listen", addr}
+	args := []string{"web", "--queue", "q", "--lock-dir", r.locks, "--slots", "2", "--standby-slots", "1"}
 	if actions {
 		args = append(args, "--allow-actions")
 		r.extraEnv = append(r.extraEnv, "BATON_WEB_TOKEN=a-token-of-24-bytes-here")
 	}
-	w.web = r.start(args...)
+	var addr string
+	w.web, addr = r.serve(args...)
 	w.url = "http://" + addr
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		if res, err := http.Get(w.url + "/static/app.css"); err == nil {
