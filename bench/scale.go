@@ -103,7 +103,12 @@ func scaleMain(ctx context.Context, c scaleConfig, w io.Writer) error {
 		if cel, err = celeryBurst(ctx, srv, c); err != nil {
 			return err
 		}
-		progress("  %+v", *cel)
+		busy := "never"
+		if cel.AllBusy != nil {
+			busy = fmt.Sprintf("%.2fs", *cel.AllBusy)
+		}
+		progress("  enqueued %.1fs, 4 processes %s, drained %.1fs, back to 1 process %.1fs after, %.0f + %.0f process-s",
+			cel.Enqueue, busy, cel.Drain, cel.Back, cel.ProcSeconds, cel.TailProcSecs)
 	}
 	steadyUps, steadyHolders := -1, 0
 	if c.Steady > 0 {
