@@ -55,8 +55,7 @@ func combinedFix(q standby.Quantities) (changes []change, ok bool) {
 			q.MaxPerHost = (q.Slots + q.H() - 2) / (q.H() - 1)
 		}
 		if failed["host-room"] {
-			need := q.Slots + min(q.StandbySlots, q.Slots)
-			q.MaxPerHost = max(q.MaxPerHost, (need+q.H()-1)/q.H())
+			q.MaxPerHost = max(q.MaxPerHost, (q.RoomNeeded()+q.H()-1)/q.H())
 		}
 		if failed["standby-slots"] {
 			q.StandbySlots = q.Slots

@@ -397,30 +397,11 @@ func (sl *fileSlot) restore() bool {
 	path := sl.set.Path(sl.i)
 	for end := time.Now().Add(restoreFor); time.Now().Before(end); {
 		if os.MkdirAll(sl.set.dir, 0o750) == nil {
-			f, _, ok, err := tryLock(path)
-			var st syscall.Stat_t
-			if ok && err == nil {
-				if st, ok = names(path, f); !ok {
-					_ = f.Close() // replaced since the open: try again
+			if f, _, ok, err := tryLock(path); ok && err == nil {
+				if st, named := names(path, f); named {
+					return sl.swap(f, st.Ino)
 				}
-			}
-			if ok && err == nil {
-				sl.mu.Lock()
-				oldF, oldBeacon := sl.f, sl.beacon
-				sl.f = f
-				if err := sl.open(st.Ino); err != nil {
-					sl.f = oldF
-					sl.mu.Unlock()
-					_ = f.Close()
-					return false
-				}
-				_ = oldBeacon.Close()
-				_ = oldF.Close()
-				if sl.rec != nil {
-					_ = sl.write(*sl.rec)
-				}
-				sl.mu.Unlock()
-				return true
+				_ = f.Close() // replaced since the open: try again
 			}
 		}
 		select {
@@ -430,6 +411,26 @@ func (sl *fileSlot) restore() bool {
 		}
 	}
 	return false
+}
+
+// swap makes f, locked in place of the unlinked file, the slot's lock file
+// (ino its inode), lets the old one go and republishes the record.
+func (sl *fileSlot) swap(f *os.File, ino uint64) bool {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	oldF, oldBeacon := sl.f, sl.beacon
+	sl.f = f
+	if err := sl.open(ino); err != nil {
+		sl.f = oldF
+		_ = f.Close()
+		return false
+	}
+	_ = oldBeacon.Close()
+	_ = oldF.Close()
+	if sl.rec != nil {
+		_ = sl.write(*sl.rec)
+	}
+	return true
 }
 
 // ensureRecord republishes the record when it was removed (a tmp cleaner)

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -146,19 +145,17 @@ func (g *guard) drain() {
 			}
 			return
 		}
-		for off := 0; off+unix.SizeofInotifyEvent <= k; {
-			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
-			off += unix.SizeofInotifyEvent + int(ev.Len)
+		eachEvent(buf[:k], func(ev *unix.InotifyEvent, _ string) {
 			if ev.Mask&unix.IN_Q_OVERFLOW != 0 || g.dirs[int(ev.Wd)] {
 				g.none = true
-				continue
+				return
 			}
 			for j := range g.slots {
 				if g.slots[j].wd == int(ev.Wd) {
 					g.slots[j].ok = false
 				}
 			}
-		}
+		})
 	}
 }
 

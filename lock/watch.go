@@ -69,10 +69,7 @@ func newNotifier(match func(name string) bool, onSelf func(*notifier)) (*notifie
 			if err != nil {
 				return
 			}
-			for off := 0; off+unix.SizeofInotifyEvent <= k; {
-				ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
-				name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+int(ev.Len)]), "\x00")
-				off += unix.SizeofInotifyEvent + int(ev.Len)
+			eachEvent(buf[:k], func(ev *unix.InotifyEvent, name string) {
 				if name == "" && onSelf != nil {
 					onSelf(n)
 				}
@@ -82,10 +79,22 @@ func newNotifier(match func(name string) bool, onSelf func(*notifier)) (*notifie
 					default:
 					}
 				}
-			}
+			})
 		}
 	}()
 	return n, nil
+}
+
+// eachEvent calls fn with each inotify event in buf, as read from an
+// inotify descriptor, and its name ("" for an event on the watched path
+// itself).
+func eachEvent(buf []byte, fn func(ev *unix.InotifyEvent, name string)) {
+	for off := 0; off+unix.SizeofInotifyEvent <= len(buf); {
+		ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+		name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+int(ev.Len)]), "\x00")
+		off += unix.SizeofInotifyEvent + int(ev.Len)
+		fn(ev, name)
+	}
 }
 
 // add watches path for the events in mask.

@@ -406,8 +406,7 @@ func hostCap(q Quantities) Relation {
 // slots, not whether any host may take them).
 func hostRoom(q Quantities) Relation {
 	hosts, k, c := q.H(), q.Slots, q.MaxPerHost
-	need := k + min(q.StandbySlots, k)
-	got := hosts * c
+	need, got := q.RoomNeeded(), hosts*c
 	r := Relation{
 		Name:    "host-room",
 		Formula: "N_h·max_per_host ≥ k + min(N_s, k)",

@@ -78,6 +78,11 @@ func (q Quantities) MC() int { return q.Spawn * max(q.PeakLines, q.Lines, 1) * q
 // H is the number of hosts running the entry: Hosts, at least 1.
 func (q Quantities) H() int { return max(q.Hosts, 1) }
 
+// RoomNeeded is the slots the fleet's hosts must have room for with
+// max_per_host (run and standby slots together): k holders and the
+// standbys that cover their hand-overs, k + min(N_s, k).
+func (q Quantities) RoomNeeded() int { return q.Slots + min(q.StandbySlots, q.Slots) }
+
 // Fleet reports whether the slots are Redis leases (LeaseTTL set).
 func (q Quantities) Fleet() bool { return q.LeaseTTL > 0 }
 

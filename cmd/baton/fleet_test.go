@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-run/baton/internal/faultproxy"
 	"github.com/baton-run/baton/lock"
 )
 
@@ -235,11 +234,7 @@ func heldRecs(rs []lock.Record) (n int) {
 func TestFleetSelfFence(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
-	px, err := faultproxy.Start(r.redis.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer px.Close()
+	px := r.proxy()
 	events, goFile, release := filepath.Join(r.dir, "events"), filepath.Join(r.dir, "go"), filepath.Join(r.dir, "release")
 	// On host cut, x runs until killed and y until the test says go; on
 	// host other, y waits for release (a slot replays one entry at a time:

@@ -10,8 +10,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/baton-run/baton/internal/faultproxy"
 )
 
 // historyJSON is the slot history in status --json.
@@ -262,11 +260,7 @@ func TestForcedExitRecordsLeave(t *testing.T) {
 func TestForcedExitWithRedisHung(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
-	px, err := faultproxy.Start(r.redis.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer px.Close()
+	px := r.proxy()
 	started := filepath.Join(r.dir, "started")
 	job := r.script("job.sh", "touch "+started+"\nsleep 60\n")
 	r.baton("enqueue", "x")

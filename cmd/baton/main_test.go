@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/cli"
+	"github.com/baton-run/baton/internal/faultproxy"
 	"github.com/baton-run/baton/internal/redistest"
 	"github.com/baton-run/baton/work"
 	"github.com/redis/go-redis/v9"
@@ -164,6 +165,18 @@ func (r *rig) serve(args ...string) (*process, string) {
 		return addr != ""
 	})
 	return p, addr
+}
+
+// proxy starts a fault proxy in front of the rig's Redis, closed when the
+// test ends: point a baton at it to cut, hold or delay its traffic.
+func (r *rig) proxy() *faultproxy.Proxy {
+	r.t.Helper()
+	px, err := faultproxy.Start(r.redis.Addr)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { _ = px.Close() })
+	return px
 }
 
 // cmd prepares `baton args...` with the rig's Redis and, for the commands

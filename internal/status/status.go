@@ -290,13 +290,15 @@ func Warnings(cfg *config.Config, rep *Report, others []string) []string {
 			held++
 		}
 	}
-	if j := rep.Jobs; j != nil && j.Waiting+j.Pending > 0 && held == 0 && cfg.LockBackend == "redis" {
-		w = append(w, fmt.Sprintf("%s waiting or pending and no run lease held on any host: is cron running 'baton run' with lock_backend redis on the fleet's hosts?",
-			Jobs(j.Waiting+j.Pending)))
-	} else if j != nil && j.Waiting+j.Pending > 0 && held == 0 {
-		w = append(w, fmt.Sprintf("%s waiting or pending and no holder in %s: is cron running 'baton run'? "+
-			"Holders run by another user use another default lock dir (/tmp/baton-<uid>), and holders on other hosts are not visible here",
-			Jobs(j.Waiting+j.Pending), cfg.LockDir))
+	if j := rep.Jobs; j != nil && j.Waiting+j.Pending > 0 && held == 0 {
+		if cfg.LockBackend == "redis" {
+			w = append(w, fmt.Sprintf("%s waiting or pending and no run lease held on any host: is cron running 'baton run' with lock_backend redis on the fleet's hosts?",
+				Jobs(j.Waiting+j.Pending)))
+		} else {
+			w = append(w, fmt.Sprintf("%s waiting or pending and no holder in %s: is cron running 'baton run'? "+
+				"Holders run by another user use another default lock dir (/tmp/baton-<uid>), and holders on other hosts are not visible here",
+				Jobs(j.Waiting+j.Pending), cfg.LockDir))
+		}
 	}
 	return w
 }
