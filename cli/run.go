@@ -571,10 +571,16 @@ func (h *holder) record(role string, since, until time.Time) lock.Record {
 	return lock.Record{PID: os.Getpid(), Start: start, Host: h.host, Role: role, Since: since, Until: until}
 }
 
+// killAll kills, for a forced exit, the running jobs or children and every
+// process they started, daemons included, waiting up to half a second for
+// the killed to let go of their children (proc.KillDescendants): a daemon
+// reparented only after the holder exits would live on under init.
 func (h *holder) killAll() {
 	if h.kids != nil {
 		h.kids.KillAll()
-		h.killOrphans()
+		if n := proc.KillDescendants(500 * time.Millisecond); n > 0 {
+			h.log.Info().Int("processes", n).Msg("killed the jobs' processes")
+		}
 	}
 }
 
