@@ -94,6 +94,9 @@ func runFlags() (*pflag.FlagSet, *config.Flags) {
 }
 
 func runRun(ctx context.Context, e *env, args []string) error {
+	// A holder's log is not part of its jobs' fate: a dead log reader
+	// loses lines, never a holder mid-job.
+	surviveBrokenLog()
 	fs, cf := runFlags()
 	if err := parse(e, fs, runUsage, args); err != nil {
 		return err
