@@ -26,8 +26,10 @@ in Redis (totals, dead letters by reason, a job-duration histogram, kept by
 the scripts that settle jobs) and is read at each scrape, with the queue's
 state (waiting, pending, scheduled, retrying, dead, the age of the oldest
 waiting job) and the slots (held, k, each holder's age, overdue or without
-a record). It only reads: no slot taken, nothing written. See
-docs/observability.md for every metric, alert rules and a dashboard.
+a record). It only reads: no slot taken, nothing written. On a loopback
+--listen address it serves loopback Host headers only (421 otherwise, as
+baton web does); beyond loopback, any. See docs/observability.md for every
+metric, alert rules and a dashboard.
 
 {{flags}}
 Example:
