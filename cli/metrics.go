@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/internal/config"
+	"github.com/baton-run/baton/internal/serve"
 	"github.com/baton-run/baton/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -25,8 +26,10 @@ in Redis (totals, dead letters by reason, a job-duration histogram, kept by
 the scripts that settle jobs) and is read at each scrape, with the queue's
 state (waiting, pending, scheduled, retrying, dead, the age of the oldest
 waiting job) and the slots (held, k, each holder's age, overdue or without
-a record). It only reads: no slot taken, nothing written. See
-docs/observability.md for every metric, alert rules and a dashboard.
+a record). It only reads: no slot taken, nothing written. On a loopback
+--listen address it serves loopback Host headers only (421 otherwise, as
+baton web does); beyond loopback, any. See docs/observability.md for every
+metric, alert rules and a dashboard.
 
 {{flags}}
 Example:
@@ -93,7 +96,10 @@ func runMetrics(ctx context.Context, e *env, args []string) error {
 	return serveMetrics(ctx, e, *listen, reg)
 }
 
-// serveMetrics serves reg on addr until ctx ends or a signal comes.
+// serveMetrics serves reg on addr until ctx ends or a signal comes. On a
+// loopback address only loopback Host headers are served, as baton web
+// does (a DNS name pointed at 127.0.0.1 must not read it); beyond loopback
+// Prometheus scrapes it by whatever name it knows the host.
 func serveMetrics(ctx context.Context, e *env, addr string, reg *prometheus.Registry) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -101,14 +107,22 @@ func serveMetrics(ctx context.Context, e *env, addr string, reg *prometheus.Regi
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	var h http.Handler = mux
+	if host, _, _ := net.SplitHostPort(addr); serve.LoopbackHost(host) {
+		h = serve.LoopbackOnly(mux, "baton metrics on a loopback address serves loopback hosts only (localhost, 127.0.0.1, [::1]); listen beyond loopback to be scraped by name",
+			func(r *http.Request) {
+				fmt.Fprintf(e.Stderr, "baton: metrics: refused a request for host %q from %s: not loopback\n", r.Host, r.RemoteAddr)
+			})
+	}
 	fmt.Fprintf(e.Stderr, "baton: serving metrics on http://%s/metrics\n", ln.Addr())
-	return serveUntilSignal(ctx, &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln, "metrics")
+	return serveUntilSignal(ctx, h, ln, "metrics")
 }
 
-// serveUntilSignal serves srv on ln until ctx ends or SIGTERM or SIGINT
-// comes, then shuts it down, giving requests 5s to finish. name starts its
-// errors.
-func serveUntilSignal(ctx context.Context, srv *http.Server, ln net.Listener, name string) error {
+// serveUntilSignal serves h on ln (with serve.Server's timeouts) until ctx
+// ends or SIGTERM or SIGINT comes, then shuts it down, giving requests 5s
+// to finish. name starts its errors.
+func serveUntilSignal(ctx context.Context, h http.Handler, ln net.Listener, name string) error {
+	srv := serve.Server(h)
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	errc := make(chan error, 1)

@@ -94,6 +94,9 @@ func runFlags() (*pflag.FlagSet, *config.Flags) {
 }
 
 func runRun(ctx context.Context, e *env, args []string) error {
+	// A holder's log is not part of its jobs' fate: a dead log reader
+	// loses lines, never a holder mid-job.
+	surviveBrokenLog()
 	fs, cf := runFlags()
 	if err := parse(e, fs, runUsage, args); err != nil {
 		return err
@@ -571,10 +574,16 @@ func (h *holder) record(role string, since, until time.Time) lock.Record {
 	return lock.Record{PID: os.Getpid(), Start: start, Host: h.host, Role: role, Since: since, Until: until}
 }
 
+// killAll kills, for a forced exit, the running jobs or children and every
+// process they started, daemons included, waiting up to half a second for
+// the killed to let go of their children (proc.KillDescendants): a daemon
+// reparented only after the holder exits would live on under init.
 func (h *holder) killAll() {
 	if h.kids != nil {
 		h.kids.KillAll()
-		h.killOrphans()
+		if n := proc.KillDescendants(500 * time.Millisecond); n > 0 {
+			h.log.Info().Int("processes", n).Msg("killed the jobs' processes")
+		}
 	}
 }
 

@@ -41,3 +41,13 @@ func drainOnSignal(ctx context.Context, log zerolog.Logger, killAll func()) (con
 		cancel()
 	}
 }
+
+// surviveBrokenLog keeps a log reader that dies (`2>&1 | logger` killed or
+// restarted) from killing the process: Go dies of SIGPIPE on a write to a
+// broken pipe on fd 1 or 2 unless SIGPIPE is notified, and then the write
+// only fails (EPIPE) and the line is lost. Notified, not ignored: an
+// ignored SIGPIPE would be inherited by every job across exec, a handled
+// one is reset to the default there. For the life of the process.
+func surviveBrokenLog() {
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
-	"time"
 
 	"github.com/baton-run/baton/internal/config"
 	"github.com/baton-run/baton/web"
@@ -103,6 +101,5 @@ func runWeb(ctx context.Context, e *env, args []string) error {
 	if o.allowRemote && !web.LoopbackHost(host) {
 		log.Warn().Msg("serving beyond loopback: anyone who reaches this address reads the dashboard (payloads included); put it behind a TLS proxy with authentication")
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second}
-	return serveUntilSignal(ctx, srv, ln, "web")
+	return serveUntilSignal(ctx, h, ln, "web")
 }

@@ -25,12 +25,12 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
-	"net"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/baton-run/baton/internal/config"
+	"github.com/baton-run/baton/internal/serve"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 )
@@ -130,6 +130,11 @@ func New(o Options) (http.Handler, error) {
 // guard sets the security headers of every response and refuses a request
 // for a host that is not loopback (unless AnyHost).
 func (s *server) guard(next http.Handler) http.Handler {
+	if !s.o.AnyHost {
+		next = serve.LoopbackOnly(next, "baton web serves loopback hosts only (localhost, 127.0.0.1, [::1]); see --allow-remote", func(r *http.Request) {
+			s.o.Log.Warn().Str("host", r.Host).Str("remote", r.RemoteAddr).Msg("web: refused a request for a host that is not loopback")
+		})
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Content-Security-Policy", CSP)
@@ -137,29 +142,14 @@ func (s *server) guard(next http.Handler) http.Handler {
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("Referrer-Policy", "no-referrer")
 		h.Set("Cache-Control", "no-store")
-		if !s.o.AnyHost && !LoopbackHost(r.Host) {
-			s.o.Log.Warn().Str("host", r.Host).Str("remote", r.RemoteAddr).Msg("web: refused a request for a host that is not loopback")
-			http.Error(w, "baton web serves loopback hosts only (localhost, 127.0.0.1, [::1]); see --allow-remote", http.StatusMisdirectedRequest)
-			return
-		}
 		next.ServeHTTP(w, r)
 	})
 }
 
 // LoopbackHost reports whether hostport (a Host header or a listen address)
-// names this machine's loopback: localhost, 127.0.0.0/8 or ::1.
-func LoopbackHost(hostport string) bool {
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
+// names this machine's loopback: localhost, 127.0.0.0/8 or ::1. It is
+// serve.LoopbackHost, which baton metrics --listen shares.
+func LoopbackHost(hostport string) bool { return serve.LoopbackHost(hostport) }
 
 // authorize checks that an action is allowed and carries the token, and
 // that a browser sent it from the dashboard's own pages.

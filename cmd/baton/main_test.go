@@ -128,11 +128,14 @@ func (r *rig) start(args ...string) *process {
 	return r.startCmd(r.cmd(append([]string{args[0], "--log-format", "json"}, args[1:]...)...))
 }
 
-// startCmd starts cmd as a process of the rig.
+// startCmd starts cmd as a process of the rig; its stderr goes to log
+// unless cmd.Stderr is set.
 func (r *rig) startCmd(cmd *exec.Cmd) *process {
 	r.t.Helper()
 	p := &process{cmd: cmd, stderr: new(bytes.Buffer), done: make(chan struct{})}
-	cmd.Stderr = lockedWriter{&p.mu, p.stderr}
+	if cmd.Stderr == nil { // else the test reads it, and log is empty
+		cmd.Stderr = lockedWriter{&p.mu, p.stderr}
+	}
 	// Spawned candidates inherit stderr: do not wait for them to close it.
 	cmd.WaitDelay = 500 * time.Millisecond
 	p.start = time.Now()

@@ -2,7 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -154,5 +157,60 @@ func TestFindingTheRightQueue(t *testing.T) {
 	out, _, code = r.baton("status", "--queue", "thumbs")
 	if want := "2 jobs waiting or pending and no holder in " + r.locks; code != 0 || !strings.Contains(out, want) || strings.Contains(out, "no keys") {
 		t.Fatalf("status with jobs and no holder, exit %d:\n%s\nwant %q", code, out, want)
+	}
+}
+
+// TestMetricsListenGuards: baton metrics --listen on loopback refuses a
+// request whose Host is not loopback (421, as baton web does: a DNS name
+// pointed at 127.0.0.1 must not read it), and closes connections that
+// stall: one kept alive and idle after a scrape, one whose request body
+// never comes. Left open, a few hundred of either would hold the server.
+func TestMetricsListenGuards(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	_, addr := r.serve("metrics", "--lock-dir", r.locks)
+	for host, want := range map[string]int{"evil.example:9187": http.StatusMisdirectedRequest, "localhost:9187": http.StatusOK, addr: http.StatusOK} {
+		req, _ := http.NewRequest("GET", "http://"+addr+"/metrics", nil)
+		req.Host = host
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != want {
+			t.Errorf("Host %s: %d, want %d", host, res.StatusCode, want)
+		}
+	}
+	stalled := map[string]string{
+		"idle after a scrape": "GET /metrics HTTP/1.1\r\nHost: " + addr + "\r\n\r\n",
+		"body never sent":     "GET /metrics HTTP/1.1\r\nHost: " + addr + "\r\nContent-Length: 100\r\n\r\n",
+	}
+	errc := make(chan error, len(stalled))
+	for name, req := range stalled {
+		go func() {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				errc <- err
+				return
+			}
+			defer c.Close()
+			if _, err := io.WriteString(c, req); err != nil {
+				errc <- err
+				return
+			}
+			// serve.ReadTimeout and IdleTimeout are 30s.
+			_ = c.SetReadDeadline(time.Now().Add(60 * time.Second))
+			start := time.Now()
+			if _, err := io.Copy(io.Discard, c); errors.Is(err, os.ErrDeadlineExceeded) {
+				errc <- fmt.Errorf("%s: connection still open after %v", name, time.Since(start).Round(time.Second))
+				return
+			}
+			errc <- nil
+		}()
+	}
+	for range stalled {
+		if err := <-errc; err != nil {
+			t.Error(err)
+		}
 	}
 }

@@ -109,6 +109,11 @@ var reg struct {
 func Start(cmd *exec.Cmd) error {
 	reg.RLock()
 	defer reg.RUnlock()
+	return start(cmd)
+}
+
+// start is Start with reg held shared.
+func start(cmd *exec.Cmd) error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
@@ -224,4 +229,61 @@ func KillOrphans(doomed func(environ []byte) bool) int {
 		}
 	}
 	return len(killed)
+}
+
+// KillDescendants kills, with SIGKILL, every live descendant of the calling
+// process except the candidates SpawnDetached started (and their trees),
+// and looks again until none is left or within has passed. It returns how
+// many processes it signalled. It is for leaving at once (a second signal,
+// a lost slot, the hard deadline): a job killed with its process group lets
+// go of its children only as it exits, and only then does this child
+// subreaper adopt them, so a single look right after the kill misses a
+// daemon the job started in a new session, which would outlive the holder
+// under init. Each pass stops what it finds (SIGSTOP) before killing, so
+// nothing forks away meanwhile, and reaps the orphans that have exited.
+func KillDescendants(within time.Duration) int {
+	self := os.Getpid()
+	signalled := map[int]bool{}
+	for end := time.Now().Add(within); ; time.Sleep(2 * time.Millisecond) {
+		reg.Lock()
+		left := killBelow(self, signalled)
+		for _, pid := range orphans() {
+			reap(pid)
+		}
+		reg.Unlock()
+		if left == 0 || time.Now().After(end) {
+			break
+		}
+	}
+	return len(signalled)
+}
+
+// killBelow stops, then kills, pid's live descendants but the detached
+// candidates' trees, adding them to signalled; it returns how many it found
+// alive. Call with reg locked, so no candidate is being registered.
+func killBelow(pid int, signalled map[int]bool) int {
+	seen := map[int]bool{}
+	for pass := 0; pass < 5; pass++ {
+		ds, err := descendantsExcept(pid, isDetached)
+		if err != nil {
+			break
+		}
+		fresh := 0
+		for _, d := range ds {
+			if !seen[d.PID] {
+				seen[d.PID] = true
+				fresh++
+				_ = syscall.Kill(d.PID, syscall.SIGSTOP)
+			}
+		}
+		if fresh == 0 {
+			break
+		}
+	}
+	for p := range seen {
+		if syscall.Kill(p, syscall.SIGKILL) == nil {
+			signalled[p] = true
+		}
+	}
+	return len(seen)
 }

@@ -6,8 +6,10 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -90,5 +92,61 @@ func BenchmarkKillOrphansNone(b *testing.B) {
 		if KillOrphans(func([]byte) bool { return true }) != 0 {
 			b.Fatal("killed something")
 		}
+	}
+}
+
+// TestKillDescendants: a job killed with its process group leaves a daemon
+// (a new session) that is adopted only once the job has exited;
+// KillDescendants, called right after the kill, gets it and its child all
+// the same, and spares a candidate SpawnDetached started.
+func TestKillDescendants(t *testing.T) {
+	if err := BecomeSubreaper(); err != nil {
+		t.Fatal(err)
+	}
+	if err := SpawnDetached([]string{"sleep", "60"}); err != nil {
+		t.Fatal(err)
+	}
+	var candidate int
+	detached.Lock()
+	for p := range detached.pids {
+		candidate = p
+	}
+	detached.Unlock()
+	t.Cleanup(func() { _ = syscall.Kill(candidate, syscall.SIGKILL) })
+	pids := filepath.Join(t.TempDir(), "pids")
+	job := exec.Command("sh", "-c", `setsid sh -c 'sleep 60 & echo $$ >> `+pids+`; echo $! >> `+pids+`; wait' </dev/null >/dev/null 2>&1 &
+exec sleep 60`)
+	job.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := Start(job); err != nil {
+		t.Fatal(err)
+	}
+	var daemon []int
+	for end := time.Now().Add(5 * time.Second); len(daemon) < 2; time.Sleep(5 * time.Millisecond) {
+		b, _ := os.ReadFile(pids)
+		daemon = daemon[:0]
+		for _, f := range strings.Fields(string(b)) {
+			p, _ := strconv.Atoi(f)
+			daemon = append(daemon, p)
+		}
+		if time.Now().After(end) {
+			t.Fatal("the job's daemon never wrote its pids")
+		}
+	}
+	for _, p := range daemon {
+		t.Cleanup(func() { _ = syscall.Kill(p, syscall.SIGKILL) })
+	}
+	_ = syscall.Kill(-job.Process.Pid, syscall.SIGKILL)
+	if n := KillDescendants(2 * time.Second); n < 2 {
+		t.Errorf("signalled %d processes, want at least the daemon and its child", n)
+	}
+	_ = job.Wait()
+	Done(job.Process.Pid)
+	for _, p := range daemon {
+		if s, err := ReadStat(p); err == nil {
+			t.Errorf("daemon process %d still alive: %+v", p, s)
+		}
+	}
+	if _, err := ReadStat(candidate); err != nil {
+		t.Errorf("the detached candidate %d was killed: %v", candidate, err)
 	}
 }
