@@ -42,6 +42,12 @@ install: build
 		$(DESTDIR)$(PREFIX)/share/zsh/site-functions/_baton \
 		$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/baton.fish
 
+# gofmt, go vet and staticcheck (the pinned version, installed into
+# $(go env GOPATH)/bin when missing) on the whole module, tests included.
+.PHONY: lint
+lint: vet
+	@sc=$$(bash scripts/install-staticcheck.sh) && $$sc ./...
+
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...

@@ -270,7 +270,7 @@ func TestCheckOnline(t *testing.T) {
 	if code != 0 || status(rep, "redis-reachable") != "PASS" || status(rep, "redis-version") != "PASS" || status(rep, "redis-group") != "WARN" {
 		t.Fatalf("exit %d: %+v", code, rep.Relations)
 	}
-	if err := work.EnsureGroup(context.Background(), srv.Client(), work.KeysFor("default")); err != nil {
+	if err := work.Prepare(context.Background(), srv.Client(), work.KeysFor("default")); err != nil {
 		t.Fatal(err)
 	}
 	if rep, _ := checkJSON(t, "--online", "--redis-url", srv.URL()); status(rep, "redis-group") != "PASS" {

@@ -94,7 +94,7 @@ func runEnqueue(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	payloads, lines, err = checkPayloads(e, payloads, lines, cfg.MaxPayload, *skipBad)
+	payloads, err = checkPayloads(e, payloads, lines, cfg.MaxPayload, *skipBad)
 	if err != nil {
 		return err
 	}
@@ -197,21 +197,22 @@ func readPayloads(e *env, args []string) ([][]byte, []int, error) {
 }
 
 // checkPayloads refuses payloads over max: all of them (nothing is sent), or
-// with skip only the bad ones, each reported.
-func checkPayloads(e *env, payloads [][]byte, lines []int, max int, skip bool) ([][]byte, []int, error) {
-	good, goodLines := payloads[:0:0], lines[:0:0]
+// with skip only the bad ones, each reported by its line (lines[i] is
+// payloads[i]'s).
+func checkPayloads(e *env, payloads [][]byte, lines []int, max int, skip bool) ([][]byte, error) {
+	good := payloads[:0:0]
 	for i, p := range payloads {
 		if len(p) <= max {
-			good, goodLines = append(good, p), append(goodLines, lines[i])
+			good = append(good, p)
 			continue
 		}
 		if !skip {
-			return nil, nil, usagef("raise max_payload, pass a reference (a path, a URL) instead of the data, or add --skip-bad",
+			return nil, usagef("raise max_payload, pass a reference (a path, a URL) instead of the data, or add --skip-bad",
 				"enqueue: payload %d is %d bytes, over max_payload (%d); nothing added", lines[i], len(p), max)
 		}
 		fmt.Fprintf(e.Stderr, "baton: enqueue: payload %d is %d bytes, over max_payload (%d): skipped\n", lines[i], len(p), max)
 	}
-	return good, goodLines, nil
+	return good, nil
 }
 
 // sendJobs enqueues payloads in chunks and reports each job's id. With

@@ -48,14 +48,17 @@ func hostCap(cfg *config.Config) (lock.Slot, bool, error) {
 	return s.TryAcquire()
 }
 
-// consumerName is the Redis consumer of a run slot: host/run-i with flock
-// files (the slot is this machine's), fleet/run-i with leases (the slot is
-// the fleet's, so another host replays a lost host's pending entries).
-func consumerName(cfg *config.Config, host string, slot lock.Slot) string {
+// consumerName is the Redis consumer of a run slot (slot: its name,
+// run-i): host/run-i with flock files, host being the configured host
+// (host, BATON_HOST; default the hostname), as the slot is this machine's;
+// fleet/run-i with leases (the slot is the fleet's, so another host replays
+// a lost host's pending entries). run names its consumer with it and job
+// finds a job's slot by it.
+func consumerName(cfg *config.Config, slot string) string {
 	if cfg.LockBackend == "redis" {
-		return "fleet/" + slot.Name()
+		return "fleet/" + slot
 	}
-	return host + "/" + slot.Name()
+	return cfg.Host + "/" + slot
 }
 
 // envFence gives jobs their holder's fencing token (lock_backend redis).

@@ -3,13 +3,13 @@ package cli
 import (
 	"context"
 	"fmt"
-	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/baton-run/baton/internal/config"
+	"github.com/baton-run/baton/internal/proc"
 	qstatus "github.com/baton-run/baton/internal/status"
+	"github.com/baton-run/baton/lock"
 	"github.com/baton-run/baton/work"
 	"github.com/spf13/pflag"
 )
@@ -19,7 +19,8 @@ const jobUsage = `Usage: baton job [flags] ID
 Say where a job is, by the id enqueue printed: waiting (and how many
 waiting jobs are ahead of it), running (on which slot, since when, which
 attempt; with the holder's pid when it runs on this host, or with
-lock_backend redis its pid and host wherever it runs), scheduled (due
+lock_backend redis its pid and host wherever it runs, and the job's own
+process when the holder runs on this host), scheduled (due
 when), retrying (attempt, due when), dead (why), done (when; only with
 retention > 0, which keeps done jobs that long), or unknown: a done job not
 kept (retention 0, the default, or its record expired or was dropped) or
@@ -63,10 +64,11 @@ func runJob(ctx context.Context, e *env, args []string) error {
 	if *asJSON {
 		if err := writeJSON(e, struct {
 			*work.Location
-			PID   int        `json:"pid,omitempty"`
-			Host  string     `json:"host,omitempty"`
-			Since *time.Time `json:"since,omitempty"`
-		}{loc, holder.PID, holder.Host, qstatus.TimePtr(holder.JobSince)}); err != nil {
+			PID    int        `json:"pid,omitempty"` // the holder's
+			Host   string     `json:"host,omitempty"`
+			Since  *time.Time `json:"since,omitempty"`
+			JobPID int        `json:"job_pid,omitempty"`
+		}{loc, holder.PID, holder.Host, qstatus.TimePtr(holder.JobSince), holder.JobPID}); err != nil {
 			return err
 		}
 	} else {
@@ -80,35 +82,47 @@ func runJob(ctx context.Context, e *env, args []string) error {
 
 // jobHolder is the holder running a job, as its slot record says.
 type jobHolder struct {
-	PID      int
-	Host     string // fleet mode: the host it runs on
+	PID  int
+	Host string // fleet mode: the host it runs on
+	// JobSince is when the job started, when the record names it (a holder
+	// with concurrency > 1 names only its latest job).
 	JobSince time.Time
+	// JobPID is the job's own process, when the holder runs on this host
+	// and its child with BATON_JOB_ID=<id> can be seen (exec jobs).
+	JobPID int
 }
 
-// localHolder is the holder running loc, from its slot record: a flock
-// slot of this host (its consumer is host/run-i), or in fleet mode a lease
-// of any host (fleet/run-i). Zero when the record does not name the job.
+// localHolder is the holder running loc, from the record of the slot its
+// consumer names (consumerName): a flock slot of this host, or in fleet
+// mode a lease of any host. Zero when that slot is not held.
 func localHolder(cfg *config.Config, loc *work.Location) (h jobHolder) {
-	prefix := "fleet/run-"
-	if cfg.LockBackend != "redis" {
-		host, _ := os.Hostname()
-		prefix = host + "/run-"
-	}
-	slot, ok := strings.CutPrefix(loc.Consumer, prefix)
-	if loc.State != work.StateRunning || !ok {
+	if loc.State != work.StateRunning {
 		return h
 	}
-	i, err := strconv.Atoi(slot)
-	run, _, serr := slotSets(cfg)
-	if err != nil || serr != nil || i >= run.Size() {
+	run, _, err := slotSets(cfg)
+	if err != nil {
+		return h
+	}
+	i := 0
+	for i < run.Size() && consumerName(cfg, lock.RoleRun+"-"+strconv.Itoa(i)) != loc.Consumer {
+		i++
+	}
+	if i == run.Size() {
 		return h
 	}
 	recs, err := run.Records()
-	if err == nil && recs[i].Held && recs[i].Job == loc.ID {
-		h.PID, h.JobSince = recs[i].PID, recs[i].JobSince
-		if cfg.LockBackend == "redis" {
-			h.Host = recs[i].Host
-		}
+	if err != nil || !recs[i].Held || recs[i].PID == 0 {
+		return h
+	}
+	h.PID = recs[i].PID
+	if recs[i].Job == loc.ID {
+		h.JobSince = recs[i].JobSince
+	}
+	if cfg.LockBackend == "redis" {
+		h.Host = recs[i].Host
+	}
+	if cfg.LockBackend != "redis" || h.Host == cfg.Host {
+		h.JobPID = proc.ChildWithEnv(h.PID, "BATON_JOB_ID="+loc.ID)
 	}
 	return h
 }
@@ -131,11 +145,17 @@ func describeJob(l *work.Location, h jobHolder) string {
 		s := fmt.Sprintf("job %s: running on %s, delivery %d of entry %s", l.ID, l.Consumer, l.Deliveries, l.Entry)
 		switch {
 		case h.PID > 0 && h.Host != "":
-			s += fmt.Sprintf(", pid %d on host %s, for %s", h.PID, h.Host, time.Since(h.JobSince).Round(100*time.Millisecond))
+			s += fmt.Sprintf(", pid %d on host %s", h.PID, h.Host)
 		case h.PID > 0:
-			s += fmt.Sprintf(", pid %d, for %s", h.PID, time.Since(h.JobSince).Round(100*time.Millisecond))
-		default:
+			s += fmt.Sprintf(", pid %d", h.PID)
+		}
+		if !h.JobSince.IsZero() {
+			s += fmt.Sprintf(", for %s", time.Since(h.JobSince).Round(100*time.Millisecond))
+		} else {
 			s += fmt.Sprintf(", last touched %s ago", l.Idle.Round(100*time.Millisecond))
+		}
+		if h.JobPID > 0 {
+			s += fmt.Sprintf("; the job's process is pid %d", h.JobPID)
 		}
 		return s
 	case work.StateScheduled:

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"time"
 
@@ -52,8 +51,11 @@ func redisError(c *config.Config, err error) error {
 			hint = "check redis_url (or BATON_REDIS_URL) and that redis-server runs there"
 		}
 	}
-	return &hintError{msg: fmt.Sprintf("redis at %s: %s", c.RedisName(), msg), hint: hint, err: err}
+	return &hintError{msg: redisAt(c) + msg, hint: hint, err: err}
 }
+
+// redisAt starts redisError's line: "redis at NAME: ".
+func redisAt(c *config.Config) string { return "redis at " + c.RedisName() + ": " }
 
 // connectLazy opens a client for c without checking that Redis answers:
 // for a long-running reader (metrics --listen) that must start, and report

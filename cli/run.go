@@ -490,7 +490,7 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 			_ = persist.Close(ctx)
 		}()
 	}
-	consumer := consumerName(cfg, h.host, slot)
+	consumer := consumerName(cfg, slot.Name()) // h.host is cfg.Host
 	if prev := slot.Inherited(); prev != nil {
 		// The previous holder died holding the slot: what its jobs started may
 		// live on; they carry its token, and nothing else does.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -129,7 +130,7 @@ func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 		}
 		fmt.Fprintln(w)
 	} else {
-		fmt.Fprintf(w, "jobs  unknown (redis unreachable)\n\n")
+		fmt.Fprintf(w, "jobs  unknown (%s)\n\n", redisCause(cfg, rep))
 	}
 	if rep.Rate != "" {
 		fmt.Fprintf(w, "rate  at most %s jobs started, across all holders", rep.Rate)
@@ -173,7 +174,7 @@ func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 	if lease && len(rep.Run) == 0 {
 		// Read leaves the slots out when Redis cannot be read: the
 		// fleet's leases are there, not in this host's lock dir.
-		fmt.Fprintf(w, "slots unknown (redis unreachable: the fleet's leases are in Redis)\n")
+		fmt.Fprintf(w, "slots unknown (the fleet's leases are in Redis: %s)\n", redisCause(cfg, rep))
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -231,6 +232,15 @@ func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 			fmt.Fprintf(w, "  %s %s\n", clock(&e.At), e)
 		}
 	}
+}
+
+// redisCause is why rep has no jobs: Redis's error without the address the
+// first line already gives (a wrong password is not "unreachable").
+func redisCause(cfg *config.Config, rep *statusReport) string {
+	if rep.Error == "" {
+		return "redis unreachable"
+	}
+	return strings.TrimPrefix(rep.Error, redisAt(cfg))
 }
 
 // printLine prints the fleet's line of standbys waiting for a run lease.

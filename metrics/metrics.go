@@ -11,7 +11,7 @@
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //
 // It only reads: it never takes a slot, never writes to Redis. Labels are
-// bounded: queue, slot index, reason, kind, state; never job ids.
+// bounded: queue, slot index, reason, kind, outcome, state; never job ids.
 package metrics
 
 import (
@@ -66,7 +66,7 @@ var (
 	retried     = desc("jobs_retried_total", "Failed runs scheduled for a retry, all time.")
 	failed      = desc("job_runs_failed_total", "Failed runs by kind (error, timeout, crashed, rejected), all time.", "kind")
 	dead        = desc("jobs_dead_total", "Jobs dead-lettered, by reason, all time.", "reason")
-	duration    = desc("job_duration_seconds", "Handler time of the jobs done, all time.")
+	duration    = desc("job_duration_seconds", "Handler time of every run that ended, by outcome (done; failed: error, timeout, crashed, rejected), all time.", "outcome")
 	slotsHeld   = desc("slots_held", "Slots held now, by role (run, standby).", "role")
 	slotsKept   = desc("slots_kept", "k: the run slots to keep covered.")
 	holderAge   = desc("holder_age_seconds", "How long each run slot's holder has held it.", "slot")
@@ -142,15 +142,17 @@ func (c *Collector) queue(ch chan<- prometheus.Metric, q string, n *work.Counts)
 	for _, r := range reasons {
 		ch <- counter(dead, n.Stats[work.StatDeadPrefix+r], q, r)
 	}
-	buckets := make(map[float64]uint64, len(work.DurationBuckets))
-	var cum, count uint64
-	for i, le := range work.DurationBuckets {
-		cum += uint64(n.Stats[work.StatDurPrefix+strconv.Itoa(i)])
-		buckets[le] = cum
+	for _, o := range work.Outcomes { // empty ones too, so that rate() sees them from zero
+		buckets := make(map[float64]uint64, len(work.DurationBuckets))
+		var cum uint64
+		for i, le := range work.DurationBuckets {
+			cum += uint64(n.Stats[work.DurField(o, i)])
+			buckets[le] = cum
+		}
+		count := cum + uint64(n.Stats[work.DurField(o, len(work.DurationBuckets))])
+		sum := float64(n.Stats[work.DurSumField(o)]) / 1e6
+		ch <- prometheus.MustNewConstHistogram(duration, count, sum, buckets, q, o)
 	}
-	count = cum + uint64(n.Stats[work.StatDurPrefix+strconv.Itoa(len(work.DurationBuckets))])
-	sum := float64(n.Stats[work.StatDurSumUS]) / 1e6
-	ch <- prometheus.MustNewConstHistogram(duration, count, sum, buckets, q)
 }
 
 // coverage sends the time below k and the gap histograms (empty ones too,

@@ -36,12 +36,15 @@ func TestMetricsAgainstKnownWork(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		msgs = append(msgs, work.Message{Payload: []byte("dies"), Options: []work.Option{work.MaxAttempts(1)}})
 	}
-	msgs = append(msgs, work.Message{Payload: []byte("flaky")}, work.Message{Payload: []byte("later"), Options: []work.Option{work.In(time.Hour)}})
+	msgs = append(msgs, work.Message{Payload: []byte("flaky")}, work.Message{Payload: []byte("later"), Options: []work.Option{work.In(time.Hour)}},
+		work.Message{Payload: []byte("slow"), Options: []work.Option{work.MaxAttempts(1), work.Timeout(50 * time.Millisecond)}},
+		work.Message{Payload: []byte("reject")})
 	if _, err := work.EnqueueMany(ctx, rdb, "q", msgs); err != nil {
 		t.Fatal(err)
 	}
 	var flaky atomic.Int64
-	h := work.HandlerFunc(func(_ context.Context, j *work.Job) error {
+	h := work.HandlerFunc(func(ctx context.Context, j *work.Job) error {
+		time.Sleep(2 * time.Millisecond)
 		switch string(j.Payload) {
 		case "dies":
 			return errors.New("no")
@@ -49,8 +52,12 @@ func TestMetricsAgainstKnownWork(t *testing.T) {
 			if flaky.Add(1) == 1 {
 				return errors.New("once")
 			}
+		case "slow":
+			<-ctx.Done()
+			return ctx.Err()
+		case "reject":
+			return fmt.Errorf("bad input: %w", work.ErrSkipRetry)
 		}
-		time.Sleep(2 * time.Millisecond)
 		return nil
 	})
 	st := new(work.Stats)
@@ -60,13 +67,28 @@ func TestMetricsAgainstKnownWork(t *testing.T) {
 		errc <- work.Run(rctx, work.Config{Client: rdb, Queue: "q", Consumer: "h/run-0", Handler: h, Logger: zerolog.Nop(),
 			RetryBackoff: 10 * time.Millisecond, RetryBackoffMax: 20 * time.Millisecond}, st)
 	}()
-	for end := time.Now().Add(30 * time.Second); st.Done.Load() < 101 || st.Dead.Load() < 3; time.Sleep(10 * time.Millisecond) {
+	for end := time.Now().Add(30 * time.Second); st.Done.Load() < 101 || st.Dead.Load() < 5; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(end) {
 			t.Fatalf("done %d dead %d", st.Done.Load(), st.Dead.Load())
 		}
 	}
 	cancel()
 	<-errc
+	// The durations go to the stats hash, never into the letters.
+	letters, err := rdb.XRange(ctx, work.KeysFor("q").Dead, "-", "+").Result()
+	if err != nil || len(letters) != 5 {
+		t.Fatalf("dead letters: %d, %v", len(letters), err)
+	}
+	for _, l := range letters {
+		for f := range l.Values {
+			if strings.HasPrefix(f, "dur") {
+				t.Fatalf("dead letter %v holds %s", l.Values, f)
+			}
+		}
+		if l.Values["reason"] == nil || l.Values["orig"] == nil {
+			t.Fatalf("dead letter %v: no reason or job id", l.Values)
+		}
+	}
 
 	// A held run slot, as a holder would have.
 	dir := t.TempDir()
@@ -89,18 +111,28 @@ func TestMetricsAgainstKnownWork(t *testing.T) {
 	reg.MustRegister(NewCollector(rdb, Queue{Name: "q", Run: run, Keep: 2}))
 	families := scrape(t, reg)
 	want := map[string]float64{
-		`baton_up{queue="q"}`:                                                     1,
-		`baton_jobs_done_total{queue="q"}`:                                        101,
-		`baton_jobs_retried_total{queue="q"}`:                                     1,
-		`baton_job_runs_failed_total{kind="error",queue="q"}`:                     4,
-		`baton_job_runs_failed_total{kind="crashed",queue="q"}`:                   0,
-		`baton_jobs_dead_total{queue="q",reason="failed"}`:                        3,
-		`baton_jobs_dead_total{queue="q",reason="crashed"}`:                       0,
-		`baton_jobs{queue="q",state="waiting"}`:                                   0,
-		`baton_jobs{queue="q",state="pending"}`:                                   0,
-		`baton_jobs{queue="q",state="scheduled"}`:                                 1,
-		`baton_jobs{queue="q",state="dead"}`:                                      3,
-		`baton_job_duration_seconds_count{queue="q"}`:                             101,
+		`baton_up{queue="q"}`:                                    1,
+		`baton_jobs_done_total{queue="q"}`:                       101,
+		`baton_jobs_retried_total{queue="q"}`:                    1,
+		`baton_job_runs_failed_total{kind="error",queue="q"}`:    4,
+		`baton_job_runs_failed_total{kind="timeout",queue="q"}`:  1,
+		`baton_job_runs_failed_total{kind="rejected",queue="q"}`: 1,
+		`baton_job_runs_failed_total{kind="crashed",queue="q"}`:  0,
+		`baton_jobs_dead_total{queue="q",reason="failed"}`:       3,
+		`baton_jobs_dead_total{queue="q",reason="timeout"}`:      1,
+		`baton_jobs_dead_total{queue="q",reason="rejected"}`:     1,
+		`baton_jobs_dead_total{queue="q",reason="crashed"}`:      0,
+		`baton_jobs{queue="q",state="waiting"}`:                  0,
+		`baton_jobs{queue="q",state="pending"}`:                  0,
+		`baton_jobs{queue="q",state="scheduled"}`:                1,
+		`baton_jobs{queue="q",state="dead"}`:                     5,
+		// Every run that ended, by its outcome: 101 done; 4 errors (the
+		// flaky job's first run, retried, and 3 dead), a timeout, a rejection.
+		`baton_job_duration_seconds_count{outcome="done",queue="q"}`:              101,
+		`baton_job_duration_seconds_count{outcome="error",queue="q"}`:             4,
+		`baton_job_duration_seconds_count{outcome="timeout",queue="q"}`:           1,
+		`baton_job_duration_seconds_count{outcome="rejected",queue="q"}`:          1,
+		`baton_job_duration_seconds_count{outcome="crashed",queue="q"}`:           0,
 		`baton_slots_held{queue="q",role="run"}`:                                  1,
 		`baton_slots_kept{queue="q"}`:                                             2,
 		`baton_holder_overdue{queue="q",slot="` + fmt.Sprint(slot.Index()) + `"}`: 0,
@@ -113,11 +145,19 @@ func TestMetricsAgainstKnownWork(t *testing.T) {
 			t.Errorf("%s = %v, want %v", k, got, v)
 		}
 	}
-	if sum := families[`baton_job_duration_seconds_sum{queue="q"}`]; sum < 0.2 || sum > 30 {
+	if sum := families[`baton_job_duration_seconds_sum{outcome="done",queue="q"}`]; sum < 0.2 || sum > 30 {
 		t.Errorf("duration sum %vs, want about 101 × 2ms", sum)
 	}
-	if le := families[`baton_job_duration_seconds_bucket{le="0.001",queue="q"}`]; le != 0 {
-		t.Errorf("%v jobs done within 1ms; each slept 2ms", le)
+	if sum := families[`baton_job_duration_seconds_sum{outcome="timeout",queue="q"}`]; sum < 0.05 || sum > 30 {
+		t.Errorf("timeout duration sum %vs, want about its 50ms timeout", sum)
+	}
+	for _, o := range []string{"done", "error", "rejected"} {
+		if le := families[`baton_job_duration_seconds_bucket{le="0.001",outcome="`+o+`",queue="q"}`]; le != 0 {
+			t.Errorf("%v runs %s within 1ms; each slept 2ms", le, o)
+		}
+	}
+	if n := families[`baton_job_duration_seconds_bucket{le="0.01",outcome="error",queue="q"}`]; n < 1 {
+		t.Errorf("%v error runs within 10ms; each slept 2ms", n)
 	}
 	if age := families[`baton_holder_age_seconds{queue="q",slot="`+fmt.Sprint(slot.Index())+`"}`]; age < 59 || age > 120 {
 		t.Errorf("holder age %v, want about 60s", age)

@@ -181,7 +181,8 @@ var ackScript = redis.NewScript(ackLua)
 // KEYS[1] stream, KEYS[2] retry, KEYS[3] retry jobs, KEYS[4] stats;
 // ARGV[1] group, ARGV[2] entry id, ARGV[3] consumer, ARGV[4] backoff (ms),
 // ARGV[5] job id, ARGV[6] runs made, ARGV[7] the stats field of the failure
-// ("failed:error", "failed:timeout", "failed:crashed").
+// ("failed:error", "failed:timeout", "failed:crashed"), ARGV[8..] stats
+// field/increment pairs (the run's duration histogram).
 // Returns 1 when scheduled, 0 when the entry is no longer pending for this
 // consumer, -1 when it was deleted while pending (cleared).
 const retryLua = entryLua + `
@@ -203,6 +204,7 @@ redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
 redis.pcall('HINCRBY', KEYS[4], 'retried', 1)
 redis.pcall('HINCRBY', KEYS[4], ARGV[7], 1)
+for i = 8, #ARGV, 2 do redis.pcall('HINCRBY', KEYS[4], ARGV[i], ARGV[i + 1]) end
 return 1
 `
 
@@ -466,7 +468,9 @@ return out
 // KEYS[1] stream, KEYS[2] dead, KEYS[3] dead index, KEYS[4] stats, KEYS[5]
 // the job's unique key (the stream when none), freed last;
 // ARGV[1] group, ARGV[2] entry id, ARGV[3] consumer, ARGV[4] dead_max,
-// ARGV[5] job id, ARGV[6..] baton's field/value pairs of the letter.
+// ARGV[5] job id, ARGV[6] h, ARGV[7..6+2h] stats field/increment pairs (the
+// last run's duration histogram; h 0 for a job that never ran), then
+// baton's field/value pairs of the letter.
 // Returns -1 when the entry is no longer pending for this consumer, 1 when
 // letters were dropped to make room, else 0.
 const deadLua = entryLua + `
@@ -475,7 +479,8 @@ local bad = writable(KEYS[2], 'stream', KEYS[3], 'hash')
 if bad then return bad end
 local f = fields(KEYS[1], ARGV[2], letter) or {}
 put(f, 'orig', ARGV[5])
-for i = 6, #ARGV, 2 do put(f, ARGV[i], ARGV[i + 1]) end
+local l = 7 + 2 * tonumber(ARGV[6])
+for i = l, #ARGV, 2 do put(f, ARGV[i], ARGV[i + 1]) end
 local over = redis.call('XLEN', KEYS[2]) + 1 - tonumber(ARGV[4])
 local id = redis.call('XADD', KEYS[2], '*', unpack(f))
 redis.call('HSET', KEYS[3], ARGV[5], id)
@@ -494,9 +499,10 @@ redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
 if KEYS[5] ~= KEYS[1] then release(KEYS[5], ARGV[5]) end
 redis.pcall('HINCRBY', KEYS[4], 'dead', 1)
-for i = 6, #ARGV, 2 do
+for i = l, #ARGV, 2 do
   if ARGV[i] == 'reason' then redis.pcall('HINCRBY', KEYS[4], 'dead:' .. ARGV[i + 1], 1) end
 end
+for i = 7, l - 1, 2 do redis.pcall('HINCRBY', KEYS[4], ARGV[i], ARGV[i + 1]) end
 if over > 0 then return 1 end
 return 0
 `

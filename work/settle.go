@@ -51,7 +51,7 @@ func (r *runner) settle() {
 		case res.back:
 			back[j.Priority] = append(back[j.Priority], j.Entry, j.Attempt-1, j.ID)
 		case res.dead != "":
-			r.deadLetter(j, res.dead, j.problem)
+			r.deadLetter(j, res.dead, j.problem, nil) // never ran: no duration
 		case res.err == nil:
 			b := &acks[j.Priority]
 			b.ids = append(b.ids, j.Entry)
@@ -65,7 +65,7 @@ func (r *runner) settle() {
 			}
 			n++
 		default:
-			r.fail(j, res.err)
+			r.fail(j, res.err, res.dur)
 		}
 	}
 	// take adds whatever results wait, without blocking, up to a batch.
@@ -174,38 +174,42 @@ func (r *runner) moveFailed(err error, jobs int, msg string) {
 }
 
 // fail schedules a retry with backoff, or dead-letters the job when it has
-// had max_attempts runs.
-func (r *runner) fail(j *Job, err error) {
+// had max_attempts runs; either script adds the run (it took dur) to the
+// duration histogram of its outcome.
+func (r *runner) fail(j *Job, err error, dur time.Duration) {
 	r.st.Failed.Add(1)
 	defer r.forget(j.key())
-	if errors.Is(err, ErrSkipRetry) {
-		r.deadLetter(j, ReasonRejected, err.Error())
+	kind := FailedError
+	switch {
+	case errors.Is(err, ErrSkipRetry):
+		kind = OutcomeRejected
+	case timedOut(err):
+		kind = FailedTimeout
+	case errors.Is(err, ErrCrashed):
+		kind = FailedCrashed
+	}
+	run := runPairs(nil, kind, dur)
+	if kind == OutcomeRejected {
+		r.deadLetter(j, ReasonRejected, err.Error(), run)
 		return
 	}
 	if j.Attempt >= r.maxAttempts(j) {
 		reason := ReasonFailed
-		switch {
-		case timedOut(err):
+		switch kind {
+		case FailedTimeout:
 			reason = ReasonTimeout
-		case errors.Is(err, ErrCrashed):
+		case FailedCrashed:
 			reason = ReasonCrashed
 		}
-		r.deadLetter(j, reason, err.Error())
+		r.deadLetter(j, reason, err.Error(), run)
 		return
 	}
 	delay := r.backoff(j.Attempt)
-	kind := StatFailedPrefix + FailedError
-	switch {
-	case timedOut(err):
-		kind = StatFailedPrefix + FailedTimeout
-	case errors.Is(err, ErrCrashed):
-		kind = StatFailedPrefix + FailedCrashed
-	}
 	var n int64
 	rerr := r.redisRetry(func(ctx context.Context) error {
 		var err error
 		n, err = r.write(ctx, retryScript, []string{r.keys.StreamOf(j.Priority), r.keys.Retry, r.keys.RetryJobs, r.keys.Stats},
-			Group, j.Entry, r.c.Consumer, delay.Milliseconds(), j.ID, j.Attempt, kind).Int64()
+			append([]any{Group, j.Entry, r.c.Consumer, delay.Milliseconds(), j.ID, j.Attempt, StatFailedPrefix + kind}, run...)...).Int64()
 		return err
 	})
 	log := r.c.Logger.Warn().Str("job", j.ID).Str("entry", j.Entry).Int("attempt", j.Attempt).Err(err)
@@ -240,8 +244,9 @@ func (r *runner) backoff(attempt int) time.Duration {
 	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
 }
 
-// deadLetter moves j to the dead letters with why it died.
-func (r *runner) deadLetter(j *Job, reason, why string) {
+// deadLetter moves j to the dead letters with why it died; run are the
+// stats pairs of its last run's duration (nil when it never ran).
+func (r *runner) deadLetter(j *Job, reason, why string, run []any) {
 	defer r.forget(j.key())
 	if len(why) > maxErrorLen {
 		why = "…" + why[len(why)-maxErrorLen:]
@@ -254,10 +259,10 @@ func (r *runner) deadLetter(j *Job, reason, why string) {
 	var n int64
 	err := r.redisRetry(func(ctx context.Context) error {
 		var err error
+		args := append([]any{Group, j.Entry, r.c.Consumer, r.c.DeadMax, j.ID, len(run) / 2}, run...)
 		n, err = r.write(ctx, deadScript, []string{stream, r.keys.Dead, r.keys.DeadIndex, r.keys.Stats, unique},
-			Group, j.Entry, r.c.Consumer, r.c.DeadMax, j.ID,
-			deadReason, reason, attemptsField, j.Attempt, deadError, why, deadEntry, j.Entry,
-			deadFailedAt, time.Now().UnixMilli()).Int64()
+			append(args, deadReason, reason, attemptsField, j.Attempt, deadError, why, deadEntry, j.Entry,
+				deadFailedAt, time.Now().UnixMilli())...).Int64()
 		return err
 	})
 	log := r.c.Logger

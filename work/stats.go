@@ -19,10 +19,58 @@ const (
 	StatDeadPrefix   = "dead:" // + reason: jobs dead-lettered, by reason
 	// StatDurPrefix + bucket index: jobs done whose handler ran at most
 	// DurationBuckets[i] seconds (and more than the bucket before);
-	// index len(DurationBuckets) counts the rest.
+	// index len(DurationBuckets) counts the rest. Failed runs have their
+	// own histograms, by outcome: DurField and DurSumField name them.
 	StatDurPrefix = "dur:"
 	StatDurSumUS  = "dur_sum_us" // total handler time of the jobs done, µs
 )
+
+// The outcomes of a run the duration histograms are kept by: done, or how
+// it failed (FailedError, FailedTimeout, FailedCrashed: a persistent child
+// that died mid-job, OutcomeRejected). A run cut short by its holder's death
+// has no duration and is in none.
+const (
+	OutcomeDone     = "done"
+	OutcomeRejected = "rejected" // the handler said do not retry (ErrSkipRetry)
+)
+
+// Outcomes are the outcomes of DurField, done first.
+var Outcomes = []string{OutcomeDone, FailedError, FailedTimeout, FailedCrashed, OutcomeRejected}
+
+// DurField is the stats field of bucket i of outcome's duration histogram:
+// dur:<i> for done (as holders before the outcomes wrote it),
+// dur:<outcome>:<i> for the others.
+func DurField(outcome string, i int) string {
+	if outcome == OutcomeDone {
+		return durFields[i]
+	}
+	return StatDurPrefix + outcome + ":" + strconv.Itoa(i)
+}
+
+// DurSumField is the stats field of outcome's total handler time, µs:
+// dur_sum_us for done, dur_sum_us:<outcome> for the others.
+func DurSumField(outcome string) string {
+	if outcome == OutcomeDone {
+		return StatDurSumUS
+	}
+	return StatDurSumUS + ":" + outcome
+}
+
+// bucket is the index of the duration bucket d falls in.
+func bucket(d time.Duration) int {
+	s := d.Seconds()
+	i := 0
+	for i < len(DurationBuckets) && s > DurationBuckets[i] {
+		i++
+	}
+	return i
+}
+
+// runPairs appends the stats field/increment pairs that count one run of
+// outcome that took d.
+func runPairs(args []any, outcome string, d time.Duration) []any {
+	return append(args, DurField(outcome, bucket(d)), 1, DurSumField(outcome), d.Microseconds())
+}
 
 // The kinds of failed runs counted under StatFailedPrefix.
 const (
@@ -56,12 +104,7 @@ type histogram struct {
 }
 
 func (h *histogram) add(d time.Duration) {
-	s := d.Seconds()
-	i := 0
-	for i < len(DurationBuckets) && s > DurationBuckets[i] {
-		i++
-	}
-	h.n[i]++
+	h.n[bucket(d)]++
 	h.sumUS += d.Microseconds()
 }
 

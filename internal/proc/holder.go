@@ -101,3 +101,24 @@ func EnvHas(environ, kv []byte) bool {
 	}
 	return false
 }
+
+// ChildWithEnv is the pid of the child of parent whose environment holds
+// kv ("NAME=value") exactly, the oldest when several do (a job's own
+// orphans reparented to its holder inherit its environment); 0 when none
+// does or their environments may not be read.
+func ChildWithEnv(parent int, kv string) int {
+	kids, err := Descendants(parent)
+	if err != nil {
+		return 0
+	}
+	found := Stat{}
+	for _, k := range kids {
+		if k.PPID != parent || found.PID != 0 && k.Start >= found.Start {
+			continue
+		}
+		if env, err := os.ReadFile("/proc/" + strconv.Itoa(k.PID) + "/environ"); err == nil && EnvHas(env, []byte(kv)) {
+			found = k
+		}
+	}
+	return found.PID
+}

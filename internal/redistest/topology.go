@@ -212,7 +212,7 @@ func (g *Group) Demote(old, addr string) {
 	h, p, _ := net.SplitHostPort(addr)
 	c := redis.NewClient(&redis.Options{Addr: old})
 	defer c.Close()
-	if err := c.SlaveOf(context.Background(), h, p).Err(); err != nil {
+	if err := c.ReplicaOf(context.Background(), h, p).Err(); err != nil {
 		g.tb.Fatalf("REPLICAOF %s on %s: %v", addr, old, err)
 	}
 }
