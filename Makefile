@@ -7,7 +7,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 PREFIX ?= /usr/local
 
-.PHONY: all build test vet demo demo-python chaos chaos-persistent chaos-fleet clean release install test-browser screenshots
+.PHONY: all build test vet demo demo-python chaos chaos-persistent chaos-fleet clean release install test-browser screenshots deb test-deb
 
 all: build
 
@@ -23,6 +23,18 @@ release:
 	done
 	cd dist && sha256sum baton-* > SHA256SUMS
 	@cat dist/SHA256SUMS
+
+# Debian packages dist/baton_<version>_amd64.deb and _arm64.deb (Debian's
+# dpkg-deb): the static binary, baton(1), the completions, an example config
+# in /etc/baton, /etc/cron.d/baton commented out and the systemd units
+# baton@.timer and baton@.service, not enabled (scripts/build-deb.sh).
+deb:
+	VERSION='$(VERSION)' GO='$(GO)' bash scripts/build-deb.sh
+
+# Lintian (no error) on both packages, then the amd64 one installed with
+# apt-get, checked and purged (scripts/test-deb.sh; about a minute).
+test-deb: deb
+	bash scripts/test-deb.sh
 
 # Installs bin/baton as $(DESTDIR)$(PREFIX)/bin/baton (/usr/local/bin/baton,
 # the path the crontab examples use), its man page baton(1) and its bash, zsh
