@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/baton-run/baton/internal/atomicfile"
 	"github.com/baton-run/baton/internal/proc"
 	"golang.org/x/sys/unix"
 )
@@ -280,14 +281,9 @@ func (sl *fileSlot) write(r Record) error {
 	if err != nil {
 		return err
 	}
-	final := sl.set.recordPath(sl.i)
-	tmp := filepath.Join(sl.set.dir, "."+filepath.Base(final)+"."+strconv.Itoa(os.Getpid())+".tmp")
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		_ = os.Remove(tmp) // a full disk leaves a partial file behind
-		return fmt.Errorf("publish slot record: %w", err)
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		_ = os.Remove(tmp)
+	// A temporary file created exclusively under a random name: a link
+	// planted in the lock dir cannot make us write through it.
+	if err := atomicfile.Write(sl.set.recordPath(sl.i), b, 0o644); err != nil {
 		return fmt.Errorf("publish slot record: %w", err)
 	}
 	return nil
