@@ -171,9 +171,10 @@ func tryLock(path string) (f *os.File, created, ok bool, err error) {
 // Records implements Set. A record whose process is gone reads as free,
 // unless the kernel says the slot's lock file is flocked: then the slot reads
 // as held by the flock's owner, with NoRecord set (its holder has not
-// published yet, or cannot: a full disk, a deleted record). Reading
-// /proc/locks takes no lock. A Guarded view does not ask the kernel: such a
-// slot reads as free.
+// published yet, or cannot: a full disk, a deleted record), and with the
+// Since and Deadline of its tenure in the lock file when it wrote one, so
+// a frozen one is still healed. Reading /proc/locks takes no lock. A
+// Guarded view does not ask the kernel: such a slot reads as free.
 func (s *FileSet) Records() ([]Record, error) {
 	out := make([]Record, s.n)
 	var fl []flockEntry
@@ -188,6 +189,9 @@ func (s *FileSet) Records() ([]Record, error) {
 			if pid, held := flockOwner(s.Path(i), fl); held {
 				start, _ := proc.StartTime(pid)
 				r = Record{Slot: i, Held: true, PID: pid, Start: start, Role: s.role, NoRecord: true}
+				if t, ok := s.readTenure(i); ok && t.PID == pid && t.Start == start {
+					r.Since, r.Deadline, r.BootDeadline = t.Since, t.Deadline, t.BootDeadline
+				}
 			}
 		}
 		out[i] = r
@@ -241,6 +245,7 @@ type fileSlot struct {
 	beacon *os.File // write-only; closed after the lock is dropped
 	ino    uint64   // f's inode
 	rec    *Record  // the last record published, republished on restore
+	tenure []byte   // the tenure last written in f (writeTenure), nil for none
 }
 
 var _ Slot = (*fileSlot)(nil)
@@ -258,12 +263,15 @@ func (sl *fileSlot) open(ino uint64) error {
 	if err != nil {
 		return fmt.Errorf("lock %s: %w", sl.set.Path(sl.i), err)
 	}
-	sl.beacon, sl.ino = beacon, ino
+	sl.beacon, sl.ino, sl.tenure = beacon, ino, nil
 	return nil
 }
 
 // Publish writes the record to a temporary file and renames it into place, so
-// a reader sees the old record or the new one, never half of one.
+// a reader sees the old record or the new one, never half of one. A record
+// with a Deadline also writes the tenure in place in the lock file (see
+// tenure.go), which needs no new space: when neither can be written (a
+// full disk as the slot was won), the error wraps ErrDeadlineUnpublished.
 func (sl *fileSlot) Publish(r Record) error {
 	r.Slot, r.Held, r.NoRecord = sl.i, true, false
 	if r.Role == "" {
@@ -272,7 +280,12 @@ func (sl *fileSlot) Publish(r Record) error {
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
 	sl.rec = &r
-	return sl.write(r)
+	terr := sl.writeTenure(r)
+	err := sl.write(r)
+	if err != nil && terr != nil {
+		return fmt.Errorf("%w: %w (and %w)", ErrDeadlineUnpublished, err, terr)
+	}
+	return err
 }
 
 // write puts r in place; sl.mu held.
@@ -424,6 +437,7 @@ func (sl *fileSlot) swap(f *os.File, ino uint64) bool {
 	_ = oldBeacon.Close()
 	_ = oldF.Close()
 	if sl.rec != nil {
+		_ = sl.writeTenure(*sl.rec)
 		_ = sl.write(*sl.rec)
 	}
 	return true

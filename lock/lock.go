@@ -112,9 +112,10 @@ type Evicter interface {
 }
 
 // Overdue reports whether r is a holder past its published hard deadline
-// plus margin. A record without a deadline is never overdue.
+// plus margin. A record without a deadline is never overdue (a NoRecord
+// one has the deadline of its tenure in the lock file, when it wrote one).
 func (r Record) Overdue(now time.Time, margin time.Duration) bool {
-	return r.Held && !r.NoRecord && !r.Deadline.IsZero() && now.After(r.Deadline.Add(margin))
+	return r.Held && !r.Deadline.IsZero() && now.After(r.Deadline.Add(margin))
 }
 
 // Record describes a slot's holder. The zero value (Held false) is a free slot.
@@ -146,7 +147,8 @@ type Record struct {
 	// NoRecord is set by Records, never published: the slot's lock file is
 	// flocked (by PID, per /proc/locks) but its record is missing, stale or
 	// unreadable: a holder that has not published yet, or cannot (a full
-	// disk, a record removed under it).
+	// disk, a record removed under it). Since, Deadline and BootDeadline
+	// are then the tenure the holder wrote in its lock file, if any.
 	NoRecord bool `json:"no_record,omitempty"`
 	// Fence is the fencing token of a lease (the Redis backend): it only
 	// grows, so a write checked against it tells a current holder from a
