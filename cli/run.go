@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -131,6 +132,9 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		defer permit.Release()
 	}
 	runSet, sbSet, err := slotSets(cfg)
+	if err == nil {
+		err = refuseShared(cfg, runSet, sbSet)
+	}
 	switch {
 	case err != nil:
 		return err
@@ -558,6 +562,28 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 		return nil
 	}
 	return err
+}
+
+// refuseShared refuses a lock dir whose slots of this queue are held by a
+// live holder of another Redis database or server (a record naming another
+// target): two deployments (production and staging, one queue name) would
+// share one set of slots, and one's idle holders would starve the other's
+// jobs. Exit 2 before taking a slot: the config is wrong, not the moment.
+// It reads the records only, no lock and no Redis.
+func refuseShared(cfg *config.Config, sets ...lock.Set) error {
+	for _, s := range sets {
+		fs, ok := s.(*lock.FileSet)
+		if !ok {
+			continue
+		}
+		if r, ok := fs.Foreign(); ok {
+			return usagef(fmt.Sprintf("give each deployment its own lock_dir (e.g. lock_dir = %q), or point both at the same Redis database",
+				filepath.Join(cfg.LockDir, "<deployment>")),
+				"lock dir %s is shared with another deployment: %s slot %d of queue %s is held by pid %d working in Redis %s, not %s (this config's); "+
+					"their holders would take this deployment's slots", cfg.LockDir, r.Role, r.Slot, cfg.Queue, r.PID, r.Target, cfg.RedisTarget())
+		}
+	}
+	return nil
 }
 
 // refuseUnhealable turns err, from publishing a record with a hard

@@ -23,6 +23,7 @@ import (
 // would let two processes hold one slot on two inodes.
 type FileSet struct {
 	dir, queue, role string
+	target           string // what the queue's jobs live in (WithTarget), "" when unsaid
 	n                int
 	watch            time.Duration // how often a holder checks its lock file
 	guard            *guard        // set on a Guarded view only
@@ -43,6 +44,33 @@ func NewFileSet(dir, queue, role string, n int) (*FileSet, error) {
 		return nil, err
 	}
 	return &FileSet{dir: abs, queue: queue, role: role, n: n, watch: time.Second}, nil
+}
+
+// WithTarget returns a copy of s whose holders name target, the Redis
+// server and database of the queue (config's RedisTarget), in their
+// records, and for which Foreign tells another target's holders apart.
+func (s *FileSet) WithTarget(target string) *FileSet {
+	c := *s
+	c.target = target
+	return &c
+}
+
+// Foreign returns the record of a live holder of one of s's slots that
+// names a Redis target other than s's: another deployment (say staging,
+// on another database) using the same lock dir and queue name, whose
+// holders take this one's slots. Records without a target (older
+// versions), and a set without one, are never foreign. It reads the
+// records and the holders' /proc entries; it takes no lock.
+func (s *FileSet) Foreign() (Record, bool) {
+	if s.target == "" {
+		return Record{}, false
+	}
+	for i := 0; i < s.n; i++ {
+		if r, ok := s.readRecord(i); ok && r.Target != "" && r.Target != s.target {
+			return r, true
+		}
+	}
+	return Record{}, false
 }
 
 // Size implements Set.
@@ -277,6 +305,7 @@ func (sl *fileSlot) Publish(r Record) error {
 	if r.Role == "" {
 		r.Role = sl.set.role
 	}
+	r.Queue, r.Target = sl.set.queue, sl.set.target
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
 	sl.rec = &r

@@ -66,7 +66,11 @@ func Lowest(s Set, k int) (Set, error) {
 	}
 	switch x := s.(type) {
 	case *FileSet:
-		return NewFileSet(x.dir, x.queue, x.role, k)
+		l, err := NewFileSet(x.dir, x.queue, x.role, k)
+		if err != nil {
+			return nil, err
+		}
+		return l.WithTarget(x.target), nil
 	case *LeaseSet:
 		c := *x
 		c.n, c.keys = k, x.keys[:k:k]
@@ -126,6 +130,13 @@ type Record struct {
 	Start uint64 `json:"start_ticks,omitempty"` // process start, clock ticks since boot
 	Host  string `json:"host,omitempty"`
 	Role  string `json:"role,omitempty"`
+	// Queue and Target name what the slot is for: the queue, and the Redis
+	// server and database its jobs live in (config's RedisTarget, never
+	// credentials). Two deployments that share a lock dir and a queue name
+	// on two databases would share its lock files: Target tells them apart
+	// (FileSet.Foreign). Empty in records of older versions.
+	Queue  string `json:"queue,omitempty"`
+	Target string `json:"target,omitempty"`
 	// Since is when the holder took the slot; Until its planned end.
 	Since time.Time `json:"since,omitzero"`
 	Until time.Time `json:"until,omitzero"`
