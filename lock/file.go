@@ -60,13 +60,15 @@ func (s *FileSet) WithTarget(target string) *FileSet {
 // on another database) using the same lock dir and queue name, whose
 // holders take this one's slots. Records without a target (older
 // versions), and a set without one, are never foreign. It reads the
-// records and the holders' /proc entries; it takes no lock.
+// records, and /proc for foreign ones only; it takes no lock.
 func (s *FileSet) Foreign() (Record, bool) {
 	if s.target == "" {
 		return Record{}, false
 	}
 	for i := 0; i < s.n; i++ {
-		if r, ok := s.readRecord(i); ok && r.Target != "" && r.Target != s.target {
+		// /proc is read only for a foreign record: a stale one (its
+		// holder died) must not refuse the slot it left free.
+		if r, ok := s.parseRecord(i); ok && r.Held && r.Target != "" && r.Target != s.target && proc.Alive(r.PID, r.Start) {
 			return r, true
 		}
 	}
