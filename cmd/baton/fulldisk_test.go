@@ -88,15 +88,11 @@ func TestFrozenHolderOnFullDiskIsHealed(t *testing.T) {
 	latest := time.Now().Add(tenure + standby.HealMargin)
 	time.Sleep(time.Until(latest) + 100*time.Millisecond)
 	// cron: a candidate every half second, until one heals the slot
-	var healer *process
 	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
 		if done, _ := frozen.exited(); done {
 			break
 		}
-		c := r.start(append(append([]string{"run"}, one...), "--lifetime", "1m", "--", job)...)
-		if ok, _ := c.exited(); !ok {
-			healer = c
-		}
+		r.start(append(append([]string{"run"}, one...), "--lifetime", "1m", "--", job)...)
 	}
 	frozen.wait(t, 5*time.Second)
 	if frozen.end.Before(earliest) {
@@ -109,6 +105,7 @@ func TestFrozenHolderOnFullDiskIsHealed(t *testing.T) {
 	if late := frozen.end.Sub(latest); late > 5*time.Second {
 		t.Fatalf("killed %v after deadline + margin; a candidate came every half second", late)
 	}
+	// The candidate that healed it holds the slot and replays its job.
 	again := waitLine(t, events, 1, 15*time.Second)
 	if again[1] != id || again[2] != "2" || !strings.HasSuffix(again[3], "/run-0") {
 		t.Fatalf("second start %v, want job %s attempt 2 in run-0", again, id)
@@ -117,9 +114,6 @@ func TestFrozenHolderOnFullDiskIsHealed(t *testing.T) {
 		s := r.status()
 		return s.Jobs.Done == 1 && s.Jobs.Pending == 0
 	})
-	if healer == nil {
-		t.Fatal("no candidate took the slot")
-	}
 }
 
 // TestHolderRefusesSlotWhenDeadlineUnwritable: on a full disk a slot never
