@@ -58,7 +58,11 @@ func checkLockDir(dir string) standby.Relation {
 		return fail("it is not a directory", "point lock_dir at a directory")
 	default:
 		if err := lock.CheckDir(dir); err != nil {
-			return fail(err.Error(), "chmod o-w "+dir+" (or chmod +t), and make it owned by this user")
+			fix := "chmod o-w,g-w " + dir + " (or chmod +t), and make it owned by this user"
+			if ud := (*lock.UnsafeDirError)(nil); errors.As(err, &ud) {
+				fix = ud.Fix
+			}
+			return fail(err.Error(), fix)
 		}
 		if unix.Access(dir, unix.W_OK|unix.X_OK) != nil {
 			return fail(fmt.Sprintf("not writable by uid %d", os.Getuid()), fmt.Sprintf("chown %d %s", os.Getuid(), dir))

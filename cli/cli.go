@@ -249,6 +249,7 @@ func report(w *errStream, err error) int {
 		xe *exitError
 		he *hintError
 		re redis.Error
+		ud *lock.UnsafeDirError
 	)
 	code, hint := ExitRuntime, ""
 	switch {
@@ -263,6 +264,8 @@ func report(w *errStream, err error) int {
 		_, hint = rediserr.Explain(err, false)
 	case errors.As(err, &ce):
 		code = ExitUsage
+	case errors.As(err, &ud):
+		code, hint = ExitUsage, ud.Fix
 	case errors.Is(err, lock.ErrUnsafeDir):
 		code = ExitUsage
 	}

@@ -37,6 +37,11 @@ func TestExitCodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = os.Chmod(openDir, 0o777)
+	groupDir := filepath.Join(t.TempDir(), "group")
+	if err := os.Mkdir(groupDir, 0o770); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(groupDir, 0o770)
 	for _, tc := range []struct {
 		name   string
 		args   []string
@@ -53,6 +58,7 @@ func TestExitCodes(t *testing.T) {
 		{"bad duration flag", []string{"run", "--lifetime", "soon", "--", "/bin/true"}, ExitUsage, `invalid argument "soon"`},
 		{"no command", []string{"run"}, ExitUsage, "hint: put the command after --"},
 		{"unsafe lock dir", []string{"run", "--lock-dir", openDir, "--", "/bin/true"}, ExitUsage, "world-writable without the sticky bit"},
+		{"group-writable lock dir", []string{"run", "--lock-dir", groupDir, "--", "/bin/true"}, ExitUsage, "group-writable without the sticky bit: the group's other users could replace lock files and records\nhint: chmod g-w " + groupDir},
 		{"redis down", []string{"enqueue", "--redis-url", "redis://:pw@127.0.0.1:1/0", "x"}, ExitRuntime, "redis at redis://:xxxxx@127.0.0.1:1/0: connection refused"},
 		{"unescaped password", []string{"enqueue", "--redis-url", "redis://:pa ss@127.0.0.1:1/0", "x"}, ExitUsage, "flag --redis-url: redis://:xxxxx@127.0.0.1:1/0: the password must be %-escaped"},
 		{"version args", []string{"version", "x"}, ExitUsage, "takes no arguments"},

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -134,6 +135,9 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		defer permit.Release()
 	}
 	runSet, sbSet, err := slotSets(cfg)
+	if err == nil {
+		err = refuseShared(cfg, runSet, sbSet)
+	}
 	switch {
 	case err != nil:
 		return err
@@ -263,6 +267,10 @@ func (h *holder) standBy(ctx context.Context, p *standby.Protocol, sb lock.Slot)
 	rec.Deadline = rec.Until.Add(standby.StandbyGrace)
 	rec.BootDeadline = lock.BootClock() + time.Until(rec.Deadline)
 	if err := sb.Publish(rec); err != nil {
+		if err := refuseUnhealable(err, sb, h.cfg.LockDir); err != nil {
+			_ = sb.Release()
+			return nil, err
+		}
 		log.Warn().Err(err).Msg("publish slot record")
 	}
 	log.Debug().Dur("standby_wait", p.Wait).Msg("standing by")
@@ -406,15 +414,23 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 	_ = proc.SetName("baton:run:" + strconv.Itoa(slot.Index()))
 	since := time.Now()
 	until := since.Add(cfg.Lifetime.D() + time.Duration(rand.Float64()*float64(cfg.Jitter.D())))
+	// The hard deadline: hung handler code cannot be stopped, the process
+	// can. A frozen process cannot stop itself: others kill it past the
+	// deadline in its record (standby.HealMargin).
+	deadline := until.Add(cfg.ShutdownGrace.D() + hardMargin)
+	// The token proves which processes are this tenure's: its jobs carry it.
+	token := proc.NewToken()
+	rec := h.record(lock.RoleRun, since, until)
+	rec.Token = token
+	rec.Deadline, rec.BootDeadline = deadline, lock.BootClock()+time.Until(deadline)
+	if err := refuseUnhealable(slot.Publish(rec), slot, h.cfg.LockDir); err != nil {
+		return err
+	}
 	if h.rdb == nil {
 		if err := h.connect(ctx); err != nil {
 			return err
 		}
 	}
-	// The hard deadline: hung handler code cannot be stopped, the process
-	// can. A frozen process cannot stop itself: others kill it past the
-	// deadline in its record (standby.HealMargin).
-	deadline := until.Add(cfg.ShutdownGrace.D() + hardMargin)
 	hard := time.AfterFunc(time.Until(deadline), func() {
 		h.log.Error().Msg("hard deadline: jobs still running after lifetime + shutdown_grace; killing them and exiting")
 		h.forcedExit(history.WhyError)
@@ -442,8 +458,6 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 		}
 	}()
 
-	// The token proves which processes are this tenure's: its jobs carry it.
-	token := proc.NewToken()
 	// Jobs inherit these (the handlers take the holder's environment).
 	_ = os.Setenv(config.EnvHost, h.host)
 	fenceKey, fence := fenceOf(slot)
@@ -504,9 +518,6 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 		fenceCfg = &work.Fence{Key: fenceKey, Token: fence}
 	}
 	st := new(work.Stats)
-	rec := h.record(lock.RoleRun, since, until)
-	rec.Token = token
-	rec.Deadline, rec.BootDeadline = deadline, lock.BootClock()+time.Until(deadline)
 	var step func(*lock.Record)
 	sc := h.newScaler(slot, st, until, sig, cancel)
 	if sc != nil {
@@ -554,6 +565,42 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 		return nil
 	}
 	return err
+}
+
+// refuseShared refuses a lock dir whose slots of this queue are held by a
+// live holder of another Redis database or server (a record naming another
+// target): two deployments (production and staging, one queue name) would
+// share one set of slots, and one's idle holders would starve the other's
+// jobs. Exit 2 before taking a slot: the config is wrong, not the moment.
+// It reads the records only, no lock and no Redis.
+func refuseShared(cfg *config.Config, sets ...lock.Set) error {
+	for _, s := range sets {
+		fs, ok := s.(*lock.FileSet)
+		if !ok {
+			continue
+		}
+		if r, ok := fs.Foreign(); ok {
+			return usagef(fmt.Sprintf("give each deployment its own lock_dir (e.g. lock_dir = %q), or point both at the same Redis database",
+				filepath.Join(cfg.LockDir, "<deployment>")),
+				"lock dir %s is shared with another deployment: %s slot %d of queue %s is held by pid %d working in Redis %s, not %s (this config's); "+
+					"their holders would take this deployment's slots", cfg.LockDir, r.Role, r.Slot, cfg.Queue, r.PID, r.Target, cfg.RedisTarget())
+		}
+	}
+	return nil
+}
+
+// refuseUnhealable turns err, from publishing a record with a hard
+// deadline, into the error that makes slot's holder leave before it works:
+// when the deadline could be written nowhere (a full disk as the slot was
+// won), nobody could ever prove the holder overdue, and a frozen one would
+// keep the slot forever. Other publish errors are the publish loop's to
+// log and retry: the deadline is in the lock file.
+func refuseUnhealable(err error, slot lock.Slot, dir string) error {
+	if !errors.Is(err, lock.ErrDeadlineUnpublished) {
+		return nil
+	}
+	return &hintError{msg: fmt.Sprintf("refusing slot %s: its hard deadline cannot be published in %s, so a frozen holder could never be healed: %v",
+		slot.Name(), dir, err), hint: "free space on the filesystem of lock_dir (df " + dir + ")", err: err}
 }
 
 // leftWhy says why a holder left: err is work.Run's, sig ends on a signal.

@@ -203,7 +203,10 @@ func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 			cur = s.Job + " for " + time.Since(*s.JobSince).Round(100*time.Millisecond).String()
 		}
 		state := "held"
-		if s.Draining {
+		switch {
+		case !lease && s.Target != "" && s.Target != cfg.RedisTarget():
+			state = "held by another deployment (" + s.Target + ")"
+		case s.Draining:
 			state = "held, draining"
 		}
 		if lease {

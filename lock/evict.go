@@ -12,28 +12,46 @@ import (
 
 var _ Evicter = (*FileSet)(nil)
 
-// Overdue implements Evicter.
+// Overdue implements Evicter. It reads each slot's record and the tenure
+// in its lock file: a holder that could not write its record (a full disk)
+// has its deadline there.
 func (s *FileSet) Overdue(now time.Time, margin time.Duration) []Record {
 	var out []Record
 	for i := 0; i < s.n; i++ {
-		if r, ok := s.parseRecord(i); ok && r.Overdue(now, margin) {
+		r, ok := s.parseRecord(i)
+		if ok && r.Overdue(now, margin) {
 			out = append(out, r)
+		}
+		if t, tok := s.readTenure(i); tok && t.Overdue(now, margin) && !(ok && sameTenure(r, t)) {
+			out = append(out, t)
 		}
 	}
 	return out
 }
 
-// Evict implements Evicter. Only provable kills: the record is read again
-// from this set's dir, and the pid must match its start time and hold a
-// flock on the slot's lock file (or on an unlinked file of that path) per
-// /proc/locks. Nothing is read from /proc unless r is overdue.
+// live returns r's tenure of slot r.Slot as its record, or else the
+// tenure in the lock file, shows it now, when its process still lives.
+func (s *FileSet) live(r Record) (Record, bool) {
+	if cur, ok := s.readRecord(r.Slot); ok && sameTenure(cur, r) {
+		return cur, true
+	}
+	if t, ok := s.readTenure(r.Slot); ok && sameTenure(t, r) && proc.Alive(t.PID, t.Start) {
+		return t, true
+	}
+	return Record{}, false
+}
+
+// Evict implements Evicter. Only provable kills: the record (or the tenure
+// in the lock file) is read again from this set's dir, and the pid must
+// match its start time and hold a flock on the slot's lock file (or on an
+// unlinked file of that path) per /proc/locks. Nothing is read from /proc
+// unless r is overdue.
 func (s *FileSet) Evict(r Record, now time.Time, margin time.Duration) (int, error) {
 	if r.Slot < 0 || r.Slot >= s.n || !r.Overdue(now, margin) {
 		return 0, nil
 	}
-	cur, ok := s.readRecord(r.Slot)
-	if !ok || cur.PID != r.PID || cur.Start != r.Start || !cur.Deadline.Equal(r.Deadline) ||
-		!bootOverdue(cur, margin) || !oldEnough(r, margin) || !holdsSlot(r.PID, s.Path(r.Slot)) {
+	cur, ok := s.live(r)
+	if !ok || !bootOverdue(cur, margin) || !oldEnough(r, margin) || !holdsSlot(r.PID, s.Path(r.Slot)) {
 		return 0, nil
 	}
 	// Spare its descendants that hold a flock: candidates it spawned are its

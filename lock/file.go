@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/baton-run/baton/internal/atomicfile"
 	"github.com/baton-run/baton/internal/proc"
 	"golang.org/x/sys/unix"
 )
@@ -22,6 +23,7 @@ import (
 // would let two processes hold one slot on two inodes.
 type FileSet struct {
 	dir, queue, role string
+	target           string // what the queue's jobs live in (WithTarget), "" when unsaid
 	n                int
 	watch            time.Duration // how often a holder checks its lock file
 	guard            *guard        // set on a Guarded view only
@@ -42,6 +44,35 @@ func NewFileSet(dir, queue, role string, n int) (*FileSet, error) {
 		return nil, err
 	}
 	return &FileSet{dir: abs, queue: queue, role: role, n: n, watch: time.Second}, nil
+}
+
+// WithTarget returns a copy of s whose holders name target, the Redis
+// server and database of the queue (config's RedisTarget), in their
+// records, and for which Foreign tells another target's holders apart.
+func (s *FileSet) WithTarget(target string) *FileSet {
+	c := *s
+	c.target = target
+	return &c
+}
+
+// Foreign returns the record of a live holder of one of s's slots that
+// names a Redis target other than s's: another deployment (say staging,
+// on another database) using the same lock dir and queue name, whose
+// holders take this one's slots. Records without a target (older
+// versions), and a set without one, are never foreign. It reads the
+// records, and /proc for foreign ones only; it takes no lock.
+func (s *FileSet) Foreign() (Record, bool) {
+	if s.target == "" {
+		return Record{}, false
+	}
+	for i := 0; i < s.n; i++ {
+		// /proc is read only for a foreign record: a stale one (its
+		// holder died) must not refuse the slot it left free.
+		if r, ok := s.parseRecord(i); ok && r.Held && r.Target != "" && r.Target != s.target && proc.Alive(r.PID, r.Start) {
+			return r, true
+		}
+	}
+	return Record{}, false
 }
 
 // Size implements Set.
@@ -170,9 +201,10 @@ func tryLock(path string) (f *os.File, created, ok bool, err error) {
 // Records implements Set. A record whose process is gone reads as free,
 // unless the kernel says the slot's lock file is flocked: then the slot reads
 // as held by the flock's owner, with NoRecord set (its holder has not
-// published yet, or cannot: a full disk, a deleted record). Reading
-// /proc/locks takes no lock. A Guarded view does not ask the kernel: such a
-// slot reads as free.
+// published yet, or cannot: a full disk, a deleted record), and with the
+// Since and Deadline of its tenure in the lock file when it wrote one, so
+// a frozen one is still healed. Reading /proc/locks takes no lock. A
+// Guarded view does not ask the kernel: such a slot reads as free.
 func (s *FileSet) Records() ([]Record, error) {
 	out := make([]Record, s.n)
 	var fl []flockEntry
@@ -187,6 +219,9 @@ func (s *FileSet) Records() ([]Record, error) {
 			if pid, held := flockOwner(s.Path(i), fl); held {
 				start, _ := proc.StartTime(pid)
 				r = Record{Slot: i, Held: true, PID: pid, Start: start, Role: s.role, NoRecord: true}
+				if t, ok := s.readTenure(i); ok && t.PID == pid && t.Start == start {
+					r.Since, r.Deadline, r.BootDeadline = t.Since, t.Deadline, t.BootDeadline
+				}
 			}
 		}
 		out[i] = r
@@ -240,6 +275,7 @@ type fileSlot struct {
 	beacon *os.File // write-only; closed after the lock is dropped
 	ino    uint64   // f's inode
 	rec    *Record  // the last record published, republished on restore
+	tenure []byte   // the tenure last written in f (writeTenure), nil for none
 }
 
 var _ Slot = (*fileSlot)(nil)
@@ -257,21 +293,30 @@ func (sl *fileSlot) open(ino uint64) error {
 	if err != nil {
 		return fmt.Errorf("lock %s: %w", sl.set.Path(sl.i), err)
 	}
-	sl.beacon, sl.ino = beacon, ino
+	sl.beacon, sl.ino, sl.tenure = beacon, ino, nil
 	return nil
 }
 
 // Publish writes the record to a temporary file and renames it into place, so
-// a reader sees the old record or the new one, never half of one.
+// a reader sees the old record or the new one, never half of one. A record
+// with a Deadline also writes the tenure in place in the lock file (see
+// tenure.go), which needs no new space: when neither can be written (a
+// full disk as the slot was won), the error wraps ErrDeadlineUnpublished.
 func (sl *fileSlot) Publish(r Record) error {
 	r.Slot, r.Held, r.NoRecord = sl.i, true, false
 	if r.Role == "" {
 		r.Role = sl.set.role
 	}
+	r.Queue, r.Target = sl.set.queue, sl.set.target
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
 	sl.rec = &r
-	return sl.write(r)
+	terr := sl.writeTenure(r)
+	err := sl.write(r)
+	if err != nil && terr != nil {
+		return fmt.Errorf("%w: %w (and %w)", ErrDeadlineUnpublished, err, terr)
+	}
+	return err
 }
 
 // write puts r in place; sl.mu held.
@@ -280,14 +325,9 @@ func (sl *fileSlot) write(r Record) error {
 	if err != nil {
 		return err
 	}
-	final := sl.set.recordPath(sl.i)
-	tmp := filepath.Join(sl.set.dir, "."+filepath.Base(final)+"."+strconv.Itoa(os.Getpid())+".tmp")
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		_ = os.Remove(tmp) // a full disk leaves a partial file behind
-		return fmt.Errorf("publish slot record: %w", err)
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		_ = os.Remove(tmp)
+	// A temporary file created exclusively under a random name: a link
+	// planted in the lock dir cannot make us write through it.
+	if err := atomicfile.Write(sl.set.recordPath(sl.i), b, 0o644); err != nil {
 		return fmt.Errorf("publish slot record: %w", err)
 	}
 	return nil
@@ -428,6 +468,7 @@ func (sl *fileSlot) swap(f *os.File, ino uint64) bool {
 	_ = oldBeacon.Close()
 	_ = oldF.Close()
 	if sl.rec != nil {
+		_ = sl.writeTenure(*sl.rec)
 		_ = sl.write(*sl.rec)
 	}
 	return true

@@ -138,6 +138,42 @@ func TestSymlinkRefused(t *testing.T) {
 	}
 }
 
+// TestPublishNeverFollowsPlantedLink: someone who can write the lock dir
+// plants a link, at the temporary name a record used to be written to,
+// pointing at a file of the holder's user. Publishing writes neither through
+// the link nor leaves the record a link: the victim is untouched.
+func TestPublishNeverFollowsPlantedLink(t *testing.T) {
+	dir := t.TempDir()
+	s := newSet(t, dir, RoleRun, 1)
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("precious"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sl := take(t, s)
+	rec := filepath.Base(s.recordPath(0))
+	for _, name := range []string{"." + rec + "." + strconv.Itoa(os.Getpid()) + ".tmp", rec} {
+		if err := os.Symlink(victim, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sl.Publish(Record{PID: os.Getpid(), Host: "h"}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "precious" {
+		t.Fatalf("victim overwritten: %q", b)
+	}
+	if fi, err := os.Lstat(s.recordPath(0)); err != nil || !fi.Mode().IsRegular() {
+		t.Fatalf("record %v, %v: want a regular file", fi, err)
+	}
+	if r, ok := s.parseRecord(0); !ok || r.Host != "h" {
+		t.Fatalf("record %+v %v", r, ok)
+	}
+	leftovers, _ := filepath.Glob(filepath.Join(dir, "."+rec+".*.tmp"))
+	if len(leftovers) != 1 { // the planted link, nothing of ours
+		t.Fatalf("temporary files left: %v", leftovers)
+	}
+}
+
 // TestLostWhenFileReplaced: a lock file replaced by one that another open
 // file description already holds cannot be restored: Lost closes.
 func TestLostWhenFileReplaced(t *testing.T) {
@@ -281,6 +317,10 @@ func TestCheckDir(t *testing.T) {
 		{mk("private", 0o750), true},
 		{mk("open", 0o777), false},
 		{mk("sticky", 0o777|os.ModeSticky), true},
+		{mk("group", 0o770), false},
+		{mk("group-read", 0o775), false},
+		{mk("group-sticky", 0o770|os.ModeSticky), true},
+		{mk("group-readonly", 0o750), true},
 	} {
 		if err := CheckDir(tc.dir); (err == nil) != tc.safe {
 			t.Errorf("CheckDir(%s) = %v, want safe=%v", tc.dir, err, tc.safe)

@@ -66,7 +66,11 @@ func Lowest(s Set, k int) (Set, error) {
 	}
 	switch x := s.(type) {
 	case *FileSet:
-		return NewFileSet(x.dir, x.queue, x.role, k)
+		l, err := NewFileSet(x.dir, x.queue, x.role, k)
+		if err != nil {
+			return nil, err
+		}
+		return l.WithTarget(x.target), nil
 	case *LeaseSet:
 		c := *x
 		c.n, c.keys = k, x.keys[:k:k]
@@ -112,9 +116,10 @@ type Evicter interface {
 }
 
 // Overdue reports whether r is a holder past its published hard deadline
-// plus margin. A record without a deadline is never overdue.
+// plus margin. A record without a deadline is never overdue (a NoRecord
+// one has the deadline of its tenure in the lock file, when it wrote one).
 func (r Record) Overdue(now time.Time, margin time.Duration) bool {
-	return r.Held && !r.NoRecord && !r.Deadline.IsZero() && now.After(r.Deadline.Add(margin))
+	return r.Held && !r.Deadline.IsZero() && now.After(r.Deadline.Add(margin))
 }
 
 // Record describes a slot's holder. The zero value (Held false) is a free slot.
@@ -125,6 +130,13 @@ type Record struct {
 	Start uint64 `json:"start_ticks,omitempty"` // process start, clock ticks since boot
 	Host  string `json:"host,omitempty"`
 	Role  string `json:"role,omitempty"`
+	// Queue and Target name what the slot is for: the queue, and the Redis
+	// server and database its jobs live in (config's RedisTarget, never
+	// credentials). Two deployments that share a lock dir and a queue name
+	// on two databases would share its lock files: Target tells them apart
+	// (FileSet.Foreign). Empty in records of older versions.
+	Queue  string `json:"queue,omitempty"`
+	Target string `json:"target,omitempty"`
 	// Since is when the holder took the slot; Until its planned end.
 	Since time.Time `json:"since,omitzero"`
 	Until time.Time `json:"until,omitzero"`
@@ -146,7 +158,8 @@ type Record struct {
 	// NoRecord is set by Records, never published: the slot's lock file is
 	// flocked (by PID, per /proc/locks) but its record is missing, stale or
 	// unreadable: a holder that has not published yet, or cannot (a full
-	// disk, a record removed under it).
+	// disk, a record removed under it). Since, Deadline and BootDeadline
+	// are then the tenure the holder wrote in its lock file, if any.
 	NoRecord bool `json:"no_record,omitempty"`
 	// Fence is the fencing token of a lease (the Redis backend): it only
 	// grows, so a write checked against it tells a current holder from a

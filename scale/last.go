@@ -4,8 +4,9 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
+
+	"github.com/baton-run/baton/internal/atomicfile"
 )
 
 // Last is the newest scale-up or scale-down of a queue, for status:
@@ -27,16 +28,9 @@ func (l Last) Write(dir, queue string) error {
 	if err != nil {
 		return err
 	}
-	path := lastPath(dir, queue)
-	tmp := path + "." + strconv.Itoa(os.Getpid()) + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o640); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	return nil
+	// Created exclusively under a random name, never through a link
+	// planted in the lock dir.
+	return atomicfile.Write(lastPath(dir, queue), b, 0o640)
 }
 
 // ReadLast reads the queue's last scale decision, nil when none.

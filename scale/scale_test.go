@@ -2,6 +2,9 @@ package scale
 
 import (
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -197,5 +200,34 @@ func TestNeedsBacklog(t *testing.T) {
 		if got := NeedsBacklog(p, tt.s); got != tt.want {
 			t.Errorf("%s: NeedsBacklog = %v", tt.name, got)
 		}
+	}
+}
+
+// TestLastNeverFollowsPlantedLink: a link planted in the lock dir at the
+// temporary name the state file used to be written to, pointing at a file of
+// the holder's user, is neither written through nor left as the state file.
+func TestLastNeverFollowsPlantedLink(t *testing.T) {
+	dir := t.TempDir()
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("precious"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := lastPath(dir, "q")
+	for _, p := range []string{path + "." + strconv.Itoa(os.Getpid()) + ".tmp", path} {
+		if err := os.Symlink(victim, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := (Last{Decision: "up 1: test", PID: os.Getpid()}).Write(dir, "q"); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "precious" {
+		t.Fatalf("victim overwritten: %q", b)
+	}
+	if fi, err := os.Lstat(path); err != nil || !fi.Mode().IsRegular() {
+		t.Fatalf("state file %v, %v: want a regular file", fi, err)
+	}
+	if l := ReadLast(dir, "q"); l == nil || l.Decision != "up 1: test" {
+		t.Fatalf("read back %+v", l)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -43,6 +44,37 @@ func (c *Config) RedisName() string {
 		return "cluster " + strings.Join(c.RedisCluster, ",")
 	}
 	return RedactURL(c.RedisURL)
+}
+
+// RedisTarget names the Redis database c's jobs live in, without user or
+// password: "127.0.0.1:6379/0", "unix:/run/redis.sock/2", "sentinel
+// mymaster@A,B/1", "cluster A,B". Slot records carry it, so that two
+// deployments sharing one lock dir (production and staging, one queue name,
+// two databases) are told apart instead of sharing slots.
+func (c *Config) RedisTarget() string {
+	db := 0
+	if o, err := redis.ParseURL(c.RedisURL); err == nil {
+		db = o.DB
+	}
+	sorted := func(a []string) string {
+		a = slices.Clone(a)
+		slices.Sort(a)
+		return strings.Join(a, ",")
+	}
+	switch c.Topology() {
+	case Sentinel:
+		return "sentinel " + c.RedisMaster + "@" + sorted(c.RedisSentinels) + "/" + strconv.Itoa(db)
+	case Cluster:
+		return "cluster " + sorted(c.RedisCluster)
+	}
+	o, err := redis.ParseURL(c.RedisURL)
+	if err != nil {
+		return RedactURL(c.RedisURL)
+	}
+	if o.Network == "unix" {
+		return "unix:" + o.Addr + "/" + strconv.Itoa(o.DB)
+	}
+	return o.Addr + "/" + strconv.Itoa(o.DB)
 }
 
 // RedisOptions are the go-redis options of c's Redis. For Sentinel and

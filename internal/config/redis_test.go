@@ -98,3 +98,26 @@ func TestBadTopology(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisTarget: the target names the server and database, one way for
+// every spelling of them, and never the credentials.
+func TestRedisTarget(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{RedisURL: "redis://127.0.0.1:6379/0"}, "127.0.0.1:6379/0"},
+		{Config{RedisURL: "redis://127.0.0.1:6379"}, "127.0.0.1:6379/0"},
+		{Config{RedisURL: "redis://127.0.0.1"}, "127.0.0.1:6379/0"},
+		{Config{RedisURL: "redis://user:s3cret@127.0.0.1:6380/2"}, "127.0.0.1:6380/2"},
+		{Config{RedisURL: "rediss://:s3cret@10.0.0.1:6380/3"}, "10.0.0.1:6380/3"},
+		{Config{RedisURL: "unix://:s3cret@/run/redis.sock?db=4"}, "unix:/run/redis.sock/4"},
+		{Config{RedisURL: "redis://:s3cret@/1", RedisSentinels: []string{"b:26379", "a:26379"}, RedisMaster: "m"}, "sentinel m@a:26379,b:26379/1"},
+		{Config{RedisURL: "redis://:s3cret@/0", RedisCluster: []string{"b:7000", "a:7000"}}, "cluster a:7000,b:7000"},
+	} {
+		got := tc.cfg.RedisTarget()
+		if got != tc.want || strings.Contains(got, "s3cret") {
+			t.Errorf("RedisTarget(%s) = %q, want %q", tc.cfg.RedisURL, got, tc.want)
+		}
+	}
+}

@@ -29,9 +29,13 @@ type Slot struct {
 	Held bool `json:"held"`
 	// NoRecord: the slot's lock is held (per the kernel's lock table) by PID
 	// but its record is missing or unreadable (a full disk, say).
-	NoRecord bool       `json:"no_record,omitempty"`
-	PID      int        `json:"pid,omitempty"`
-	Host     string     `json:"host,omitempty"`
+	NoRecord bool   `json:"no_record,omitempty"`
+	PID      int    `json:"pid,omitempty"`
+	Host     string `json:"host,omitempty"`
+	// Target is the Redis server and database the holder works in, per
+	// its record ("" for older versions and leases): status warns when it
+	// is not this config's (two deployments sharing a lock dir).
+	Target   string     `json:"target,omitempty"`
 	Since    *time.Time `json:"since,omitempty"`
 	Until    *time.Time `json:"until,omitempty"`
 	JobsDone int64      `json:"jobs_done"`
@@ -119,12 +123,24 @@ func SlotSets(cfg *config.Config, rdb redis.UniversalClient) (run, sb lock.Set, 
 		lr.HandOverTo(ls, cfg.MinSlots) // a retiring holder of a kept slot hands its lease to the oldest standby
 		return lr, ls, nil
 	}
+	// Holders name the Redis database they work in: another deployment
+	// sharing this lock dir and queue name is told apart (Foreign).
+	target := cfg.RedisTarget()
 	fr, err := lock.NewFileSet(cfg.LockDir, cfg.Queue, lock.RoleRun, cfg.Slots)
 	if err != nil || cfg.StandbySlots == 0 {
-		return fr, nil, err
+		return withTarget(fr, target), nil, err
 	}
 	fs, err := lock.NewFileSet(cfg.LockDir, cfg.Queue, lock.RoleStandby, cfg.StandbySlots)
-	return fr, fs, err
+	return withTarget(fr, target), withTarget(fs, target), err
+}
+
+// withTarget is s naming target, nil for nil (a nil *FileSet must not
+// become a non-nil Set).
+func withTarget(s *lock.FileSet, target string) lock.Set {
+	if s == nil {
+		return nil
+	}
+	return s.WithTarget(target)
 }
 
 // FleetSettings are the settings every host of a fleet must share on one
@@ -222,7 +238,7 @@ func Slots(s lock.Set) ([]Slot, error) {
 	}
 	out := make([]Slot, len(recs))
 	for i, r := range recs {
-		out[i] = Slot{Slot: r.Slot, Held: r.Held, NoRecord: r.NoRecord, PID: r.PID, Host: r.Host, JobsDone: r.JobsDone, Job: r.Job,
+		out[i] = Slot{Slot: r.Slot, Held: r.Held, NoRecord: r.NoRecord, PID: r.PID, Host: r.Host, Target: r.Target, JobsDone: r.JobsDone, Job: r.Job,
 			Since: TimePtr(r.Since), Until: TimePtr(r.Until), JobSince: TimePtr(r.JobSince), Fence: r.Fence, ExpiresIn: r.ExpiresIn.Milliseconds(), Draining: r.Draining, Children: r.Children}
 	}
 	return out, nil
@@ -284,6 +300,9 @@ func Warnings(cfg *config.Config, rep *Report, others []string) []string {
 		w = append(w, fmt.Sprintf("leases paused after a Redis failover or restart until %s: no slot is granted before a lease the old server granted has expired (docs/fleet.md)",
 			p.Format("15:04:05.000")))
 	}
+	if cfg.LockBackend != "redis" {
+		w = append(w, foreign(cfg, rep)...)
+	}
 	held := 0
 	for _, s := range rep.Run {
 		if s.Held {
@@ -298,6 +317,26 @@ func Warnings(cfg *config.Config, rep *Report, others []string) []string {
 			w = append(w, fmt.Sprintf("%s waiting or pending and no holder in %s: is cron running 'baton run'? "+
 				"Holders run by another user use another default lock dir (/tmp/baton-<uid>), and holders on other hosts are not visible here",
 				Jobs(j.Waiting+j.Pending), cfg.LockDir))
+		}
+	}
+	return w
+}
+
+// foreign warns of held slots whose records name another Redis target:
+// another deployment shares the lock dir and queue name, and its holders
+// take this one's slots (baton run refuses to start then).
+func foreign(cfg *config.Config, rep *Report) []string {
+	self := cfg.RedisTarget()
+	var w []string
+	for _, set := range []struct {
+		role  string
+		slots []Slot
+	}{{lock.RoleRun, rep.Run}, {lock.RoleStandby, rep.Standby}} {
+		for _, s := range set.slots {
+			if s.Held && s.Target != "" && s.Target != self {
+				w = append(w, fmt.Sprintf("%s slot %d is held by pid %d of another deployment, working in Redis %s, not %s (this config's): "+
+					"two deployments share lock dir %s and queue %s; give each its own lock_dir", set.role, s.Slot, s.PID, s.Target, self, cfg.LockDir, cfg.Queue))
+			}
 		}
 	}
 	return w
