@@ -65,6 +65,7 @@ const (
 	runsKey      = "chaos:runs" // hash: job payload → completed runs
 	byKey        = "chaos:by"   // list: "payload pid ppid unix-ms" per completed run
 	oddKey       = "chaos:odd"  // hash: what the persistent children did wrong, by kind → times
+	selfKillKey  = "chaos:self" // set: pids a poison job killed (a holder, or a persistent child)
 )
 
 // Poison jobs: they always fail, or always kill their own holder.
@@ -108,6 +109,7 @@ func chaosJob(rdb *redis.Client, payload []byte, attempt int) error {
 	case work.ReasonFailed:
 		return errors.New("poison: always fails")
 	case work.ReasonCrashed:
+		rdb.SAdd(context.Background(), selfKillKey, os.Getpid())
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {}
 	}
@@ -185,8 +187,8 @@ func (f *fleet) fire() {
 	}()
 }
 
-// touched is the set of pids that were kill -9'd, SIGTERMed, frozen or
-// left by their hard deadline: a job they ran may run again (at-least-once),
+// touched is the set of pids that were kill -9'd (by the monkey or by a
+// poison job), SIGTERMed, frozen or left by their hard deadline: a job they ran may run again (at-least-once),
 // and that is the only excuse for a duplicate.
 type touched struct {
 	mu sync.Mutex
@@ -539,6 +541,10 @@ func chaosRun(t *testing.T, jobs int, persistent bool) {
 	// cut short, or Redis lost a reply: never because a child answered
 	// twice or died between jobs.
 	killedByBaton(t, logf.Name(), hit)
+	for _, pid := range rdb.SMembers(ctx, selfKillKey).Val() {
+		n, _ := strconv.Atoi(pid)
+		hit.add(n)
+	}
 	duplicates, unexplained := explain(t, rdb, runs, hit, restart)
 	if unexplained > 0 {
 		t.Errorf("%d of %d duplicate runs not explained by a kill", unexplained, duplicates)
