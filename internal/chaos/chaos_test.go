@@ -219,6 +219,32 @@ func killedByBaton(t *testing.T, log string, hit *touched) {
 
 var killedChild = regexp.MustCompile(`child (\d+) killed`)
 
+// crashedRun is a run that failed because its persistent child died or broke
+// the protocol (the error of a retry or a dead letter).
+var crashedRun = regexp.MustCompile(`"error":"child (\d+)(?: died mid-job|: worker protocol error)[^"]*"`)
+
+// blamed counts the runs that failed as crashed although nobody killed
+// their child: a job blamed for its child's death between jobs, or for an
+// answer its child gave twice.
+func blamed(t *testing.T, log string, hit *touched) int {
+	t.Helper()
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Errorf("read the run's log: %v", err)
+		return 0
+	}
+	n := 0
+	for _, m := range crashedRun.FindAllSubmatch(b, -1) {
+		pid, _ := strconv.Atoi(string(m[1]))
+		if !hit.has(pid) {
+			if n++; n <= 5 {
+				t.Logf("crashed run not explained by a kill: %s", m[0])
+			}
+		}
+	}
+	return n
+}
+
 // explain counts the extra runs of each job and those of them explained by
 // a kill: a run by a process in hit (or whose parent, its holder, is), or
 // one that ended near the Redis restart (a lost reply). Every duplicate
@@ -548,6 +574,9 @@ func chaosRun(t *testing.T, jobs int, persistent bool) {
 	duplicates, unexplained := explain(t, rdb, runs, hit, restart)
 	if unexplained > 0 {
 		t.Errorf("%d of %d duplicate runs not explained by a kill", unexplained, duplicates)
+	}
+	if n := blamed(t, logf.Name(), hit); n > 0 {
+		t.Errorf("%d runs failed as crashed while nobody killed their child", n)
 	}
 	// The dead letters are exactly the poison ids, with the right reasons.
 	// A job that always fails ends as "failed", or as "crashed" when the
