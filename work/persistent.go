@@ -38,13 +38,16 @@ import (
 // fresh child. A child found dead before it read its job (it exited
 // between jobs) costs the job nothing: the job runs on a fresh child. Each
 // job frame carries a delivery number (seq) that the child echoes: a
-// result or heartbeat of an earlier delivery is ignored, so a child that
-// answers twice cannot settle the next run. A child is replaced after about MaxJobsPerChild jobs (±10%)
+// result or heartbeat of another delivery is ignored, so a child that
+// answers twice cannot settle a later run, nor a leftover heartbeat keep
+// one alive. A child is replaced after about MaxJobsPerChild jobs (±10%)
 // or when its resident memory passes MaxRSS. A child that cannot start
-// (exits or is silent before its ready message) is retried with backoff;
-// after StartFailures failures in a row Handle returns ErrHandlerDown with
-// the tail of its stderr. Close stops the children: each gets the stop
-// message and is killed if it is still there after its grace.
+// (exits or is silent before its ready message, or exits after it without
+// reading a job) is retried with backoff; after StartFailures failures in
+// a row Handle returns ErrHandlerDown with the tail of its stderr. A
+// child's start-up lasts no longer than Handle's context (a drain's
+// grace): the job goes back unrun. Close stops the children: each gets
+// the stop message and is killed if it is still there after its grace.
 type Persistent struct {
 	Argv             []string
 	Timeout          time.Duration // per job; Job.Timeout overrides it; 0: none
