@@ -202,8 +202,9 @@ func (s *touched) has(pid int) bool {
 	return s.m[pid]
 }
 
-// killedByBaton adds the children baton's own log says it killed (job
-// timeout, silence, the end of a grace) to hit.
+// killedByBaton adds to hit the children baton's own log says it killed
+// (job timeout, silence, the end of a grace) and the holders that left by
+// their hard deadline (spawned ones too, which fire does not wait for).
 func killedByBaton(t *testing.T, log string, hit *touched) {
 	t.Helper()
 	b, err := os.ReadFile(log)
@@ -211,13 +212,18 @@ func killedByBaton(t *testing.T, log string, hit *touched) {
 		t.Errorf("read the run's log: %v", err)
 		return
 	}
-	for _, m := range killedChild.FindAllSubmatch(b, -1) {
-		pid, _ := strconv.Atoi(string(m[1]))
-		hit.add(pid)
+	for _, re := range []*regexp.Regexp{killedChild, hardDeadline} {
+		for _, m := range re.FindAllSubmatch(b, -1) {
+			pid, _ := strconv.Atoi(string(m[1]))
+			hit.add(pid)
+		}
 	}
 }
 
-var killedChild = regexp.MustCompile(`child (\d+) killed`)
+var (
+	killedChild  = regexp.MustCompile(`child (\d+) killed`)
+	hardDeadline = regexp.MustCompile(`"pid":(\d+)[^\n]*"message":"hard deadline:`)
+)
 
 // crashedRun is a run that failed because its persistent child died or broke
 // the protocol (the error of a retry or a dead letter).
