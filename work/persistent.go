@@ -20,6 +20,7 @@ import (
 
 	"github.com/baton-run/baton/internal/proc"
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 )
 
 // Persistent is a Handler that keeps long-lived children, one per running
@@ -34,12 +35,19 @@ import (
 // Timeout) or is silent for HeartbeatTimeout gets its child's group killed
 // and fails with ErrJobTimeout; a child that dies or breaks the framing
 // mid-job fails the job with ErrCrashed; either way the next job gets a
-// fresh child. A child is replaced after about MaxJobsPerChild jobs (±10%)
+// fresh child. A child found dead before it read its job (it exited
+// between jobs) costs the job nothing: the job runs on a fresh child. Each
+// job frame carries a delivery number (seq) that the child echoes: a
+// result or heartbeat of another delivery is ignored, so a child that
+// answers twice cannot settle a later run, nor a leftover heartbeat keep
+// one alive. A child is replaced after about MaxJobsPerChild jobs (±10%)
 // or when its resident memory passes MaxRSS. A child that cannot start
-// (exits or is silent before its ready message) is retried with backoff;
-// after StartFailures failures in a row Handle returns ErrHandlerDown with
-// the tail of its stderr. Close stops the children: each gets the stop
-// message and is killed if it is still there after its grace.
+// (exits or is silent before its ready message, or exits after it without
+// reading a job) is retried with backoff; after StartFailures failures in
+// a row Handle returns ErrHandlerDown with the tail of its stderr. A
+// child's start-up lasts no longer than Handle's context (a drain's
+// grace): the job goes back unrun. Close stops the children: each gets
+// the stop message and is killed if it is still there after its grace.
 type Persistent struct {
 	Argv             []string
 	Timeout          time.Duration // per job; Job.Timeout overrides it; 0: none
@@ -55,8 +63,9 @@ type Persistent struct {
 	// BATON_HOLDER: it proves which processes are this holder's. "": none.
 	Holder string
 
-	kin                // the children's environment, process groups and run marks
-	fails atomic.Int32 // failed starts in a row, across lanes
+	kin                 // the children's environment, process groups and run marks
+	fails atomic.Int32  // failed starts in a row, across lanes
+	seq   atomic.Uint64 // the last delivery number given to a job frame
 
 	mu   sync.Mutex
 	idle []*child            // children waiting for a job; guarded by mu
@@ -88,18 +97,47 @@ type child struct {
 	stderr  *childOutput
 	jobs    atomic.Int64 // jobs run; written by the lane, read by Children
 	limit   int          // jobs before it is replaced; 0: none
+
+	// What fd 3's pipe carried, to tell whether a child that died had read
+	// its job: the pipe is FIFO, so the child read some of a frame iff it
+	// consumed (written - unread) more than the bytes sent before it.
+	queued  int64         // bytes of the frames the lane sent; the lane's own
+	written atomic.Int64  // bytes written to fd 3, by the lane or the writer
+	unread  int64         // bytes left in the pipe once it exited, -1: unknown; set before exited closes
+	wdone   chan struct{} // closed once the writer returned: written is final
 }
 
-// Handle runs j on an idle child, or on a fresh one.
+// Handle runs j on an idle child, or on a fresh one; on a fresh one again
+// when the child turns out to be dead before it read j.
 func (p *Persistent) Handle(ctx context.Context, j *Job) error {
-	c, err := p.take(ctx, j)
-	if err != nil {
-		return err
+	for {
+		c, err := p.take(ctx, j)
+		if err != nil {
+			return err
+		}
+		alive, err := p.run(ctx, c, j)
+		if errors.Is(err, errUnstarted) {
+			// Not the job's fault. A child that never read a job did not
+			// start either: counted as a failed start, so one that says
+			// ready and exits cannot loop.
+			p.Logger.Warn().Err(err).Str("job", j.ID).Int("child", c.pid).Msg("persistent child gone before it read its job: running the job on a fresh child")
+			if c.jobs.Load() == 0 {
+				if err := p.failed(ctx, err); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		p.fails.Store(0)
+		if !alive {
+			return err
+		}
+		return p.done(c, err)
 	}
-	alive, err := p.run(ctx, c, j)
-	if !alive {
-		return err
-	}
+}
+
+// done puts c back to the idle children after a job, or replaces it.
+func (p *Persistent) done(c *child, err error) error {
 	jobs := c.jobs.Add(1)
 	switch {
 	case c.limit > 0 && jobs >= int64(c.limit):
@@ -120,8 +158,14 @@ func (p *Persistent) run(ctx context.Context, c *child, j *Job) (alive bool, err
 	log := p.Logger.With().Str("job", j.ID).Int("child", c.pid).Logger()
 	c.stdout.next(log)
 	c.stderr.next(log)
-	f := frame{Type: frameJob, ID: j.ID, Attempt: j.Attempt, Queue: j.Queue, body: j.Payload}
-	c.send(f.encode())
+	seq := p.seq.Add(1)
+	f := frame{Type: frameJob, ID: j.ID, Seq: seq, Attempt: j.Attempt, Queue: j.Queue, body: j.Payload}
+	bufs := f.encode()
+	before := c.queued
+	for _, b := range bufs {
+		c.queued += int64(len(b))
+	}
+	c.send(bufs)
 	timeout := p.Timeout
 	if j.Timeout > 0 {
 		timeout = j.Timeout
@@ -142,14 +186,29 @@ func (p *Persistent) run(ctx context.Context, c *child, j *Job) (alive bool, err
 		select {
 		case m, ok := <-c.msgs:
 			if !ok {
-				return false, p.lost(c, "died mid-job")
+				err := p.lost(c, "died mid-job")
+				if !c.started(before) {
+					return false, fmt.Errorf("child %d gone before it read job %s: %w: %w", c.pid, j.ID, errUnstarted, err)
+				}
+				return false, err
 			}
+			// A frame without seq (a child of an older helper) is this
+			// delivery's when it names this job.
+			ours := m.ID == j.ID && (m.Seq == 0 || m.Seq == seq)
 			switch {
+			case m.Type == frameHeartbeat && !ours:
+				// Only this delivery's heartbeats keep it alive: not a
+				// finished job's, nor an earlier run's of this job.
+				log.Debug().Str("of_job", m.ID).Uint64("seq", m.Seq).Uint64("want_seq", seq).Msg("ignored a heartbeat of another delivery")
 			case m.Type == frameHeartbeat && hb != nil:
 				hb.Reset(p.HeartbeatTimeout)
 			case m.Type == frameHeartbeat:
 			case m.Type != frameResult:
 				log.Debug().Str("type", m.Type).Msg("ignored a frame of an unknown type")
+			case m.Seq != 0 && m.Seq != seq:
+				// A late or second answer to an earlier delivery: it must
+				// not settle this one.
+				log.Warn().Str("of_job", m.ID).Uint64("seq", m.Seq).Uint64("want_seq", seq).Str("status", m.Status).Msg("ignored a result of an earlier delivery")
 			case m.ID != j.ID:
 				p.kill(c)
 				return false, fmt.Errorf("child %d: %w: result for job %q while running %q: %w", c.pid, errProtocol, m.ID, j.ID, ErrCrashed)
@@ -206,6 +265,35 @@ func (c *child) await() {
 	}
 }
 
+// started says whether c, which exited, had read any byte of the frame
+// sent after the first before bytes of fd 3. When unsure: yes.
+func (c *child) started(before int64) bool {
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case <-c.wdone:
+	case <-t.C: // a writer stuck on a pipe that an escaped process holds
+		return true
+	}
+	return c.unread < 0 || c.written.Load()-c.unread > before
+}
+
+// unreadIn is how many bytes wait in the pipe f writes to (FIONREAD, named
+// TIOCINQ on Linux); -1 when unknown.
+func unreadIn(f *os.File) int64 {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return -1
+	}
+	n := -1
+	_ = rc.Control(func(fd uintptr) {
+		if v, err := unix.IoctlGetInt(int(fd), unix.TIOCINQ); err == nil {
+			n = v
+		}
+	})
+	return int64(n)
+}
+
 // exit is how c ended; only once exited is closed.
 func (c *child) exit() error {
 	if c.err != nil {
@@ -216,8 +304,12 @@ func (c *child) exit() error {
 
 // take returns an idle child, or starts one; a start that fails is retried
 // with backoff, and after StartFailures failures in a row it gives up with
-// ErrHandlerDown.
+// ErrHandlerDown. When ctx ends first (the end of a drain's grace), the
+// job was not started: errUnstarted.
 func (p *Persistent) take(ctx context.Context, j *Job) (*child, error) {
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("take a persistent child: %w: %w", context.Cause(ctx), errUnstarted)
+	}
 	p.mu.Lock()
 	for len(p.idle) > 0 {
 		c := p.idle[len(p.idle)-1]
@@ -231,36 +323,49 @@ func (p *Persistent) take(ctx context.Context, j *Job) (*child, error) {
 		return c, nil
 	}
 	p.mu.Unlock()
-	most := p.StartFailures
-	if most < 1 {
-		most = 3
-	}
 	for {
 		c, err := p.start(j.Queue, j.Slot)
 		if err == nil {
-			if err = p.ready(c); err == nil {
-				p.fails.Store(0)
+			if err = p.ready(ctx, c); err == nil {
 				return c, nil
 			}
 		}
-		n := int(p.fails.Add(1))
-		if n >= most {
-			return nil, fmt.Errorf("%w: %s failed to start %d times in a row: %w", ErrHandlerDown, p.Argv[0], n, err)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("start a persistent child: %w: %w", context.Cause(ctx), errUnstarted)
 		}
-		wait := min(100*time.Millisecond<<(n-1), 5*time.Second)
-		p.Logger.Warn().Err(err).Int("failures", n).Dur("retry_in", wait).Msg("persistent child failed to start")
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
+		if err := p.failed(ctx, err); err != nil {
+			return nil, err
 		}
 	}
 }
 
-// ready waits for c's ready message.
-func (p *Persistent) ready(c *child) error {
+// failed counts a failed start: after StartFailures in a row it gives up
+// with ErrHandlerDown, else it waits its backoff (100ms, 200ms, ... 5s).
+// The count restarts when a child starts a job.
+func (p *Persistent) failed(ctx context.Context, err error) error {
+	most := p.StartFailures
+	if most < 1 {
+		most = 3
+	}
+	n := int(p.fails.Add(1))
+	if n >= most {
+		return fmt.Errorf("%w: %s failed to start %d times in a row: %w", ErrHandlerDown, p.Argv[0], n, err)
+	}
+	wait := min(100*time.Millisecond<<(n-1), 5*time.Second)
+	p.Logger.Warn().Err(err).Int("failures", n).Dur("retry_in", wait).Msg("persistent child failed to start")
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("start a persistent child: %w: %w", context.Cause(ctx), errUnstarted)
+	}
+}
+
+// ready waits for c's ready message, or until ctx ends: a drain waits for
+// a child's start-up no longer than its grace.
+func (p *Persistent) ready(ctx context.Context, c *child) error {
 	wait := p.StartTimeout
 	if wait <= 0 {
 		wait = time.Minute
@@ -285,6 +390,9 @@ func (p *Persistent) ready(c *child) error {
 	case <-t.C:
 		p.kill(c)
 		return fmt.Errorf("child %d: no ready message within %s: %w", c.pid, wait, c.exit())
+	case <-ctx.Done():
+		p.kill(c)
+		return fmt.Errorf("child %d killed before ready: %w", c.pid, context.Cause(ctx))
 	}
 }
 
@@ -300,6 +408,7 @@ func (p *Persistent) start(queue, slot string) (*child, error) {
 		out:    make(chan [][]byte, 2),
 		msgs:   make(chan frame, 8),
 		exited: make(chan struct{}),
+		wdone:  make(chan struct{}),
 		stdout: &childOutput{limit: limit, l: lineLog{log: log, stream: "stdout", left: limit}},
 		stderr: &childOutput{limit: limit, l: lineLog{log: log, stream: "stderr", left: limit, tail: make([]byte, 0, tailSize)}},
 	}
@@ -360,6 +469,7 @@ func (p *Persistent) wait(c *child, cmd *exec.Cmd, pipes *pipes, started chan<- 
 		p.track(0, c.run, false)
 		pipes.wait()
 		_, _ = toW.Close(), fromR.Close()
+		close(c.wdone)
 		close(c.exited)
 		started <- err
 		return
@@ -372,7 +482,8 @@ func (p *Persistent) wait(c *child, cmd *exec.Cmd, pipes *pipes, started chan<- 
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	p.track(pgid, c.run, false)
 	p.killOrphans(p.Holder, p.Logger)
-	_ = fromR.Close() // ends the reader even if an escaped process holds fd 4
+	c.unread = unreadIn(toW) // nothing reads fd 3 any more; the writer closes toW once exited closes
+	_ = fromR.Close()        // ends the reader even if an escaped process holds fd 4
 	pipes.wait()
 	c.stdout.flush()
 	c.stderr.flush()
@@ -418,7 +529,8 @@ func (c *child) send(bufs [][]byte) {
 			buf = append(append(make([]byte, 0, n), bufs[0]...), bufs[1]...)
 		}
 		_ = c.to.SetWriteDeadline(time.Now().Add(time.Second))
-		_, err := c.to.Write(buf)
+		n, err := c.to.Write(buf)
+		c.written.Add(int64(n))
 		// The writer's large frames and stop must not inherit the deadline.
 		_ = c.to.SetWriteDeadline(time.Time{})
 		if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -435,12 +547,14 @@ func (c *child) send(bufs [][]byte) {
 // write writes the frames sent on out to fd 3 until c exits. A write to a
 // child that died fails (EPIPE); the lane learns it from msgs and exited.
 func (c *child) write(w *os.File) {
+	defer close(c.wdone)
 	defer w.Close()
 	for {
 		select {
 		case bufs := <-c.out:
 			b := net.Buffers(bufs)
-			_, _ = b.WriteTo(w)
+			n, _ := b.WriteTo(w)
+			c.written.Add(n)
 		case <-c.exited:
 			return
 		}

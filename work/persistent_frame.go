@@ -20,9 +20,9 @@ const (
 	ProtocolVersion = 1
 
 	frameReady     = "ready"     // child: started, waiting for jobs
-	frameJob       = "job"       // baton: id, attempt, queue, size + payload
-	frameResult    = "result"    // child: id, status ok|error|skip, error
-	frameHeartbeat = "heartbeat" // child: still working on the job
+	frameJob       = "job"       // baton: id, seq, attempt, queue, size + payload
+	frameResult    = "result"    // child: id, seq, status ok|error|skip, error
+	frameHeartbeat = "heartbeat" // child: id, seq: still working on the job
 	frameStop      = "stop"      // baton: finish and exit 0
 
 	statusOK    = "ok"    // done: acknowledged
@@ -37,6 +37,7 @@ const (
 type frame struct {
 	Type     string `json:"type"`
 	ID       string `json:"id,omitempty"`
+	Seq      uint64 `json:"seq,omitempty"` // the delivery a job frame starts and a result or heartbeat names
 	Attempt  int    `json:"attempt,omitempty"`
 	Queue    string `json:"queue,omitempty"`
 	Status   string `json:"status,omitempty"`

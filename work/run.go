@@ -97,6 +97,11 @@ var (
 	ErrHandlerDown = errors.New("handler cannot run jobs")
 )
 
+// errUnstarted, wrapped in a handler's error, says the job never started
+// (its persistent child was still starting when the grace ended): it goes
+// back to the stream unrun, no attempt counted.
+var errUnstarted = errors.New("job not started")
+
 func (c *Config) defaults() {
 	if c.Concurrency < 1 {
 		c.Concurrency = 1
@@ -340,6 +345,8 @@ func (r *runner) work(ctx context.Context) {
 		case errors.Is(err, ErrHandlerDown):
 			// Not the job's fault: it goes back unrun, and the holder leaves.
 			r.stop("handler", err)
+			r.results <- result{job: j, back: true}
+		case errors.Is(err, errUnstarted):
 			r.results <- result{job: j, back: true}
 		case err != nil && ctx.Err() != nil:
 			// Cut short by the end of the grace period: leave it pending for

@@ -57,13 +57,16 @@ function serve(handler) {
         buf = buf.subarray(nl + 1 + size);
         if (header.type === 'stop') process.exit(0);
         if (header.type !== 'job') continue; // a newer baton's message: ignore it
+        // seq names this delivery: baton ignores what names another one
+        // (a heartbeat timer left running by a finished job, say).
+        const frame = (type, fields) => ({ type, id: header.id, ...(header.seq !== undefined && { seq: header.seq }), ...fields });
         const job = {
           id: header.id,
           attempt: header.attempt || 1,
           queue: header.queue || '',
-          heartbeat: () => send({ type: 'heartbeat', id: header.id }),
+          heartbeat: () => send(frame('heartbeat')),
         };
-        const result = { type: 'result', id: job.id, status: 'ok' };
+        const result = frame('result', { status: 'ok' });
         try {
           await handler(body, job);
         } catch (e) {

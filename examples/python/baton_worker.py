@@ -32,13 +32,22 @@ class Job:
     first run), queue. Call heartbeat() during long work when baton runs with
     heartbeat_timeout."""
 
-    __slots__ = ("id", "attempt", "queue", "_send")
+    __slots__ = ("id", "attempt", "queue", "_seq", "_send")
 
-    def __init__(self, id, attempt, queue, send):
-        self.id, self.attempt, self.queue, self._send = id, attempt, queue, send
+    def __init__(self, id, attempt, queue, seq, send):
+        self.id, self.attempt, self.queue, self._seq, self._send = id, attempt, queue, seq, send
+
+    def _frame(self, kind, **fields):
+        # seq names this delivery: baton ignores what names another one
+        # (a heartbeat thread left running by a finished job, say).
+        msg = {"type": kind, "id": self.id}
+        if self._seq is not None:
+            msg["seq"] = self._seq
+        msg.update(fields)
+        return msg
 
     def heartbeat(self):
-        self._send({"type": "heartbeat", "id": self.id})
+        self._send(self._frame("heartbeat"))
 
 
 def _read_exact(f, n):
@@ -78,8 +87,8 @@ def serve(handler):
             return
         if kind != "job":
             continue  # a newer baton's message: ignore it
-        job = Job(msg["id"], msg.get("attempt", 1), msg.get("queue", ""), send)
-        result = {"type": "result", "id": job.id, "status": "ok"}
+        job = Job(msg["id"], msg.get("attempt", 1), msg.get("queue", ""), msg.get("seq"), send)
+        result = job._frame("result", status="ok")
         try:
             handler(body, job)
         except SkipRetry as e:

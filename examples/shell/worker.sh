@@ -15,8 +15,9 @@ echo '{"type":"ready"}' >&4
 while IFS= read -r header <&3; do
 	case $header in *'"type":"stop"'*) exit 0 ;; esac
 	id=$(printf '%s\n' "$header" | sed -n 's/.*"id":"\([^"]*\)".*/\1/p')
+	seq=$(printf '%s\n' "$header" | sed -n 's/.*"seq":\([0-9]*\).*/\1/p')
 	size=$(printf '%s\n' "$header" | sed -n 's/.*"size":\([0-9]*\).*/\1/p')
 	head -c "${size:-0}" <&3 > "$dir/payload"
 	if "$@" < "$dir/payload"; then status=ok; else status=error; fi
-	printf '{"type":"result","id":"%s","status":"%s"}\n' "$id" "$status" >&4
+	printf '{"type":"result","id":"%s","seq":%s,"status":"%s"}\n' "$id" "${seq:-0}" "$status" >&4
 done

@@ -22,6 +22,16 @@ serve(async (payload, job) => {
         await new Promise((r) => setTimeout(r, 50));
       }
       break;
+    case 'hang':
+      await new Promise(() => {});
+      break;
+    case 'leak': // a heartbeat timer the job forgets to stop: it outlives the job
+      setInterval(job.heartbeat, 50);
+      break;
+    case 'leak-fail':
+      if (job.attempt > 1) await new Promise(() => {});
+      setInterval(job.heartbeat, 50);
+      throw new Error('failed, its heartbeats running on');
     case 'fail':
       throw new Error('asked to fail');
     case 'skip':

@@ -6,6 +6,7 @@ Every job appends "id pid attempt sha256" to $PERSIST_LOG. Flags: --exit
 import hashlib
 import os
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "python"))
@@ -19,6 +20,15 @@ if "--exit" in sys.argv:
 import baton_worker  # noqa: E402
 
 hoard = []
+
+
+def leak_heartbeats(job):
+    """A heartbeat thread the job forgets to stop: it outlives the job."""
+    def beat():
+        while True:
+            job.heartbeat()
+            time.sleep(0.05)
+    threading.Thread(target=beat, daemon=True).start()
 
 
 def handle(payload, job):
@@ -38,6 +48,13 @@ def handle(payload, job):
         while time.time() < end:
             job.heartbeat()
             time.sleep(0.05)
+    elif cmd == b"leak":
+        leak_heartbeats(job)
+    elif cmd == b"leak-fail" and job.attempt == 1:
+        leak_heartbeats(job)
+        raise RuntimeError("failed, its heartbeats running on")
+    elif cmd == b"leak-fail":
+        time.sleep(3600)
     elif cmd == b"die":
         os._exit(3)
     elif cmd == b"fail":
