@@ -384,32 +384,39 @@ func (sl *leaseSlot) Release() error {
 	return err
 }
 
-// start starts the renewer, which renews every Renew (retrying sooner after
-// an error), and the watchdog, which closes lost once the last successful
-// renewal was sent more than Deadline ago on the boot clock: CLOCK_BOOTTIME
-// counts time suspended, so a holder resumed after a pause finds its
-// deadline passed at its first look.
+// start starts the renewer and the watchdog. The renewer sends a renewal
+// Renew after the last one was sent (at once again after an error: renew
+// is idempotent for the same owner) and waits for each reply as long as
+// the renew deadline allows, so a slow link's late replies still count.
+// The watchdog closes lost once the last confirmed renewal was sent more
+// than Deadline ago on the boot clock: CLOCK_BOOTTIME counts time
+// suspended, so a holder resumed after a pause finds its deadline passed
+// at its first look.
 func (sl *leaseSlot) start() {
 	opt := sl.set.opt
-	sl.wg.Add(2)
+	ctx, cancel := context.WithCancel(context.Background())
+	sl.wg.Add(3)
+	go func() { // Release cancels a renewal in flight
+		defer sl.wg.Done()
+		<-sl.stop
+		cancel()
+	}()
 	go func() {
 		defer sl.wg.Done()
-		wait := opt.Renew
+		next := time.Duration(sl.okAt.Load()) + opt.Renew // boot clock of the next send
 		for {
 			select {
 			case <-sl.stop:
 				return
 			case <-sl.lost:
 				return
-			case <-time.After(wait):
+			case <-time.After(next - boottime()):
 			}
 			sent := boottime()
-			ctx, cancel := sl.set.call()
-			exp, err := script.Run(ctx, sl.set.rdb, renewScript, []string{sl.key, sl.set.config}, sl.owner, opt.TTL.Milliseconds()).Int64()
-			cancel()
+			exp, err := sl.renew(ctx, sent)
 			switch {
 			case err != nil:
-				wait = min(opt.Renew, max(opt.Deadline/10, 50*time.Millisecond))
+				next = boottime() + min(opt.Renew, max(opt.Deadline/10, 50*time.Millisecond))
 			case exp == 0:
 				sl.lose("lease lost: expired or taken by another holder")
 				return
@@ -417,7 +424,7 @@ func (sl *leaseSlot) start() {
 				if int64(sent) > sl.okAt.Load() {
 					sl.okAt.Store(int64(sent))
 				}
-				wait = opt.Renew
+				next = sent + opt.Renew
 			}
 		}
 	}()
@@ -433,11 +440,23 @@ func (sl *leaseSlot) start() {
 			case <-t.C:
 			}
 			if boottime()-time.Duration(sl.okAt.Load()) >= opt.Deadline {
-				sl.lose(fmt.Sprintf("renew deadline %s passed without a renewal (lease_ttl %s)", opt.Deadline, opt.TTL))
+				sl.lose(fmt.Sprintf("renew deadline %s passed without a confirmed renewal (lease_ttl %s)", opt.Deadline, opt.TTL))
 				return
 			}
 		}
 	}()
+}
+
+// renew sends one renewal at sent (boot clock) and waits for its reply
+// until the renew deadline: a reply after it is of no use, the watchdog has
+// fenced the holder by then. Returns the new expiry, 0 when the lease is no
+// longer ours.
+func (sl *leaseSlot) renew(ctx context.Context, sent time.Duration) (int64, error) {
+	opt := sl.set.opt
+	left := time.Duration(sl.okAt.Load()) + opt.Deadline - sent
+	ctx, cancel := context.WithTimeout(ctx, max(left, 10*time.Millisecond))
+	defer cancel()
+	return script.Run(ctx, sl.set.rdb, renewScript, []string{sl.key, sl.set.config}, sl.owner, opt.TTL.Milliseconds()).Int64()
 }
 
 func (sl *leaseSlot) lose(why string) {
