@@ -1,6 +1,9 @@
 package lock
 
-import "github.com/redis/go-redis/v9"
+import (
+	"github.com/baton-run/baton/internal/script"
+	"github.com/redis/go-redis/v9"
+)
 
 // The lease scripts judge expiry on Redis' own clock (TIME, read inside the
 // script), never on a client's. A lease is a hash:
@@ -16,6 +19,12 @@ import "github.com/redis/go-redis/v9"
 // next holder inherits the record (Slot.Inherited), and N keys per set is
 // all there ever is. Numbers are written with string.format('%d'): a Lua
 // number handed to redis.call could be formatted with an exponent.
+//
+// The scripts that write (grant, renew, release, hand over, publish) carry
+// the allow-oom flag (script.AllowOOM): at maxmemory Redis still runs
+// them, so holders keep their leases and work what is queued, as with flock
+// slots. What they write is bounded: a few fields per lease, N leases, the
+// fence counter, the config and epoch hashes, one line member per standby.
 
 // leaseNow is the Redis clock in unix ms.
 const leaseNow = `
@@ -104,7 +113,7 @@ end
 // or "", set (0 first, 1 second)} when granted, {-1} when every lease is
 // live or grants are paused, {-2, name, the fleet's value} when a setting differs from the
 // fleet's config in force.
-var acquireScript = redis.NewScript(leaseNow + configLua + epochLua + `
+var acquireScript = script.AllowOOM(leaseNow + configLua + epochLua + `
 local ttl, nfirst = tonumber(ARGV[1]), tonumber(ARGV[6])
 local live = cfgLive(KEYS[2])
 if live then
@@ -142,7 +151,7 @@ return {-1}
 //
 // KEYS[1] lease, KEYS[2] the fleet's config; ARGV[1] owner, ARGV[2] TTL (ms).
 // Returns the new expiry (unix ms), 0 when the lease is not ours or expired.
-var renewScript = redis.NewScript(leaseNow + configLua + `
+var renewScript = script.AllowOOM(leaseNow + configLua + `
 local l = redis.call('HMGET', KEYS[1], 'owner', 'expires')
 if l[1] ~= ARGV[1] or tonumber(l[2]) <= now then return 0 end
 local exp = now + tonumber(ARGV[2])
@@ -155,7 +164,7 @@ return exp
 //
 // KEYS[1] lease; ARGV[1] owner.
 // Returns 1 when released, 0 when it was not ours.
-var releaseScript = redis.NewScript(`
+var releaseScript = script.AllowOOM(`
 if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
 return 1
@@ -218,7 +227,7 @@ end
 // ARGV[1] owner, ARGV[2] TTL (ms), ARGV[3] the wake channel prefix,
 // ARGV[4] the run lease's slot.
 // Returns 2 when handed over, 1 when released, 0 when it was not ours.
-var handOverScript = redis.NewScript(leaseNow + configLua + epochLua + `
+var handOverScript = script.AllowOOM(leaseNow + configLua + epochLua + `
 local LINE, FENCE, CFG, SB, NSB, WAKE = KEYS[3], KEYS[2], KEYS[4], 6, #KEYS - 5, ARGV[3]
 ` + lineLua + `
 local l = redis.call('HMGET', KEYS[1], 'owner', 'expires')
@@ -245,7 +254,7 @@ return 1
 // mode, ARGV[5] the number of run leases, ARGV[6] this standby's owner.
 // Returns {run slot, token, since, expires, previous holder's rec or ""}
 // when a run lease is this standby's, else {-1}.
-var turnScript = redis.NewScript(leaseNow + configLua + epochLua + `
+var turnScript = script.AllowOOM(leaseNow + configLua + epochLua + `
 local nrun = tonumber(ARGV[5])
 local LINE, FENCE, CFG, SB, NSB, WAKE = KEYS[2], KEYS[1], KEYS[3], 5 + nrun, #KEYS - 4 - nrun, ARGV[2]
 local ttl = tonumber(ARGV[1])
@@ -284,7 +293,7 @@ return {-1}
 //
 // KEYS[1] lease; ARGV[1] owner, ARGV[2] record (JSON).
 // Returns 1 when stored, 0 when the lease is not ours or expired.
-var publishScript = redis.NewScript(leaseNow + `
+var publishScript = script.AllowOOM(leaseNow + `
 local l = redis.call('HMGET', KEYS[1], 'owner', 'expires')
 if l[1] ~= ARGV[1] or tonumber(l[2]) <= now then return 0 end
 redis.call('HSET', KEYS[1], 'rec', ARGV[2])
