@@ -302,6 +302,22 @@ func (s *LeaseSet) Records() ([]Record, error) {
 	return out, nil
 }
 
+// MarkFresh records that the Redis server rdb reaches has never granted
+// queue's leases, so that its first grants are not paused: on a server up
+// for less than a lease TTL and holding none of the queue's lease state,
+// grants otherwise wait until a TTL after its start, since a server
+// restarted without persistence looks just like a new one (docs/fleet.md).
+// Only for a server no holder of the queue ever used: tests, or a new
+// deployment started before any baton. It writes nothing, and returns
+// false, when the server holds lease state of the queue.
+func MarkFresh(ctx context.Context, rdb redis.UniversalClient, queue string) (bool, error) {
+	n, err := script.Run(ctx, rdb, freshScript, []string{EpochKey(queue), FenceKey(queue)}).Int64()
+	if err != nil {
+		return false, fmt.Errorf("mark redis fresh for queue %s: %w", queue, err)
+	}
+	return n == 1, nil
+}
+
 // PausedFor is how much longer grants stay paused after a failover or a
 // restart of Redis (0 when they are not), on Redis' clock; see docs/fleet.md.
 func (s *LeaseSet) PausedFor() (time.Duration, error) {

@@ -33,14 +33,15 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 `
 
 // epochLua defines epochPaused(epoch, fence, ttl), which keeps a failover
-// from granting a slot twice; every script that grants a lease (acquire, a
-// release's hand-over, a standby's turn) calls it before it takes a token.
-// Replication is asynchronous: a grant (or renewal) the old master made may
-// never reach the replica that takes over, whose data then shows that slot
-// free while its holder runs on. So the queue's epoch key (a hash: runid,
-// until) records the run id of the server that last granted (INFO server,
-// read in the script: no extra round trip). A script that finds another
-// run id (a failover, or a restart that may have lost its last writes)
+// or a restart from granting a slot twice; every script that grants a lease
+// (acquire, a release's hand-over, a standby's turn) calls it before it
+// takes a token. Replication is asynchronous: a grant (or renewal) the old
+// master made may never reach the replica that takes over, whose data then
+// shows that slot free while its holder runs on; a server restarted
+// without persistence has lost every lease. So the queue's epoch key (a
+// hash: runid, until) records the run id of the server that last granted
+// (INFO server, read in the script: no extra round trip). A script that
+// finds another run id (a failover, a restart, or a server never used)
 // records the new one and:
 //
 //   - when lease state from an earlier server exists (the epoch key or the
@@ -50,20 +51,30 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 //     renewals fail here, and it stops at its renew deadline, below the
 //     TTL). Leases this server has are renewed, and handed over by their
 //     holders, as before.
+//   - when none exists, the server may be new or restarted without its
+//     data: grants wait until TTL after the server started (uptime, read
+//     in whole seconds, so the start is taken as late as it can be). Every
+//     lease an earlier incarnation granted was last renewed before it
+//     stopped, so its holder has fenced itself by then. A server up longer
+//     than a TTL grants at once (MarkFresh tells a server just started
+//     that it never served the queue).
 //   - raises the fence counter to at least now in microseconds (exact in a
 //     Lua number until the year 2255), so tokens keep growing even when the
-//     counter lost its last increments: they stay above the lost grants'
-//     tokens while the servers' clocks agree to better than the time since
-//     the last failover.
+//     counter lost its last increments, or all of them: they stay above the
+//     lost grants' tokens while the servers' clocks agree to better than
+//     the time since the last failover.
 //
 // epochPaused returns true while grants are paused. It needs leaseNow's now.
 const epochLua = `
 local function epochPaused(epoch, fence, ttl)
-  local runid = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+  local info = redis.call('INFO', 'server')
+  local runid = string.match(info, 'run_id:(%x+)')
   local ep = redis.call('HMGET', epoch, 'runid', 'until')
   if ep[1] ~= runid then
-    local untl = now
-    if ep[1] or redis.call('EXISTS', fence) == 1 then untl = now + ttl end
+    local untl = now + ttl
+    if not ep[1] and redis.call('EXISTS', fence) == 0 then
+      untl = now - 1000 * tonumber(string.match(info, 'uptime_in_seconds:(%d+)') or '0') + ttl
+    end
     if tonumber(redis.call('GET', fence) or '0') < now * 1000 then
       redis.call('SET', fence, string.format('%d', now * 1000))
     end
@@ -73,6 +84,20 @@ local function epochPaused(epoch, fence, ttl)
   return tonumber(ep[2] or 0) > now
 end
 `
+
+// freshScript records, on a server that holds none of the queue's lease
+// state, that it never served the queue: the epoch key gets its run id
+// and no pause, the fence counter its clock in µs (epochLua).
+//
+// KEYS[1] the epoch key, KEYS[2] the fence counter.
+// Returns 1 when recorded, 0 when lease state existed (nothing written).
+var freshScript = redis.NewScript(leaseNow + `
+if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+local runid = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+redis.call('HSET', KEYS[1], 'runid', runid, 'until', '0')
+redis.call('SET', KEYS[2], string.format('%d', now * 1000))
+return 1
+`)
 
 // The fleet's config, baton:{queue}:lease:config, is a hash of the settings
 // every holder of the queue must share (slots, standby_slots, lease_ttl,

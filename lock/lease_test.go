@@ -21,7 +21,17 @@ func leaseSet(tb testing.TB, rdb redis.UniversalClient, host, role string, n int
 	if err != nil {
 		tb.Fatal(err)
 	}
+	fresh(tb, rdb, "q")
 	return s
+}
+
+// fresh marks the test's new Redis as never having served queue, so its
+// first grants are not paused (lock.MarkFresh); nothing once it has.
+func fresh(tb testing.TB, rdb redis.UniversalClient, queue string) {
+	tb.Helper()
+	if _, err := lock.MarkFresh(context.Background(), rdb, queue); err != nil {
+		tb.Fatal(err)
+	}
 }
 
 // Many candidates on three hosts race for 3 leases: exactly 3 win, with

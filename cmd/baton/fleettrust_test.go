@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -131,4 +132,103 @@ func fillToOOM(tb testing.TB, rdb *redis.Client) {
 	if err := rdb.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used-1<<20, 10)).Err(); err != nil {
 		tb.Fatal(err)
 	}
+}
+
+// TestFleetRestartWithoutData: slots = 1 on two hosts, and the Redis they
+// share restarts without persistence just as host a's holder starts a 3s
+// job: the lease and the fence counter are gone. Host a cannot reach the
+// new server for 2.5s (a partition, internal/faultproxy), so it cannot
+// learn it lost its lease before then. Host b's candidates (one every
+// 100ms) are granted nothing until a lease TTL after the restart; a's
+// holder finds its lease gone at its first renewal that arrives, kills its
+// job and exits. Every job records its host and a tick every 20ms while it
+// runs: no two jobs' runs ever overlap, so at no instant did two holders
+// run jobs.
+func TestFleetRestartWithoutData(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	px := r.proxy()
+	ticks := r.dir + "/ticks"
+	job := r.script("job.sh", `cat >/dev/null
+end=$(( $(date +%s%N) + 3000000000 ))
+while [ "$(date +%s%N)" -lt "$end" ]; do echo "$BATON_HOST $$ $(date +%s%N)" >> `+ticks+`; sleep 0.02; done
+`)
+	const ttl = 4500 * time.Millisecond // renew deadline 3s
+	common := []string{"--slots", "1", "--standby-slots", "0", "--lease-ttl", ttl.String(), "--lease-renew", "500ms",
+		"--lifetime", "1m", "--redis-down-exit", "1m", "--concurrency", "1", "--", job}
+	a := r.start(r.fleetArgs("a", append([]string{"--redis-url", "redis://" + px.Addr + "/0"}, common...)...)...)
+	eventually(t, 10*time.Second, "host a takes the lease", func() bool { return published(r.leases("default", 1)) == 1 })
+	enq := []string{"enqueue"}
+	for i := 0; i < 10; i++ {
+		enq = append(enq, "j"+strconv.Itoa(i))
+	}
+	if _, errOut, code := r.baton(enq...); code != 0 {
+		t.Fatal(errOut)
+	}
+	eventually(t, 10*time.Second, "host a starts a job", func() bool { return len(readLines(t, ticks)) > 0 })
+
+	px.Partition(true)
+	r.redis.Restart() // no persistence: the jobs are gone too; queue new ones
+	at := time.Now()
+	if _, errOut, code := r.baton(enq...); code != 0 {
+		t.Fatal(errOut)
+	}
+	stop := r.cron(100*time.Millisecond, r.fleetArgs("b", common...)...)
+	defer stop()
+	time.Sleep(time.Until(at.Add(2500 * time.Millisecond))) // the partition's length
+	px.Partition(false)
+	code := a.wait(t, 2*ttl)
+	fenced := time.Since(at)
+	if code != 1 || !strings.Contains(a.log(), "lease lost") {
+		t.Errorf("host a's holder after the restart: exit %d, want 1 with its lease lost:\n%s", code, a.log())
+	}
+	if fenced > ttl {
+		t.Errorf("host a's holder left %s after the restart, want within lease_ttl %s", fenced, ttl)
+	}
+	eventually(t, 4*ttl, "host b runs jobs", func() bool {
+		for _, l := range readLines(t, ticks) {
+			if strings.HasPrefix(l, "b ") {
+				return true
+			}
+		}
+		return false
+	})
+	stop()
+	type run struct {
+		host       string
+		start, end int64
+	}
+	runs := map[string]*run{} // by the job's pid
+	for _, l := range readLines(t, ticks) {
+		f := strings.Fields(l)
+		if len(f) != 3 {
+			continue // a line cut by a kill
+		}
+		ns, _ := strconv.ParseInt(f[2], 10, 64)
+		if x := runs[f[1]]; x == nil {
+			runs[f[1]] = &run{f[0], ns, ns}
+		} else {
+			x.start, x.end = min(x.start, ns), max(x.end, ns)
+		}
+	}
+	var all []*run
+	for _, x := range runs {
+		all = append(all, x)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].start < all[j].start })
+	for i := 1; i < len(all); i++ {
+		if p, x := all[i-1], all[i]; x.start <= p.end {
+			t.Errorf("two holders ran jobs at once for %s: host %s's job until %s, host %s's job from %s",
+				time.Duration(p.end-x.start), p.host, time.Unix(0, p.end).Format("15:04:05.000"), x.host, time.Unix(0, x.start).Format("15:04:05.000"))
+		}
+	}
+	var firstB int64
+	for _, x := range all {
+		if x.host == "b" {
+			firstB = x.start
+			break
+		}
+	}
+	t.Logf("restart without data: host a left %s after it, host b's first job began %s after it (lease_ttl %s)",
+		fenced.Round(time.Millisecond), time.Duration(firstB-at.UnixNano()).Round(time.Millisecond), ttl)
 }
