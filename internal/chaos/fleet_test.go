@@ -245,7 +245,7 @@ func TestChaosFleet(t *testing.T) {
 		"%d exited non-zero (fenced themselves or were fenced); "+
 		"%d tenures (tokens) ran jobs, %d run leases sampled from Redis (%d samples): at most %d valid at once, tokens per slot only grew; "+
 		"at most %d jobs at once (%d counting the runs of dead or fenced holders); jobs per host %v; "+
-		"%d Redis restarts without persistence (%d jobs enqueued again), no tenure granted after one ran before the last tenure of the lost leases stopped; "+
+		"%d Redis restarts without persistence (%d distinct jobs enqueued again), no tenure granted after one ran before the last tenure of the lost leases stopped; "+
 		"lost %d; %d jobs run more than once (%d extra runs), every one explained by a killed or fenced holder or a restart: %v",
 		jobs, len(fleetHosts), elapsed.Round(time.Millisecond), len(hf.procs), kills.Load(), pauses.Load(), fleetPause, pausedFenced, fenced,
 		v.tenures, len(samples.keyOf), samples.n, samples.most,
