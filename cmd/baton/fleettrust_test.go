@@ -182,8 +182,8 @@ while [ "$(date +%s%N)" -lt "$end" ]; do echo "$BATON_HOST $$ $(date +%s%N)" >> 
 	if code != 1 || !strings.Contains(a.log(), "lease lost") {
 		t.Errorf("host a's holder after the restart: exit %d, want 1 with its lease lost:\n%s", code, a.log())
 	}
-	if fenced > ttl {
-		t.Errorf("host a's holder left %s after the restart, want within lease_ttl %s", fenced, ttl)
+	if fenced > 6*time.Second { // the partition's 2.5s, its renew deadline of 3s at most, and room to kill its job
+		t.Errorf("host a's holder left %s after the restart, want within 6s", fenced)
 	}
 	eventually(t, 4*ttl, "host b runs jobs", func() bool {
 		for _, l := range readLines(t, ticks) {
