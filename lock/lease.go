@@ -402,8 +402,8 @@ func (sl *leaseSlot) Release() error {
 
 // start starts the renewer and the watchdog. The renewer sends a renewal
 // Renew after the last one was sent (at once again after an error: renew
-// is idempotent for the same owner) and waits for each reply as long as
-// the renew deadline allows, so a slow link's late replies still count.
+// is idempotent for the same owner) and waits for each reply long enough
+// for a slow link's late reply to count (renew).
 // The watchdog closes lost once the last confirmed renewal was sent more
 // than Deadline ago on the boot clock: CLOCK_BOOTTIME counts time
 // suspended, so a holder resumed after a pause finds its deadline passed
@@ -420,6 +420,7 @@ func (sl *leaseSlot) start() {
 	go func() {
 		defer sl.wg.Done()
 		next := time.Duration(sl.okAt.Load()) + opt.Renew // boot clock of the next send
+		var rtt time.Duration                             // the last confirmed renewal's round trip
 		for {
 			select {
 			case <-sl.stop:
@@ -429,7 +430,7 @@ func (sl *leaseSlot) start() {
 			case <-time.After(next - boottime()):
 			}
 			sent := boottime()
-			exp, err := sl.renew(ctx, sent)
+			exp, err := sl.renew(ctx, sent, rtt)
 			switch {
 			case err != nil:
 				next = boottime() + min(opt.Renew, max(opt.Deadline/10, 50*time.Millisecond))
@@ -440,6 +441,7 @@ func (sl *leaseSlot) start() {
 				if int64(sent) > sl.okAt.Load() {
 					sl.okAt.Store(int64(sent))
 				}
+				rtt = boottime() - sent
 				next = sent + opt.Renew
 			}
 		}
@@ -463,14 +465,17 @@ func (sl *leaseSlot) start() {
 	}()
 }
 
-// renew sends one renewal at sent (boot clock) and waits for its reply
-// until the renew deadline: a reply after it is of no use, the watchdog has
-// fenced the holder by then. Returns the new expiry, 0 when the lease is no
+// renew sends one renewal at sent (boot clock) and waits for its reply for
+// half the time left before the renew deadline, or twice rtt (the last
+// round trip) if longer, never past the deadline: a slow link's reply
+// still arrives, and a reply lost with a connection that died silently
+// leaves room to send again on another (the client drops a connection
+// whose call timed out). Returns the new expiry, 0 when the lease is no
 // longer ours.
-func (sl *leaseSlot) renew(ctx context.Context, sent time.Duration) (int64, error) {
+func (sl *leaseSlot) renew(ctx context.Context, sent, rtt time.Duration) (int64, error) {
 	opt := sl.set.opt
 	left := time.Duration(sl.okAt.Load()) + opt.Deadline - sent
-	ctx, cancel := context.WithTimeout(ctx, max(left, 10*time.Millisecond))
+	ctx, cancel := context.WithTimeout(ctx, max(min(left, max(left/2, 2*rtt)), 10*time.Millisecond))
 	defer cancel()
 	return script.Run(ctx, sl.set.rdb, renewScript, []string{sl.key, sl.set.config}, sl.owner, opt.TTL.Milliseconds()).Int64()
 }
