@@ -114,8 +114,9 @@ chaos-persistent:
 
 # Fleet mode under fire: 3 simulated hosts share slots = standby_slots = 4
 # Redis leases (lease_ttl 1.5s) through 20,000 jobs while holders are
-# kill -9'd, or stopped past the TTL, at random (a short form runs in make
-# test; docs/fleet.md).
+# kill -9'd, or stopped past the TTL, at random, and Redis restarts without
+# persistence (-chaos.fleet-restarts=N; a short form runs in make test;
+# docs/fleet.md).
 chaos-fleet:
 	bash scripts/install-redis.sh
 	$(GO) test -count=1 -timeout 60m -run 'TestChaosFleet$$' -v ./internal/chaos -args -chaos.fleet-jobs=20000 $(CHAOS_ARGS)

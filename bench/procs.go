@@ -92,6 +92,9 @@ func (s *scene) args(extra ...string) []string {
 func (s *scene) fleet(hosts ...string) {
 	s.hosts = hosts
 	s.leases = s.srv.Client(2)
+	// The bench's Redis was just started: grants would wait a lease TTL
+	// after its start, as after a restart that lost the leases.
+	_, _ = lock.MarkFresh(context.Background(), s.leases, s.queue)
 }
 
 // hostArgs are the flags of the n-th candidate's host in a fleet scene

@@ -27,11 +27,15 @@ func slotSets(cfg *config.Config) (run, sb lock.Set, err error) {
 	return qstatus.SlotSets(cfg, rdb)
 }
 
-// leaseClient is the lease sets' client: every call is bounded well within
-// the renew deadline, and a dead connection is not retried for long.
+// leaseClient is the lease sets' client. Each lease call bounds itself
+// with its context (a renewal: the time left before its renew deadline), so
+// the client's own timeouts are only a backstop at the renew deadline: a
+// slow link's late reply still counts (a per-call timeout of a quarter of
+// the deadline fenced healthy holders on a 2.7s round trip), and a dead
+// connection is retried once.
 func leaseClient(cfg *config.Config) (redis.UniversalClient, error) {
-	step := max(lock.DeadlineFor(cfg.LeaseTTL.D())/4, 50*time.Millisecond)
-	return newClient(cfg, clientOpts{pool: 4, dial: step, io: step, retries: 1, lean: true})
+	d := max(lock.DeadlineFor(cfg.LeaseTTL.D()), 50*time.Millisecond)
+	return newClient(cfg, clientOpts{pool: 4, dial: d, io: d, retries: 1, lean: true, ctxTimeout: true})
 }
 
 // hostCap takes one of this host's max_per_host permits (flock files

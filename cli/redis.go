@@ -75,6 +75,10 @@ type clientOpts struct {
 	// handshake) and no CLIENT SETINFO, for a losing candidate whose whole
 	// conversation with Redis is the handshake and one script.
 	lean bool
+	// ctxTimeout: a call's context deadline bounds its reads and writes
+	// too (go-redis ContextTimeoutEnabled), so each call can wait as long
+	// as its own use allows.
+	ctxTimeout bool
 }
 
 // newClient is the one place a client for c's Redis is built: one server
@@ -89,7 +93,7 @@ func newClient(c *config.Config, t clientOpts) (redis.UniversalClient, error) {
 	case config.Sentinel:
 		o := u.Failover()
 		o.PoolSize, o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.MaxRetries = t.pool, t.dial, t.io, t.io, t.retries
-		o.MinIdleConns = t.minIdle
+		o.MinIdleConns, o.ContextTimeoutEnabled = t.minIdle, t.ctxTimeout
 		if t.lean {
 			o.Protocol, o.DisableIdentity = 2, true
 		}
@@ -97,7 +101,7 @@ func newClient(c *config.Config, t clientOpts) (redis.UniversalClient, error) {
 	case config.Cluster:
 		o := u.Cluster()
 		o.PoolSize, o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.MaxRetries = t.pool, t.dial, t.io, t.io, t.retries
-		o.MinIdleConns = t.minIdle
+		o.MinIdleConns, o.ContextTimeoutEnabled = t.minIdle, t.ctxTimeout
 		if t.lean {
 			o.Protocol, o.DisableIdentity = 2, true
 		}
@@ -108,6 +112,7 @@ func newClient(c *config.Config, t clientOpts) (redis.UniversalClient, error) {
 		return nil, &config.Error{Key: "redis_url", Msg: config.URLError(c.RedisURL, err)}
 	}
 	o.PoolSize, o.DialTimeout, o.MaxRetries, o.MinIdleConns = t.pool, t.dial, t.retries, t.minIdle
+	o.ContextTimeoutEnabled = t.ctxTimeout
 	if t.io > 0 {
 		o.ReadTimeout, o.WriteTimeout = t.io, t.io
 	}

@@ -302,6 +302,22 @@ func (s *LeaseSet) Records() ([]Record, error) {
 	return out, nil
 }
 
+// MarkFresh records that the Redis server rdb reaches has never granted
+// queue's leases, so that its first grants are not paused: on a server up
+// for less than a lease TTL and holding none of the queue's lease state,
+// grants otherwise wait until a TTL after its start, since a server
+// restarted without persistence looks just like a new one (docs/fleet.md).
+// Only for a server no holder of the queue ever used: tests, or a new
+// deployment started before any baton. It writes nothing, and returns
+// false, when the server holds lease state of the queue.
+func MarkFresh(ctx context.Context, rdb redis.UniversalClient, queue string) (bool, error) {
+	n, err := script.Run(ctx, rdb, freshScript, []string{EpochKey(queue), FenceKey(queue)}).Int64()
+	if err != nil {
+		return false, fmt.Errorf("mark redis fresh for queue %s: %w", queue, err)
+	}
+	return n == 1, nil
+}
+
 // PausedFor is how much longer grants stay paused after a failover or a
 // restart of Redis (0 when they are not), on Redis' clock; see docs/fleet.md.
 func (s *LeaseSet) PausedFor() (time.Duration, error) {
@@ -384,32 +400,40 @@ func (sl *leaseSlot) Release() error {
 	return err
 }
 
-// start starts the renewer, which renews every Renew (retrying sooner after
-// an error), and the watchdog, which closes lost once the last successful
-// renewal was sent more than Deadline ago on the boot clock: CLOCK_BOOTTIME
-// counts time suspended, so a holder resumed after a pause finds its
-// deadline passed at its first look.
+// start starts the renewer and the watchdog. The renewer sends a renewal
+// Renew after the last one was sent (at once again after an error: renew
+// is idempotent for the same owner) and waits for each reply long enough
+// for a slow link's late reply to count (renew).
+// The watchdog closes lost once the last confirmed renewal was sent more
+// than Deadline ago on the boot clock: CLOCK_BOOTTIME counts time
+// suspended, so a holder resumed after a pause finds its deadline passed
+// at its first look.
 func (sl *leaseSlot) start() {
 	opt := sl.set.opt
-	sl.wg.Add(2)
+	ctx, cancel := context.WithCancel(context.Background())
+	sl.wg.Add(3)
+	go func() { // Release cancels a renewal in flight
+		defer sl.wg.Done()
+		<-sl.stop
+		cancel()
+	}()
 	go func() {
 		defer sl.wg.Done()
-		wait := opt.Renew
+		next := time.Duration(sl.okAt.Load()) + opt.Renew // boot clock of the next send
+		var rtt time.Duration                             // the last confirmed renewal's round trip
 		for {
 			select {
 			case <-sl.stop:
 				return
 			case <-sl.lost:
 				return
-			case <-time.After(wait):
+			case <-time.After(next - boottime()):
 			}
 			sent := boottime()
-			ctx, cancel := sl.set.call()
-			exp, err := script.Run(ctx, sl.set.rdb, renewScript, []string{sl.key, sl.set.config}, sl.owner, opt.TTL.Milliseconds()).Int64()
-			cancel()
+			exp, err := sl.renew(ctx, sent, rtt)
 			switch {
 			case err != nil:
-				wait = min(opt.Renew, max(opt.Deadline/10, 50*time.Millisecond))
+				next = boottime() + min(opt.Renew, max(opt.Deadline/10, 50*time.Millisecond))
 			case exp == 0:
 				sl.lose("lease lost: expired or taken by another holder")
 				return
@@ -417,7 +441,8 @@ func (sl *leaseSlot) start() {
 				if int64(sent) > sl.okAt.Load() {
 					sl.okAt.Store(int64(sent))
 				}
-				wait = opt.Renew
+				rtt = boottime() - sent
+				next = sent + opt.Renew
 			}
 		}
 	}()
@@ -433,11 +458,26 @@ func (sl *leaseSlot) start() {
 			case <-t.C:
 			}
 			if boottime()-time.Duration(sl.okAt.Load()) >= opt.Deadline {
-				sl.lose(fmt.Sprintf("renew deadline %s passed without a renewal (lease_ttl %s)", opt.Deadline, opt.TTL))
+				sl.lose(fmt.Sprintf("renew deadline %s passed without a confirmed renewal (lease_ttl %s)", opt.Deadline, opt.TTL))
 				return
 			}
 		}
 	}()
+}
+
+// renew sends one renewal at sent (boot clock) and waits for its reply for
+// half the time left before the renew deadline, or twice rtt (the last
+// round trip) if longer, never past the deadline: a slow link's reply
+// still arrives, and a reply lost with a connection that died silently
+// leaves room to send again on another (the client drops a connection
+// whose call timed out). Returns the new expiry, 0 when the lease is no
+// longer ours.
+func (sl *leaseSlot) renew(ctx context.Context, sent, rtt time.Duration) (int64, error) {
+	opt := sl.set.opt
+	left := time.Duration(sl.okAt.Load()) + opt.Deadline - sent
+	ctx, cancel := context.WithTimeout(ctx, max(min(left, max(left/2, 2*rtt)), 10*time.Millisecond))
+	defer cancel()
+	return script.Run(ctx, sl.set.rdb, renewScript, []string{sl.key, sl.set.config}, sl.owner, opt.TTL.Milliseconds()).Int64()
 }
 
 func (sl *leaseSlot) lose(why string) {

@@ -257,3 +257,64 @@ func polled(tb testing.TB, w lock.Waiting, d time.Duration) lock.Slot {
 	tb.Fatalf("nothing handed over in %s", d)
 	return nil
 }
+
+// TestLeaseRestartWithoutData: a Redis restarted without persistence has
+// lost every lease and the fence counter, and looks like a new server. It
+// grants nothing until a TTL after its start, by when the holder of a lease
+// it lost has fenced itself: that holder's next renewal finds the lease
+// gone and it closes Lost at once. The next grant's token is above the lost
+// one's.
+func TestLeaseRestartWithoutData(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	opt := lock.LeaseOptions{TTL: 3 * time.Second, Renew: 200 * time.Millisecond}
+	a := leaseSet(t, rdb, "a", lock.RoleRun, 1, opt)
+	b := leaseSet(t, rdb, "b", lock.RoleRun, 1, opt)
+	held, ok, err := a.TryAcquire()
+	if err != nil || !ok {
+		t.Fatal("no grant on a fresh Redis marked fresh:", ok, err)
+	}
+	defer held.Release()
+	_, tokA := held.(lock.Fencer).Fence()
+
+	srv.Restart() // no AOF: every key is gone
+	start := time.Now()
+	var lost time.Duration
+	var got lock.Slot
+	for got == nil {
+		select {
+		case <-held.Lost():
+			if lost == 0 {
+				lost = time.Since(start)
+			}
+		default:
+		}
+		sl, ok, err := b.TryAcquire()
+		switch {
+		case err != nil:
+			t.Fatal(err)
+		case ok:
+			got = sl
+		case time.Since(start) > 4*opt.TTL:
+			t.Fatal("no grant after the pause")
+		default:
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	defer got.Release()
+	waited := time.Since(start)
+	if lost == 0 {
+		t.Fatalf("b was granted the slot %s after the restart while a, whose lease was lost, still held it", waited)
+	}
+	if lost > opt.TTL/2 {
+		t.Errorf("a noticed its lost lease %s after the restart, want within a few renewals (%s)", lost, opt.Renew)
+	}
+	if waited < opt.TTL-100*time.Millisecond {
+		t.Errorf("granted %s after a restart without data, before a TTL (%s) passed", waited, opt.TTL)
+	}
+	if _, tokB := got.(lock.Fencer).Fence(); tokB <= tokA {
+		t.Errorf("token %d after the lost lease's %d: tokens must keep growing", tokB, tokA)
+	}
+	t.Logf("restart without data: a fenced itself %s after it (%s), b granted %s after it (lease_ttl %s)",
+		lost.Round(time.Millisecond), held.(interface{ LostReason() string }).LostReason(), waited.Round(time.Millisecond), opt.TTL)
+}

@@ -1,6 +1,9 @@
 package lock
 
-import "github.com/redis/go-redis/v9"
+import (
+	"github.com/baton-run/baton/internal/script"
+	"github.com/redis/go-redis/v9"
+)
 
 // The lease scripts judge expiry on Redis' own clock (TIME, read inside the
 // script), never on a client's. A lease is a hash:
@@ -16,6 +19,12 @@ import "github.com/redis/go-redis/v9"
 // next holder inherits the record (Slot.Inherited), and N keys per set is
 // all there ever is. Numbers are written with string.format('%d'): a Lua
 // number handed to redis.call could be formatted with an exponent.
+//
+// The scripts that write (grant, renew, release, hand over, publish) carry
+// the allow-oom flag (script.AllowOOM): at maxmemory Redis still runs
+// them, so holders keep their leases and work what is queued, as with flock
+// slots. What they write is bounded: a few fields per lease, N leases, the
+// fence counter, the config and epoch hashes, one line member per standby.
 
 // leaseNow is the Redis clock in unix ms.
 const leaseNow = `
@@ -24,14 +33,15 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 `
 
 // epochLua defines epochPaused(epoch, fence, ttl), which keeps a failover
-// from granting a slot twice; every script that grants a lease (acquire, a
-// release's hand-over, a standby's turn) calls it before it takes a token.
-// Replication is asynchronous: a grant (or renewal) the old master made may
-// never reach the replica that takes over, whose data then shows that slot
-// free while its holder runs on. So the queue's epoch key (a hash: runid,
-// until) records the run id of the server that last granted (INFO server,
-// read in the script: no extra round trip). A script that finds another
-// run id (a failover, or a restart that may have lost its last writes)
+// or a restart from granting a slot twice; every script that grants a lease
+// (acquire, a release's hand-over, a standby's turn) calls it before it
+// takes a token. Replication is asynchronous: a grant (or renewal) the old
+// master made may never reach the replica that takes over, whose data then
+// shows that slot free while its holder runs on; a server restarted
+// without persistence has lost every lease. So the queue's epoch key (a
+// hash: runid, until) records the run id of the server that last granted
+// (INFO server, read in the script: no extra round trip). A script that
+// finds another run id (a failover, a restart, or a server never used)
 // records the new one and:
 //
 //   - when lease state from an earlier server exists (the epoch key or the
@@ -41,20 +51,30 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 //     renewals fail here, and it stops at its renew deadline, below the
 //     TTL). Leases this server has are renewed, and handed over by their
 //     holders, as before.
+//   - when none exists, the server may be new or restarted without its
+//     data: grants wait until TTL after the server started (uptime, read
+//     in whole seconds, so the start is taken as late as it can be). Every
+//     lease an earlier incarnation granted was last renewed before it
+//     stopped, so its holder has fenced itself by then. A server up longer
+//     than a TTL grants at once (MarkFresh tells a server just started
+//     that it never served the queue).
 //   - raises the fence counter to at least now in microseconds (exact in a
 //     Lua number until the year 2255), so tokens keep growing even when the
-//     counter lost its last increments: they stay above the lost grants'
-//     tokens while the servers' clocks agree to better than the time since
-//     the last failover.
+//     counter lost its last increments, or all of them: they stay above the
+//     lost grants' tokens while the servers' clocks agree to better than
+//     the time since the last failover.
 //
 // epochPaused returns true while grants are paused. It needs leaseNow's now.
 const epochLua = `
 local function epochPaused(epoch, fence, ttl)
-  local runid = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+  local info = redis.call('INFO', 'server')
+  local runid = string.match(info, 'run_id:(%x+)')
   local ep = redis.call('HMGET', epoch, 'runid', 'until')
   if ep[1] ~= runid then
-    local untl = now
-    if ep[1] or redis.call('EXISTS', fence) == 1 then untl = now + ttl end
+    local untl = now + ttl
+    if not ep[1] and redis.call('EXISTS', fence) == 0 then
+      untl = now - 1000 * tonumber(string.match(info, 'uptime_in_seconds:(%d+)') or '0') + ttl
+    end
     if tonumber(redis.call('GET', fence) or '0') < now * 1000 then
       redis.call('SET', fence, string.format('%d', now * 1000))
     end
@@ -64,6 +84,20 @@ local function epochPaused(epoch, fence, ttl)
   return tonumber(ep[2] or 0) > now
 end
 `
+
+// freshScript records, on a server that holds none of the queue's lease
+// state, that it never served the queue: the epoch key gets its run id
+// and no pause, the fence counter its clock in µs (epochLua).
+//
+// KEYS[1] the epoch key, KEYS[2] the fence counter.
+// Returns 1 when recorded, 0 when lease state existed (nothing written).
+var freshScript = redis.NewScript(leaseNow + `
+if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+local runid = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+redis.call('HSET', KEYS[1], 'runid', runid, 'until', '0')
+redis.call('SET', KEYS[2], string.format('%d', now * 1000))
+return 1
+`)
 
 // The fleet's config, baton:{queue}:lease:config, is a hash of the settings
 // every holder of the queue must share (slots, standby_slots, lease_ttl,
@@ -104,7 +138,7 @@ end
 // or "", set (0 first, 1 second)} when granted, {-1} when every lease is
 // live or grants are paused, {-2, name, the fleet's value} when a setting differs from the
 // fleet's config in force.
-var acquireScript = redis.NewScript(leaseNow + configLua + epochLua + `
+var acquireScript = script.AllowOOM(leaseNow + configLua + epochLua + `
 local ttl, nfirst = tonumber(ARGV[1]), tonumber(ARGV[6])
 local live = cfgLive(KEYS[2])
 if live then
@@ -142,7 +176,7 @@ return {-1}
 //
 // KEYS[1] lease, KEYS[2] the fleet's config; ARGV[1] owner, ARGV[2] TTL (ms).
 // Returns the new expiry (unix ms), 0 when the lease is not ours or expired.
-var renewScript = redis.NewScript(leaseNow + configLua + `
+var renewScript = script.AllowOOM(leaseNow + configLua + `
 local l = redis.call('HMGET', KEYS[1], 'owner', 'expires')
 if l[1] ~= ARGV[1] or tonumber(l[2]) <= now then return 0 end
 local exp = now + tonumber(ARGV[2])
@@ -155,7 +189,7 @@ return exp
 //
 // KEYS[1] lease; ARGV[1] owner.
 // Returns 1 when released, 0 when it was not ours.
-var releaseScript = redis.NewScript(`
+var releaseScript = script.AllowOOM(`
 if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
 return 1
@@ -218,7 +252,7 @@ end
 // ARGV[1] owner, ARGV[2] TTL (ms), ARGV[3] the wake channel prefix,
 // ARGV[4] the run lease's slot.
 // Returns 2 when handed over, 1 when released, 0 when it was not ours.
-var handOverScript = redis.NewScript(leaseNow + configLua + epochLua + `
+var handOverScript = script.AllowOOM(leaseNow + configLua + epochLua + `
 local LINE, FENCE, CFG, SB, NSB, WAKE = KEYS[3], KEYS[2], KEYS[4], 6, #KEYS - 5, ARGV[3]
 ` + lineLua + `
 local l = redis.call('HMGET', KEYS[1], 'owner', 'expires')
@@ -245,7 +279,7 @@ return 1
 // mode, ARGV[5] the number of run leases, ARGV[6] this standby's owner.
 // Returns {run slot, token, since, expires, previous holder's rec or ""}
 // when a run lease is this standby's, else {-1}.
-var turnScript = redis.NewScript(leaseNow + configLua + epochLua + `
+var turnScript = script.AllowOOM(leaseNow + configLua + epochLua + `
 local nrun = tonumber(ARGV[5])
 local LINE, FENCE, CFG, SB, NSB, WAKE = KEYS[2], KEYS[1], KEYS[3], 5 + nrun, #KEYS - 4 - nrun, ARGV[2]
 local ttl = tonumber(ARGV[1])
@@ -284,7 +318,7 @@ return {-1}
 //
 // KEYS[1] lease; ARGV[1] owner, ARGV[2] record (JSON).
 // Returns 1 when stored, 0 when the lease is not ours or expired.
-var publishScript = redis.NewScript(leaseNow + `
+var publishScript = script.AllowOOM(leaseNow + `
 local l = redis.call('HMGET', KEYS[1], 'owner', 'expires')
 if l[1] ~= ARGV[1] or tonumber(l[2]) <= now then return 0 end
 redis.call('HSET', KEYS[1], 'rec', ARGV[2])

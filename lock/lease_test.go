@@ -21,7 +21,17 @@ func leaseSet(tb testing.TB, rdb redis.UniversalClient, host, role string, n int
 	if err != nil {
 		tb.Fatal(err)
 	}
+	fresh(tb, rdb, "q")
 	return s
+}
+
+// fresh marks the test's new Redis as never having served queue, so its
+// first grants are not paused (lock.MarkFresh); nothing once it has.
+func fresh(tb testing.TB, rdb redis.UniversalClient, queue string) {
+	tb.Helper()
+	if _, err := lock.MarkFresh(context.Background(), rdb, queue); err != nil {
+		tb.Fatal(err)
+	}
 }
 
 // Many candidates on three hosts race for 3 leases: exactly 3 win, with
@@ -288,4 +298,41 @@ func TestLeaseConfigAgreement(t *testing.T) {
 	}
 	defer sl.Release()
 	refused(two, "2", "3")
+}
+
+// TestLeaseRenewRetriesOnANewConnection: the client's pooled connection
+// dies silently (faultproxy Stall: nothing comes back, no reset), while new
+// connections work. A renewal stuck on it gives up after half the time left
+// before the renew deadline, and the next one, on a new connection, lands:
+// the holder keeps its lease.
+func TestLeaseRenewRetriesOnANewConnection(t *testing.T) {
+	srv := redistest.Start(t)
+	px, err := faultproxy.Start(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	opt := lock.LeaseOptions{TTL: 3 * time.Second, Renew: 200 * time.Millisecond} // renew deadline 2s
+	// As the CLI's lease client: each call bounded by its context.
+	c := redis.NewClient(&redis.Options{Addr: px.Addr, ContextTimeoutEnabled: true, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, MaxRetries: 1})
+	defer c.Close()
+	sl, ok, err := leaseSet(t, c, "a", lock.RoleRun, 1, opt).TryAcquire()
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	defer sl.Release()
+	time.Sleep(500 * time.Millisecond) // renewals on the pooled connection
+	px.Stall()
+	select {
+	case <-sl.Lost():
+		t.Fatalf("lease lost after its connection died silently: %s", sl.(interface{ LostReason() string }).LostReason())
+	case <-time.After(2 * opt.TTL):
+	}
+	rs, err := leaseSet(t, srv.Client(), "b", lock.RoleRun, 1, opt).Records()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rs[0].Held || rs[0].Host != "a" || rs[0].ExpiresIn < time.Second { // TTL - renew deadline
+		t.Fatalf("lease after the stall: %+v, want a's, renewed", rs[0])
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/baton-run/baton/cli"
 	"github.com/baton-run/baton/internal/faultproxy"
 	"github.com/baton-run/baton/internal/redistest"
+	"github.com/baton-run/baton/lock"
 	"github.com/baton-run/baton/work"
 	"github.com/redis/go-redis/v9"
 	"github.com/rogpeppe/go-internal/testscript"
@@ -89,7 +90,22 @@ type process struct {
 }
 
 func newRig(t *testing.T, opts ...redistest.Option) *rig {
-	return rigOn(t, redistest.Start(t, opts...))
+	r := rigOn(t, redistest.Start(t, opts...))
+	r.fresh("default")
+	return r
+}
+
+// fresh marks the rig's new Redis as never having served queues
+// (lock.MarkFresh): their first lease grants are not paused as after a
+// restart that lost the leases. A server that refuses (at maxmemory) is
+// left as it is.
+func (r *rig) fresh(queues ...string) {
+	r.t.Helper()
+	for _, q := range queues {
+		if _, err := lock.MarkFresh(context.Background(), r.client(), q); err != nil {
+			r.t.Logf("redis not marked fresh for queue %s: %v", q, err)
+		}
+	}
 }
 
 // rigOn is a rig on a Redis already started.

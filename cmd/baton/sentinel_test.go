@@ -39,6 +39,7 @@ func TestFleetSentinelFailover(t *testing.T) {
 	}
 	g := redistest.StartGroup(t)
 	r := rigOn(t, g.Master)
+	r.fresh("default")
 	r.extraEnv = []string{"BATON_REDIS_URL=redis:///0"} // the rig's URL names one server
 	topo := []string{"--redis-sentinels", strings.Join(g.Sentinels, ","), "--redis-master", g.Name}
 	events := r.dir + "/events"
@@ -278,6 +279,7 @@ func TestSentinelAuth(t *testing.T) {
 	const pw, dpw = "s3ntinel-only-pw", "d4ta-only-pw"
 	g := redistest.StartGroup(t, redistest.SentinelAuth(pw), redistest.DataAuth(dpw))
 	r := rigOn(t, g.Master)
+	r.fresh("default")
 	r.extraEnv = []string{"BATON_REDIS_URL=redis://:" + dpw + "@/0", "BATON_REDIS_SENTINEL_PASSWORD=" + pw}
 	topo := []string{"--redis-sentinels", strings.Join(g.Sentinels, ","), "--redis-master", g.Name}
 	out := r.dir + "/out"

@@ -25,8 +25,9 @@ import (
 )
 
 var (
-	fleetJobsFlag   = flag.Int("chaos.fleet-jobs", 1500, "jobs in the fleet chaos run (make chaos-fleet: 20000)")
-	fleetPausesFlag = flag.Bool("chaos.fleet-pauses", true, "also SIGSTOP run-lease holders past lease_ttl, then SIGCONT them")
+	fleetJobsFlag     = flag.Int("chaos.fleet-jobs", 1500, "jobs in the fleet chaos run (make chaos-fleet: 20000)")
+	fleetPausesFlag   = flag.Bool("chaos.fleet-pauses", true, "also SIGSTOP run-lease holders past lease_ttl, then SIGCONT them")
+	fleetRestartsFlag = flag.Int("chaos.fleet-restarts", 1, "restart Redis without persistence this many times, evenly through the run")
 )
 
 // fleetPause is how long the monkey stops a holder: past lease_ttl (1.5s),
@@ -34,26 +35,31 @@ var (
 const fleetPause = 2500 * time.Millisecond
 
 const (
-	asFleet     = "BATON_CHAOS_FLEET" // with asBaton: the fleet handler, which records each run
+	asFleet     = "BATON_CHAOS_FLEET"        // with asBaton: the fleet handler, which records each run
+	fleetEvents = "BATON_CHAOS_FLEET_EVENTS" // the file of job records: one line per job start ("s") and end ("e")
 	fleetQueue  = "fleet"
-	fleetSlots  = 4                    // slots = standby_slots, fleet-wide
-	fleetEvents = "chaos:fleet:events" // list: one line per job start ("s") and end ("e")
+	fleetSlots  = 4 // slots = standby_slots, fleet-wide
 )
 
 // fleetHosts are the simulated hosts: each its own lock dir and BATON_HOST.
 var fleetHosts = []string{"h1", "h2", "h3"}
 
-// fleetHandler is the fleet run's job: it records its start and its end in
-// Redis with the wall clock (one machine: one clock), its host, its slot,
-// its holder's fencing token and pid, and runs 5-25 ms in between. It honours
+// fleetHandler is the fleet run's job: it records its start and its end
+// with the wall clock (one machine: one clock), its host, its slot, its
+// holder's fencing token and pid, and runs 5-25 ms in between. It honours
 // ctx, so a holder that fences itself ends it: such a run has no end record.
+// The records go to a file (one O_APPEND write per line), not to Redis: a
+// restart without persistence would lose them.
 func fleetHandler() work.Handler {
-	opt, _ := redis.ParseURL(os.Getenv("BATON_REDIS_URL"))
-	rdb := redis.NewClient(opt)
+	f, err := os.OpenFile(os.Getenv(fleetEvents), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		panic(err)
+	}
 	host, pid := os.Getenv("BATON_HOST"), strconv.Itoa(os.Getpid())
 	rec := func(kind string, j *work.Job) error {
-		return rdb.RPush(context.Background(), fleetEvents, strings.Join([]string{kind,
-			strconv.FormatInt(time.Now().UnixNano(), 10), host, j.Slot, strconv.FormatInt(j.Fence, 10), pid, string(j.Payload)}, " ")).Err()
+		_, err := f.WriteString(strings.Join([]string{kind,
+			strconv.FormatInt(time.Now().UnixNano(), 10), host, j.Slot, strconv.FormatInt(j.Fence, 10), pid, string(j.Payload)}, " ") + "\n")
+		return err
 	}
 	return work.HandlerFunc(func(ctx context.Context, j *work.Job) error {
 		if err := rec("s", j); err != nil {
@@ -72,19 +78,30 @@ func fleetHandler() work.Handler {
 // each starting a candidate every second like cron, share slots =
 // standby_slots = 4 Redis leases (lease_ttl 1.5s) while a monkey kill -9s
 // run-lease holders at random, and stops some (SIGSTOP) past their lease
-// TTL before it lets them go on (SIGCONT). It checks, from leases sampled in Redis and
+// TTL before it lets them go on (SIGCONT), and Redis restarts without
+// persistence (-chaos.fleet-restarts, once by default): every lease, the
+// fence counter and the queue are gone, and the test enqueues again every
+// job without an end record, as an operator would from the jobs' source.
+// It checks, from leases sampled in Redis and
 // from the jobs' own records: never more than 4 valid run leases, each slot's
 // fencing token only grows, never more than 4 jobs at once but where a dead
 // or fenced holder explains the overlap, no job lost, and a job run twice
-// only when a holder that ran it was killed or fenced. A short run is part
-// of go test; make chaos-fleet runs 20,000 jobs.
+// only when a holder that ran it was killed or fenced, or it was enqueued
+// again after a restart; and no tenure granted after a restart runs a job
+// before every tenure of the lost leases has stopped (but stopped holders,
+// whose writes are fenced). A short run is part of go test; make
+// chaos-fleet runs 20,000 jobs.
 func TestChaosFleet(t *testing.T) {
 	jobs := *fleetJobsFlag
 	srv := redistest.Start(t)
 	rdb := srv.Client()
 	ctx := context.Background()
+	if _, err := lock.MarkFresh(ctx, rdb, fleetQueue); err != nil {
+		t.Fatal(err)
+	}
 	dir := t.TempDir()
 	logf := runLog(t, dir)
+	events := filepath.Join(dir, "events")
 	ids := make([]any, jobs)
 	for i := range ids {
 		ids[i] = "job-" + strconv.Itoa(i)
@@ -112,7 +129,7 @@ func TestChaosFleet(t *testing.T) {
 	runLeases := strings.TrimSuffix(lock.LeaseKey(fleetQueue, lock.RoleRun, 0), "0") + "*" // every run lease key
 	samples := &leaseSamples{last: map[string]int64{}, keyOf: map[int64]string{}}
 	for _, h := range fleetHosts { // cron on each host: one candidate a second, phases apart
-		env := append(os.Environ(), asBaton+"=1", asFleet+"=1", "BATON_REDIS_URL="+srv.URL(), "BATON_HOST="+h, mark)
+		env := append(os.Environ(), asBaton+"=1", asFleet+"=1", fleetEvents+"="+events, "BATON_REDIS_URL="+srv.URL(), "BATON_HOST="+h, mark)
 		args := append([]string{common[0], "--lock-dir", filepath.Join(dir, "locks-"+h), "--host", h}, common[1:]...)
 		wg.Add(1)
 		go func() {
@@ -146,13 +163,37 @@ func TestChaosFleet(t *testing.T) {
 	start := time.Now()
 	deadline := start.Add(time.Duration(jobs/20+90) * time.Second)
 	var stream, pending int64
+	rs := &fleetRestarts{requeued: map[string]bool{}}
 	for {
 		time.Sleep(200 * time.Millisecond)
-		if kills.Load() == 0 && rdb.LLen(ctx, fleetEvents).Val() > int64(jobs)/2 && hf.strike(leases, false) {
+		recorded := len(readEvents(t, events))
+		if kills.Load() == 0 && recorded > jobs/2 && hf.strike(leases, false) {
 			kills.Add(1) // every run kills at least one holder mid-stream
 		}
-		if *fleetPausesFlag && pauses.Load() == 0 && rdb.LLen(ctx, fleetEvents).Val() > int64(jobs)/3 && hf.strike(leases, true) {
+		if *fleetPausesFlag && pauses.Load() == 0 && recorded > jobs/3 && hf.strike(leases, true) {
 			pauses.Add(1) // and stops one
+		}
+		if n := len(rs.at); n < *fleetRestartsFlag && recorded > 2*jobs*(n+1)/(*fleetRestartsFlag+1) {
+			// Without persistence: the leases, the fence counter, the
+			// stream and its group are gone. Every job without an end
+			// record goes in again.
+			rs.at = append(rs.at, time.Now().UnixNano()) // before: every token of the new server is above it in µs
+			srv.Restart()
+			ended := map[string]bool{}
+			for _, l := range readEvents(t, events) {
+				if x := strings.Fields(l); len(x) == 7 && x[0] == "e" {
+					ended[x[6]] = true
+				}
+			}
+			var again []any
+			for _, id := range ids {
+				if !ended[id.(string)] {
+					again = append(again, id)
+					rs.requeued[id.(string)] = true
+				}
+			}
+			enqueue(t, rdb, fleetQueue, again)
+			t.Logf("redis restarted without persistence after %v: %d jobs enqueued again", time.Since(start).Round(time.Millisecond), len(again))
 		}
 		stream = rdb.XLen(ctx, work.KeysFor(fleetQueue).Stream).Val()
 		pending = 0
@@ -190,7 +231,7 @@ func TestChaosFleet(t *testing.T) {
 		t.Error(e)
 	}
 
-	v := judgeFleet(t, rdb.LRange(ctx, fleetEvents, 0, -1).Val(), hf, jobs)
+	v := judgeFleet(t, readEvents(t, events), hf, jobs, rs)
 	fenced, pausedFenced := 0, 0
 	for _, p := range hf.procs { // a stopped holder that did not exit 1 was still stopped when the run ended
 		if p.exit > 0 {
@@ -204,10 +245,34 @@ func TestChaosFleet(t *testing.T) {
 		"%d exited non-zero (fenced themselves or were fenced); "+
 		"%d tenures (tokens) ran jobs, %d run leases sampled from Redis (%d samples): at most %d valid at once, tokens per slot only grew; "+
 		"at most %d jobs at once (%d counting the runs of dead or fenced holders); jobs per host %v; "+
-		"lost %d; %d jobs run more than once (%d extra runs), every one explained by a killed or fenced holder: %v",
+		"%d Redis restarts without persistence (%d distinct jobs enqueued again), no tenure granted after one ran before the last tenure of the lost leases stopped; "+
+		"lost %d; %d jobs run more than once (%d extra runs), every one explained by a killed or fenced holder or a restart: %v",
 		jobs, len(fleetHosts), elapsed.Round(time.Millisecond), len(hf.procs), kills.Load(), pauses.Load(), fleetPause, pausedFenced, fenced,
 		v.tenures, len(samples.keyOf), samples.n, samples.most,
-		v.peakLive, v.peakAll, v.perHost, v.lost, v.dupJobs, v.extraRuns, v.unexplained == 0)
+		v.peakLive, v.peakAll, v.perHost, len(rs.at), len(rs.requeued), v.lost, v.dupJobs, v.extraRuns, v.unexplained == 0)
+}
+
+// readEvents is the job records written so far (fleetHandler).
+func readEvents(t testing.TB, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// fleetRestarts are the Redis restarts without persistence of a fleet run:
+// when (unix ns), and the jobs enqueued again after one.
+type fleetRestarts struct {
+	at       []int64
+	requeued map[string]bool
 }
 
 // every calls fn every d until stop is closed.
@@ -410,8 +475,13 @@ type jobRun struct {
 // (its lease went to another holder meanwhile, so its late writes are
 // fenced), or it exited with a code above 0: baton exits 1 when it fences
 // itself or finds its writes fenced (the final kill of what is left, after
-// the run, excuses nothing).
-func judgeFleet(t testing.TB, events []string, f *hostFleet, jobs int) fleetVerdict {
+// the run, excuses nothing). With rs, a job enqueued again after a Redis
+// restart is excused for its runs that began before the restart, and no
+// tenure granted after a restart (its token, seeded from Redis' clock in µs,
+// is above the restart's time) may start a job before every run of a
+// tenure from before it has ended (the end of a run without an end record:
+// its holder seen gone), but a stopped holder's, whose writes are fenced.
+func judgeFleet(t testing.TB, events []string, f *hostFleet, jobs int, rs *fleetRestarts) fleetVerdict {
 	t.Helper()
 	runs := map[string]*jobRun{} // by pid, token and job: one run
 	var order []*jobRun
@@ -442,6 +512,28 @@ func judgeFleet(t testing.TB, events []string, f *hostFleet, jobs int) fleetVerd
 		p := f.proc(r.pid)
 		return p != nil && (p.killed || p.paused || p.exit > 0)
 	}
+	// restarted: r began before a restart that lost the job, which went in
+	// again.
+	restarted := func(r *jobRun) bool {
+		if rs == nil || !rs.requeued[r.job] {
+			return false
+		}
+		for _, at := range rs.at {
+			if r.start < at {
+				return true
+			}
+		}
+		return false
+	}
+	endOf := func(r *jobRun) int64 { // a run without an end lasts until its holder was seen gone
+		if r.end != 0 {
+			return r.end
+		}
+		if p := f.proc(r.pid); p != nil && !p.gone.IsZero() {
+			return p.gone.UnixNano()
+		}
+		return time.Now().UnixNano()
+	}
 	v := fleetVerdict{perHost: map[string]int{}}
 
 	// Each job: at least one finished run; every run but the finished one
@@ -455,9 +547,9 @@ func judgeFleet(t testing.TB, events []string, f *hostFleet, jobs int) fleetVerd
 	}
 	v.tenures = len(tenures)
 	for i := 0; i < jobs; i++ {
-		rs := byJob["job-"+strconv.Itoa(i)]
+		runs := byJob["job-"+strconv.Itoa(i)]
 		done := 0
-		for _, r := range rs {
+		for _, r := range runs {
 			if r.end != 0 {
 				done++
 			}
@@ -466,21 +558,21 @@ func judgeFleet(t testing.TB, events []string, f *hostFleet, jobs int) fleetVerd
 			v.lost++
 			continue
 		}
-		if len(rs) > 1 {
+		if len(runs) > 1 {
 			v.dupJobs++
-			v.extraRuns += len(rs) - 1
+			v.extraRuns += len(runs) - 1
 			// One run acknowledged the job; every other one's holder must
 			// have died or been fenced before it could.
 			var healthy []string
-			for _, r := range rs {
-				if !excused(r) {
+			for _, r := range runs {
+				if !excused(r) && !restarted(r) {
 					healthy = append(healthy, fmt.Sprintf("pid %d (host %s, token %d)", r.pid, r.host, r.fence))
 				}
 			}
 			if len(healthy) > 1 {
 				v.unexplained++
 				if v.unexplained <= 5 {
-					t.Errorf("job %s ran %d times, by holders neither killed nor fenced: %v", rs[0].job, len(rs), healthy)
+					t.Errorf("job %s ran %d times, by holders neither killed nor fenced: %v", runs[0].job, len(runs), healthy)
 				}
 			}
 		}
@@ -499,16 +591,8 @@ func judgeFleet(t testing.TB, events []string, f *hostFleet, jobs int) fleetVerd
 	}
 	var evs []ev
 	for _, r := range order {
-		end := r.end
-		if end == 0 {
-			if p := f.proc(r.pid); p != nil && !p.gone.IsZero() {
-				end = p.gone.UnixNano()
-			} else {
-				end = time.Now().UnixNano()
-			}
-		}
 		live := !excused(r)
-		evs = append(evs, ev{r.start, 1, live}, ev{end, -1, live})
+		evs = append(evs, ev{r.start, 1, live}, ev{endOf(r), -1, live})
 	}
 	sort.Slice(evs, func(i, j int) bool {
 		return evs[i].at < evs[j].at || evs[i].at == evs[j].at && evs[i].delta < evs[j].delta
@@ -523,6 +607,34 @@ func judgeFleet(t testing.TB, events []string, f *hostFleet, jobs int) fleetVerd
 	}
 	if v.peakLive > fleetSlots {
 		t.Errorf("%d jobs of live, unfenced holders ran at once, want at most %d", v.peakLive, fleetSlots)
+	}
+
+	// After each restart: the lost leases' tenures stop before a new one
+	// runs a job.
+	for _, at := range func() []int64 {
+		if rs == nil {
+			return nil
+		}
+		return rs.at
+	}() {
+		var lastOld, firstNew *jobRun
+		for _, r := range order {
+			p := f.proc(r.pid)
+			switch {
+			case r.fence >= at/1000:
+				if firstNew == nil || r.start < firstNew.start {
+					firstNew = r
+				}
+			case p == nil || !p.paused:
+				if lastOld == nil || endOf(r) > endOf(lastOld) {
+					lastOld = r
+				}
+			}
+		}
+		if lastOld != nil && firstNew != nil && firstNew.start < endOf(lastOld) {
+			t.Errorf("restart at %s: token %d (granted after it) started a job %s before pid %d (token %d, granted before it) ended its job",
+				time.Unix(0, at).Format("15:04:05.000"), firstNew.fence, time.Duration(endOf(lastOld)-firstNew.start), lastOld.pid, lastOld.fence)
+		}
 	}
 
 	// Tokens per slot: ordered by token, a slot's tenures start their first
@@ -625,7 +737,7 @@ func TestJudgeFleetCatches(t *testing.T) {
 	ok = append(ok, run(5, "2", "job-4", 30, 40)...) // and a live holder ran it for good
 	ok = append(ok, run(1, "0", "job-5", 50, 60)...)
 	r := &recorder{TB: t}
-	v := judgeFleet(r, ok, f, 6)
+	v := judgeFleet(r, ok, f, 6, nil)
 	if len(r.errs) != 0 || v.lost != 0 || v.dupJobs != 1 || v.extraRuns != 2 || v.peakAll != 6 || v.peakLive != 4 {
 		t.Fatalf("explained records: errs %q, verdict %+v", r.errs, v)
 	}
@@ -633,7 +745,7 @@ func TestJudgeFleetCatches(t *testing.T) {
 	bad := append([]string(nil), ok...)
 	bad = append(bad, run(5, "3", "job-0", 11, 15)...) // a fifth live job at once, and job-0 twice on live holders
 	r = &recorder{TB: t}
-	v = judgeFleet(r, bad, f, 7) // job-6 never ran: lost
+	v = judgeFleet(r, bad, f, 7, nil) // job-6 never ran: lost
 	all := strings.Join(r.errs, "\n")
 	for _, want := range []string{"5 jobs of live, unfenced holders ran at once", "job job-0 ran 2 times", "1 jobs never finished a run: lost"} {
 		if !strings.Contains(all, want) {
@@ -642,5 +754,35 @@ func TestJudgeFleetCatches(t *testing.T) {
 	}
 	if v.lost != 1 || v.unexplained != 1 {
 		t.Errorf("verdict %+v: want 1 lost, 1 unexplained", v)
+	}
+}
+
+// TestJudgeFleetRestart: after a restart, a job run before it by a holder
+// that then left with exit 0 and enqueued again is no unexplained
+// duplicate; a tenure granted after the restart that starts a job while a
+// tenure from before it still runs one is an error.
+func TestJudgeFleetRestart(t *testing.T) {
+	f := &hostFleet{procs: map[int]*hostProc{
+		1: {exited: true, gone: time.Unix(0, 100_500)}, // its lease lost in the restart; left with exit 0
+		2: {exited: true, gone: time.Unix(0, 200_000)},
+	}}
+	rs := &fleetRestarts{at: []int64{100_000}, requeued: map[string]bool{"job-1": true}} // new tokens: from 100
+	rec := func(kind string, at, pid, token int, job string) string {
+		return fmt.Sprintf("%s %d h%d fleet/run-0 %d %d %s", kind, at, pid, token, pid, job)
+	}
+	ok := []string{
+		rec("s", 90_000, 1, 10, "job-0"), rec("e", 91_000, 1, 10, "job-0"),
+		rec("s", 99_000, 1, 10, "job-1"), rec("e", 100_400, 1, 10, "job-1"), // ended, its ack lost with Redis
+		rec("s", 101_000, 2, 150, "job-1"), rec("e", 102_000, 2, 150, "job-1"),
+	}
+	r := &recorder{TB: t}
+	if v := judgeFleet(r, ok, f, 2, rs); len(r.errs) != 0 || v.lost != 0 || v.dupJobs != 1 || v.unexplained != 0 {
+		t.Fatalf("explained records: errs %q, verdict %+v", r.errs, v)
+	}
+	bad := append(append([]string(nil), ok[:4]...), rec("s", 100_200, 2, 150, "job-1"), rec("e", 102_000, 2, 150, "job-1"))
+	r = &recorder{TB: t}
+	judgeFleet(r, bad, f, 2, rs)
+	if all := strings.Join(r.errs, "\n"); len(r.errs) != 1 || !strings.Contains(all, "token 150 (granted after it) started a job 200ns before pid 1") {
+		t.Fatalf("errors %q: want one, token 150 starting a job before pid 1's ended", all)
 	}
 }

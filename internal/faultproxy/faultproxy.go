@@ -1,6 +1,6 @@
 // Package faultproxy is a TCP proxy for tests that can be told to misbehave:
 // blackhole (bytes are swallowed, connections stay open, as in a network
-// partition), partition (bytes wait and are delivered when it heals, as TCP
+// partition), stall the connections open now (new ones work), partition (bytes wait and are delivered when it heals, as TCP
 // retransmits them), delay every chunk, refuse new connections, or reset every open
 // connection. It sits between a client and a real server (baton and
 // redis-server) on loopback.
@@ -25,8 +25,8 @@ type Proxy struct {
 	refuse    atomic.Bool
 	delay     atomic.Int64 // ns added before forwarding each chunk
 
-	mu     sync.Mutex // guards conns
-	conns  map[net.Conn]struct{}
+	mu     sync.Mutex                // guards conns
+	conns  map[net.Conn]*atomic.Bool // both ends of a pair share its stalled flag
 	wg     sync.WaitGroup
 	closed atomic.Bool
 }
@@ -37,7 +37,7 @@ func Start(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]*atomic.Bool{}}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -52,6 +52,17 @@ func (p *Proxy) Blackhole(on bool) { p.blackhole.Store(on) }
 // the server after it heals, as TCP retransmission makes it, even when the
 // client has closed the connection (or exited) meanwhile.
 func (p *Proxy) Partition(on bool) { p.partition.Store(on) }
+
+// Stall swallows every byte, for good, on the connections open now; those
+// made afterwards work: a peer or a NAT entry that vanished without a
+// reset, seen from one client's pooled connections.
+func (p *Proxy) Stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, stalled := range p.conns {
+		stalled.Store(true)
+	}
+}
 
 // Refuse closes new connections at once while on.
 func (p *Proxy) Refuse(on bool) { p.refuse.Store(on) }
@@ -96,17 +107,18 @@ func (p *Proxy) accept() {
 			_ = c.Close()
 			continue
 		}
-		if !p.track(c, s) {
+		stalled := new(atomic.Bool)
+		if !p.track(stalled, c, s) {
 			return
 		}
 		p.wg.Add(2)
-		go p.pipe(s, c)
-		go p.pipe(c, s)
+		go p.pipe(s, c, stalled)
+		go p.pipe(c, s, stalled)
 	}
 }
 
 // track registers a connection pair; false when the proxy is closed.
-func (p *Proxy) track(c ...net.Conn) bool {
+func (p *Proxy) track(stalled *atomic.Bool, c ...net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed.Load() {
@@ -116,13 +128,13 @@ func (p *Proxy) track(c ...net.Conn) bool {
 		return false
 	}
 	for _, x := range c {
-		p.conns[x] = struct{}{}
+		p.conns[x] = stalled
 	}
 	return true
 }
 
 // pipe copies src to dst chunk by chunk, applying the faults in force.
-func (p *Proxy) pipe(dst, src net.Conn) {
+func (p *Proxy) pipe(dst, src net.Conn, stalled *atomic.Bool) {
 	defer p.wg.Done()
 	defer func() {
 		_ = dst.Close()
@@ -138,7 +150,7 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 		for n > 0 && p.partition.Load() && !p.closed.Load() {
 			time.Sleep(5 * time.Millisecond) // the rest waits in the kernel's buffers
 		}
-		if n > 0 && !p.blackhole.Load() {
+		if n > 0 && !p.blackhole.Load() && !stalled.Load() {
 			if d := time.Duration(p.delay.Load()); d > 0 {
 				time.Sleep(d)
 			}
