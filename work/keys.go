@@ -13,8 +13,11 @@ const Group = "baton"
 // Stream entry fields. Producers set PayloadField (and may add fields of
 // their own, which baton carries through retries, give-backs and dead
 // letters); baton adds the others when it moves a job back into the stream.
-// Field names baton uses itself are reserved: a producer's field of the same
-// name is overwritten.
+// Field names baton uses itself are reserved (docs/jobs.md lists them): a
+// producer's value that baton never writes (an attempts count out of range,
+// an orig that is not a job id or is newer than its entry) makes the entry
+// malformed, and a producer's field of the same name is overwritten on a
+// move.
 const (
 	PayloadField  = "payload"
 	attemptsField = "attempts" // runs already made
@@ -183,7 +186,10 @@ var ackScript = redis.NewScript(ackLua)
 // ARGV[5] job id, ARGV[6] runs made, ARGV[7] the stats field of the failure
 // ("failed:error", "failed:timeout", "failed:crashed").
 // Returns 1 when scheduled, 0 when the entry is no longer pending for this
-// consumer, -1 when it was deleted while pending (cleared).
+// consumer, -1 when it was deleted while pending (cleared), -2 when another
+// job waits for retry under the same job id (two entries claim it: a
+// producer wrote an orig field): nothing written, the entry stays pending.
+// A record is never written over: that would lose the job it held.
 const retryLua = entryLua + `
 if not pending(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return 0 end
 local bad = writable(KEYS[2], 'zset', KEYS[3], 'hash')
@@ -193,6 +199,7 @@ if not f then
   redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
   return -1
 end
+if redis.call('HEXISTS', KEYS[3], ARGV[5]) == 1 then return -2 end
 put(f, 'attempts', ARGV[6])
 put(f, 'orig', ARGV[5])
 redis.call('HSET', KEYS[3], ARGV[5], cmsgpack.pack(f))
