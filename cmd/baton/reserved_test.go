@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-run/baton/work"
+	"github.com/redis/go-redis/v9"
+)
+
+// panicked returns the log of a baton process of the rig that died of a Go
+// panic, or "".
+func (r *rig) panicked() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.procs {
+		if done, code := p.exited(); done && code == 2 && strings.Contains(p.log(), "panic:") {
+			return p.log()
+		}
+	}
+	return ""
+}
+
+// TestAbsurdAttemptsFieldNeverCrashesHolders (issue #23): a producer's raw
+// XADD whose attempts field is 2^63−1 overflowed the attempt count; once a
+// holder had died under the job (kill -9 here), every holder after it that
+// replayed it panicked in the backoff (a negative shift), and holders
+// crashed in a loop with the queue stopped behind the job. Now the entry is
+// dead-lettered as malformed without running, the jobs behind it run, and
+// no holder crashes.
+func TestAbsurdAttemptsFieldNeverCrashesHolders(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	job := r.script("job.sh", `p=$(cat)
+if [ "$p" = bad ]; then
+  [ -e `+r.dir+`/killed ] || { touch `+r.dir+`/killed; kill -9 $PPID; sleep 5; }
+  exit 1
+fi
+`)
+	bad, err := r.client().XAdd(context.Background(), &redis.XAddArgs{Stream: work.KeysFor("default").Stream,
+		Values: []any{work.PayloadField, "bad", "attempts", "9223372036854775807"}}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	payloads := []string{"enqueue", "-q"}
+	for i := 0; i < 20; i++ {
+		payloads = append(payloads, "good-"+strconv.Itoa(i))
+	}
+	r.baton(payloads...)
+	stop := r.cron(200*time.Millisecond, "run", "--max-attempts", "3", "--retry-backoff", "50ms", "--poll-interval", "50ms", "--lifetime", "1m", "--", job)
+	defer r.killHolders("default")
+	defer stop()
+	eventually(t, 60*time.Second, "bad entry dead-lettered and the good jobs done", func() bool {
+		if log := r.panicked(); log != "" {
+			t.Fatalf("a holder crashed:\n%s", log)
+		}
+		s := r.status()
+		return s.Jobs.Done == 20 && len(r.dead(t)) == 1
+	})
+	d := r.dead(t)[0]
+	if d.Reason != "malformed" || d.JobID != bad || !strings.Contains(d.Error, `"attempts"`) {
+		t.Fatalf("dead letter %+v, want %s malformed, naming its attempts field", d, bad)
+	}
+	stop()
+	if log := r.panicked(); log != "" {
+		t.Fatalf("a holder crashed:\n%s", log)
+	}
+}
