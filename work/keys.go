@@ -474,12 +474,21 @@ return out
 // the job's unique key (the stream when none), freed last;
 // ARGV[1] group, ARGV[2] entry id, ARGV[3] consumer, ARGV[4] dead_max,
 // ARGV[5] job id, ARGV[6..] baton's field/value pairs of the letter.
-// Returns -1 when the entry is no longer pending for this consumer, 1 when
+// Returns -1 when the entry is no longer pending for this consumer, -2
+// when another dead letter still there holds the job id (two entries claim
+// it; not when the job id is the entry's own): nothing written, 1 when
 // letters were dropped to make room, else 0.
 const deadLua = entryLua + `
 if not pending(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return -1 end
 local bad = writable(KEYS[2], 'stream', KEYS[3], 'hash')
 if bad then return bad end
+if ARGV[5] ~= ARGV[2] then
+  local held = redis.call('HGET', KEYS[3], ARGV[5])
+  if held then
+    local e = redis.pcall('XRANGE', KEYS[2], held, held)
+    if e.err == nil and #e > 0 then return -2 end
+  end
+end
 local f = fields(KEYS[1], ARGV[2], letter) or {}
 put(f, 'orig', ARGV[5])
 for i = 6, #ARGV, 2 do put(f, ARGV[i], ARGV[i + 1]) end

@@ -58,6 +58,31 @@ func TestTwoEntriesClaimingOneIDLoseNothing(t *testing.T) {
 	}
 }
 
+// Two entries claiming one job id both fail for good: each gets its own
+// dead letter, the second under its own entry id, and the job id still
+// names the first one's letter.
+func TestTwoDeadLettersClaimingOneID(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	s := KeysFor("q").Stream
+	a := rdb.XAdd(ctx, &redis.XAddArgs{Stream: s, Values: []any{PayloadField, "real"}}).Val()
+	b := rdb.XAdd(ctx, &redis.XAddArgs{Stream: s, Values: []any{PayloadField, "impostor", jobField, a}}).Val()
+	c := testConfig(rdb, HandlerFunc(func(context.Context, *Job) error { return errors.New("fails") }))
+	c.MaxAttempts = 1
+	st := new(Stats)
+	runUntil(t, c, st, func() bool { return st.Dead.Load() == 2 })
+	letters := deadLetters(t, rdb, "q")
+	if len(letters) != 2 || letters[0].Values[jobField] != a || letters[1].Values[jobField] != b ||
+		!strings.Contains(letters[1].Values[deadError].(string), a) {
+		t.Fatalf("dead letters %v, want %s's, then the impostor's under %s", letters, a, b)
+	}
+	d, err := GetDead(ctx, rdb, "q", a)
+	if err != nil || string(d.Payload) != "real" {
+		t.Fatalf("dead letter of %s: %+v %v", a, d, err)
+	}
+	settled(t, rdb, "q")
+}
+
 // The retry script never writes over another job's retry record: the
 // collision is reported (-2) and the entry stays pending, unmoved.
 func TestRetryNeverOverwritesARecord(t *testing.T) {

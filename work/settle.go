@@ -314,6 +314,13 @@ func (r *runner) deadLetter(j *Job, reason, why string) {
 	case err != nil:
 		r.moveFailed(err, 1, "could not dead-letter job "+j.ID+"; it stays pending")
 		return
+	case n == -2:
+		// Another job's dead letter holds this job id (two entries claim
+		// it): letter this one under its own entry id, never over that one.
+		claimed := j.ID
+		j.ID = j.Entry
+		r.deadLetter(j, reason, fmt.Sprintf("%s; its %q field claims job id %s, which another job's dead letter holds", why, jobField, claimed))
+		return
 	case n < 0:
 		return // settled elsewhere meanwhile
 	case n == 1:
