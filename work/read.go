@@ -430,7 +430,8 @@ func (r *runner) toJob(m redis.XMessage, deliveries int, level Priority) *Job {
 	}
 	j.Payload = []byte(p)
 	if why := j.reserved(m.Values, level); why != "" {
-		j.verdict, j.problem = ReasonMalformed, why
+		// Under its own entry id: an orig it carries is not trusted.
+		j.ID, j.verdict, j.problem = j.Entry, ReasonMalformed, why
 		return j
 	}
 	switch {

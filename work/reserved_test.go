@@ -132,41 +132,54 @@ func TestBadReservedFieldsAreMalformed(t *testing.T) {
 		{"timeout overflow", timeoutField, strconv.FormatInt(math.MaxInt64, 10)},
 		{"priority unknown", priorityField, "urgent"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			rdb := redistest.Start(t).Client()
-			ctx := context.Background()
-			s := KeysFor("q").Stream
-			bad := rdb.XAdd(ctx, &redis.XAddArgs{Stream: s, Values: []any{PayloadField, "bad", tc.field, tc.value}}).Val()
-			rdb.XAdd(ctx, &redis.XAddArgs{Stream: s, Values: []any{PayloadField, "fine"}})
-			var mu sync.Mutex
-			var ran []string
-			h := HandlerFunc(func(_ context.Context, j *Job) error {
+		for _, orig := range []bool{false, true} {
+			if orig && tc.field == jobField {
+				continue
+			}
+			name := tc.name
+			if orig {
+				name += " with an orig"
+			}
+			t.Run(name, func(t *testing.T) {
+				rdb := redistest.Start(t).Client()
+				ctx := context.Background()
+				s := KeysFor("q").Stream
+				values := []any{PayloadField, "bad", tc.field, tc.value}
+				if orig { // a well-formed orig is not trusted either, when another field is bad
+					values = append(values, jobField, "1-0")
+				}
+				bad := rdb.XAdd(ctx, &redis.XAddArgs{Stream: s, Values: values}).Val()
+				rdb.XAdd(ctx, &redis.XAddArgs{Stream: s, Values: []any{PayloadField, "fine"}})
+				var mu sync.Mutex
+				var ran []string
+				h := HandlerFunc(func(_ context.Context, j *Job) error {
+					mu.Lock()
+					defer mu.Unlock()
+					ran = append(ran, string(j.Payload))
+					return errors.New("fails")
+				})
+				c := fastRetry(testConfig(rdb, h))
+				c.MaxAttempts = 2
+				st := new(Stats)
+				runUntil(t, c, st, func() bool { return st.Dead.Load() == 2 })
 				mu.Lock()
 				defer mu.Unlock()
-				ran = append(ran, string(j.Payload))
-				return errors.New("fails")
-			})
-			c := fastRetry(testConfig(rdb, h))
-			c.MaxAttempts = 2
-			st := new(Stats)
-			runUntil(t, c, st, func() bool { return st.Dead.Load() == 2 })
-			mu.Lock()
-			defer mu.Unlock()
-			if strings.Join(ran, ",") != "fine,fine" {
-				t.Fatalf("ran %v: the bad entry must not run", ran)
-			}
-			var got redis.XMessage
-			for _, m := range deadLetters(t, rdb, "q") {
-				if m.Values[PayloadField] == "bad" {
-					got = m
+				if strings.Join(ran, ",") != "fine,fine" {
+					t.Fatalf("ran %v: the bad entry must not run", ran)
 				}
-			}
-			if got.Values[deadReason] != ReasonMalformed || got.Values[jobField] != bad ||
-				!strings.Contains(got.Values[deadError].(string), strconv.Quote(tc.field)) {
-				t.Fatalf("dead letter %v, want malformed under its entry id %s, naming %q", got.Values, bad, tc.field)
-			}
-			settled(t, rdb, "q")
-		})
+				var got redis.XMessage
+				for _, m := range deadLetters(t, rdb, "q") {
+					if m.Values[PayloadField] == "bad" {
+						got = m
+					}
+				}
+				if got.Values[deadReason] != ReasonMalformed || got.Values[jobField] != bad ||
+					!strings.Contains(got.Values[deadError].(string), strconv.Quote(tc.field)) {
+					t.Fatalf("dead letter %v, want malformed under its entry id %s, naming %q", got.Values, bad, tc.field)
+				}
+				settled(t, rdb, "q")
+			})
+		}
 	}
 }
 

@@ -117,6 +117,15 @@ func (r *runner) ack(level Priority, b *ackBatch) {
 	if len(b.ids) == 0 {
 		return
 	}
+	// Even after a panic (logged), the batch is emptied: what was not
+	// acknowledged stays pending in Redis for the slot's next holder.
+	defer func() {
+		r.survived(recover(), len(b.ids))
+		for _, id := range b.ids {
+			r.forget(entryKey{level, id.(string)})
+		}
+		b.ids, b.uniqueKeys, b.uniqueIDs, b.jobs = b.ids[:0], b.uniqueKeys[:0], b.uniqueIDs[:0], b.jobs[:0]
+	}()
 	keys := append([]string{r.keys.StreamOf(level), r.keys.Stats, r.keys.Done}, b.uniqueKeys...)
 	// One allocation of the exact size; retention 0 records nothing.
 	args := make([]any, 0, 5+len(b.ids)+2*b.hist.fields()+len(b.uniqueIDs)+len(b.jobs))
@@ -128,13 +137,6 @@ func (r *runner) ack(level Priority, b *ackBatch) {
 	args[2] = pairs
 	args = append(args, b.uniqueIDs...)
 	args = append(args, b.jobs...)
-	defer func() {
-		r.survived(recover(), len(b.ids))
-		for _, id := range b.ids {
-			r.forget(entryKey{level, id.(string)})
-		}
-		b.ids, b.uniqueKeys, b.uniqueIDs, b.jobs = b.ids[:0], b.uniqueKeys[:0], b.uniqueIDs[:0], b.jobs[:0]
-	}()
 	var n int64
 	err := r.redisRetry(func(ctx context.Context) error {
 		var err error
