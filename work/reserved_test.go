@@ -112,75 +112,74 @@ func TestRetryNeverOverwritesARecord(t *testing.T) {
 }
 
 // Reserved fields a producer wrote with values baton never writes are not
-// trusted: the entry is dead-lettered as malformed, unrun, saying which
-// field, and the queue goes on.
+// trusted: the entry is dead-lettered as malformed, unrun, under its own
+// entry id (a well-formed orig beside the bad field is not trusted either),
+// saying which field, and the queue goes on.
 func TestBadReservedFieldsAreMalformed(t *testing.T) {
-	for _, tc := range []struct {
-		name, field, value string
-	}{
-		{"attempts overflow", attemptsField, strconv.FormatInt(math.MaxInt64, 10)},
-		{"attempts absurd", attemptsField, "4294967296"},
-		{"attempts negative", attemptsField, "-1"},
-		{"attempts not a number", attemptsField, "1e3"},
-		{"orig not an id", jobField, "nonsense"},
-		{"orig three parts", jobField, "1-2-3"},
-		{"orig newer than its entry", jobField, "99999999999999-0"},
-		{"max_attempts zero", maxAttemptsField, "0"},
-		{"max_attempts huge", maxAttemptsField, strconv.FormatInt(math.MaxInt64, 10)},
-		{"max_attempts not a number", maxAttemptsField, "five"},
-		{"timeout not a number", timeoutField, "1h"},
-		{"timeout overflow", timeoutField, strconv.FormatInt(math.MaxInt64, 10)},
-		{"priority unknown", priorityField, "urgent"},
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	s := KeysFor("q").Stream
+	type entry struct{ name, field, value, id string }
+	var bad []*entry
+	for _, e := range []entry{
+		{"attempts overflow", attemptsField, strconv.FormatInt(math.MaxInt64, 10), ""},
+		{"attempts absurd", attemptsField, "4294967296", ""},
+		{"attempts negative", attemptsField, "-1", ""},
+		{"attempts not a number", attemptsField, "1e3", ""},
+		{"orig not an id", jobField, "nonsense", ""},
+		{"orig three parts", jobField, "1-2-3", ""},
+		{"orig newer than its entry", jobField, "99999999999999-0", ""},
+		{"max_attempts zero", maxAttemptsField, "0", ""},
+		{"max_attempts huge", maxAttemptsField, strconv.FormatInt(math.MaxInt64, 10), ""},
+		{"max_attempts not a number", maxAttemptsField, "five", ""},
+		{"timeout not a number", timeoutField, "1h", ""},
+		{"timeout overflow", timeoutField, strconv.FormatInt(math.MaxInt64, 10), ""},
+		{"priority unknown", priorityField, "urgent", ""},
 	} {
 		for _, orig := range []bool{false, true} {
-			if orig && tc.field == jobField {
+			if orig && e.field == jobField {
 				continue
 			}
-			name := tc.name
+			e := e
+			values := []any{PayloadField, "bad " + e.name, e.field, e.value}
 			if orig {
-				name += " with an orig"
+				e.name += " with an orig"
+				values = []any{PayloadField, "bad " + e.name, e.field, e.value, jobField, "1-0"}
 			}
-			t.Run(name, func(t *testing.T) {
-				rdb := redistest.Start(t).Client()
-				ctx := context.Background()
-				s := KeysFor("q").Stream
-				values := []any{PayloadField, "bad", tc.field, tc.value}
-				if orig { // a well-formed orig is not trusted either, when another field is bad
-					values = append(values, jobField, "1-0")
-				}
-				bad := rdb.XAdd(ctx, &redis.XAddArgs{Stream: s, Values: values}).Val()
-				rdb.XAdd(ctx, &redis.XAddArgs{Stream: s, Values: []any{PayloadField, "fine"}})
-				var mu sync.Mutex
-				var ran []string
-				h := HandlerFunc(func(_ context.Context, j *Job) error {
-					mu.Lock()
-					defer mu.Unlock()
-					ran = append(ran, string(j.Payload))
-					return errors.New("fails")
-				})
-				c := fastRetry(testConfig(rdb, h))
-				c.MaxAttempts = 2
-				st := new(Stats)
-				runUntil(t, c, st, func() bool { return st.Dead.Load() == 2 })
-				mu.Lock()
-				defer mu.Unlock()
-				if strings.Join(ran, ",") != "fine,fine" {
-					t.Fatalf("ran %v: the bad entry must not run", ran)
-				}
-				var got redis.XMessage
-				for _, m := range deadLetters(t, rdb, "q") {
-					if m.Values[PayloadField] == "bad" {
-						got = m
-					}
-				}
-				if got.Values[deadReason] != ReasonMalformed || got.Values[jobField] != bad ||
-					!strings.Contains(got.Values[deadError].(string), strconv.Quote(tc.field)) {
-					t.Fatalf("dead letter %v, want malformed under its entry id %s, naming %q", got.Values, bad, tc.field)
-				}
-				settled(t, rdb, "q")
-			})
+			e.id = rdb.XAdd(ctx, &redis.XAddArgs{Stream: s, Values: values}).Val()
+			bad = append(bad, &e)
 		}
 	}
+	rdb.XAdd(ctx, &redis.XAddArgs{Stream: s, Values: []any{PayloadField, "fine"}})
+	var mu sync.Mutex
+	var ran []string
+	h := HandlerFunc(func(_ context.Context, j *Job) error {
+		mu.Lock()
+		defer mu.Unlock()
+		ran = append(ran, string(j.Payload))
+		return errors.New("fails")
+	})
+	c := fastRetry(testConfig(rdb, h))
+	c.MaxAttempts = 2
+	st := new(Stats)
+	runUntil(t, c, st, func() bool { return st.Dead.Load() == int64(len(bad))+1 })
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(ran, ",") != "fine,fine" {
+		t.Fatalf("ran %v: no bad entry may run", ran)
+	}
+	letters := map[string]redis.XMessage{}
+	for _, m := range deadLetters(t, rdb, "q") {
+		letters[m.Values[PayloadField].(string)] = m
+	}
+	for _, e := range bad {
+		got := letters["bad "+e.name]
+		if got.Values[deadReason] != ReasonMalformed || got.Values[jobField] != e.id ||
+			!strings.Contains(got.Values[deadError].(string), strconv.Quote(e.field)) {
+			t.Errorf("%s: dead letter %v, want malformed under its entry id %s, naming %q", e.name, got.Values, e.id, e.field)
+		}
+	}
+	settled(t, rdb, "q")
 }
 
 // Values baton itself writes in reserved fields are read as before.
