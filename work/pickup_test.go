@@ -24,6 +24,7 @@ func TestNewJobWakesHolderOnLevelsQueue(t *testing.T) {
 		{"high group destroyed", func(ctx context.Context, rdb *redis.Client) { rdb.XGroupDestroy(ctx, KeysFor("q").High, Group) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			rdb := redistest.Start(t).Client()
 			ctx := context.Background()
 			enqueueAt(t, rdb, PriorityHigh, 1)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -68,4 +70,44 @@ fi
 	if log := r.panicked(); log != "" {
 		t.Fatalf("a holder crashed:\n%s", log)
 	}
+}
+
+// TestNormalJobStartsAtOnceOnPriorityQueue (issue #23): on a queue that
+// once used --priority (high only, so it has no low stream), an idle
+// holder's blocking read over the three levels failed at once and waited
+// out a backoff, so a normal job started about 550 ms after it was
+// enqueued. Now the missing stream is created and the read blocks: a new
+// job wakes the holder at once.
+func TestNormalJobStartsAtOnceOnPriorityQueue(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	started := filepath.Join(r.dir, "started")
+	job := r.script("job.sh", "date +%s%N >> "+started+"\n")
+	if _, errOut, code := r.baton("enqueue", "--priority", "high", "first"); code != 0 {
+		t.Fatalf("enqueue: %d %s", code, errOut)
+	}
+	r.start("run", "--lifetime", "1m", "--", job)
+	defer r.killHolders("default")
+	eventually(t, 20*time.Second, "the high job ran", func() bool { return len(readLines(t, started)) == 1 })
+	var waits []time.Duration
+	for i := 0; i < 5; i++ {
+		time.Sleep(time.Second) // the holder is idle, in its read
+		at := time.Now()
+		if err := r.client().XAdd(context.Background(), &redis.XAddArgs{Stream: work.KeysFor("default").Stream,
+			Values: []any{work.PayloadField, "normal-" + strconv.Itoa(i)}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		var lines []string
+		eventually(t, 20*time.Second, "the normal job ran", func() bool { lines = readLines(t, started); return len(lines) == i+2 })
+		ns, err := strconv.ParseInt(lines[i+1], 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waits = append(waits, time.Unix(0, ns).Sub(at))
+	}
+	slices.Sort(waits)
+	if waits[len(waits)/2] > 300*time.Millisecond {
+		t.Fatalf("normal jobs started %v after they were enqueued, want a blocked read woken at once", waits)
+	}
+	t.Logf("started %v after the XADD", waits)
 }
