@@ -415,6 +415,7 @@ func (r *runner) toJob(m redis.XMessage, deliveries int, level Priority) *Job {
 		j.ID = o
 	}
 	j.unique, _ = m.Values[uniqueField].(string)
+	j.tickOf(m.Values)
 	if v, ok := m.Values[maxAttemptsField]; ok {
 		j.maxAttempts, _ = strconv.Atoi(fmt.Sprint(v))
 	}

@@ -1,0 +1,61 @@
+package periodic
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Status is one entry as List reads it.
+type Status struct {
+	Name     string    `json:"name"`
+	Schedule string    `json:"schedule"`
+	TimeZone string    `json:"time_zone"`
+	CatchUp  CatchUp   `json:"catch_up"`
+	Next     time.Time `json:"next_tick"`
+	// LastTick is the last tick claimed (enqueued or, too late, only
+	// recorded); zero when the entry never fired.
+	LastTick time.Time `json:"last_tick,omitzero"`
+	// LastJob is the id of the last job enqueued, LastJobTick its tick.
+	LastJob     string    `json:"last_job,omitempty"`
+	LastJobTick time.Time `json:"last_job_tick,omitzero"`
+}
+
+// List reads queue q's records for entries (checked by Check) in one round
+// trip, with Redis' clock for the next ticks. It writes nothing.
+func List(ctx context.Context, rdb redis.Cmdable, q string, entries []Entry) ([]Status, error) {
+	var now *redis.TimeCmd
+	var recs *redis.MapStringStringCmd
+	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		now = p.Time(ctx)
+		recs = p.HGetAll(ctx, RecordsKey(q))
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read periodic records: %w", err)
+	}
+	r := recs.Val()
+	out := make([]Status, 0, len(entries))
+	for _, e := range entries {
+		s, err := parseSchedule(e.Schedule)
+		if err != nil {
+			return nil, fmt.Errorf("periodic entry %q: schedule: %w", e.Name, err)
+		}
+		st := Status{Name: e.Name, Schedule: s.String(), TimeZone: s.loc.String(), CatchUp: e.CatchUp, Next: s.Next(now.Val())}
+		st.LastTick = msTime(r[e.Name], s.loc)
+		st.LastJob = r[e.Name+":job"]
+		st.LastJobTick = msTime(r[e.Name+":enqueued"], s.loc)
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+func msTime(v string, loc *time.Location) time.Time {
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms).In(loc)
+}
