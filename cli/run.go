@@ -19,6 +19,7 @@ import (
 	"github.com/baton-run/baton/internal/rediserr"
 	"github.com/baton-run/baton/lock"
 	"github.com/baton-run/baton/metrics"
+	"github.com/baton-run/baton/periodic"
 	"github.com/baton-run/baton/standby"
 	"github.com/baton-run/baton/work"
 	"github.com/redis/go-redis/v9"
@@ -61,6 +62,14 @@ With lock_backend redis the slots are leases shared by every host of the
 queue (docs/fleet.md): slots counts fleet-wide, and a holder that cannot
 renew its lease kills its jobs and exits 1 before the lease expires.
 
+Periodic jobs: every holder also enqueues the config's [[periodic]] entries
+(name, schedule, payload, and priority, timeout, max_attempts, catch_up,
+catch_up_max, overlap), each tick exactly once across all holders and
+hosts, claimed in Redis on Redis' clock (docs/periodic.md; 'baton periodic'
+lists them). Their jobs also get BATON_TICK (the scheduled time, RFC 3339)
+and BATON_PERIODIC (the entry's name). A bad entry exits 2 before any slot
+is taken.
+
 Every flag is also a config key (--shutdown-grace is shutdown_grace); flags
 win over the file, BATON_REDIS_URL over the file's redis_url.
 
@@ -76,6 +85,12 @@ Example:
   * * * * * /usr/local/bin/baton run --log-level warn --config /etc/baton/thumbs.toml -- /usr/local/bin/make-thumbnail
   # Python code in 4 long-lived children (examples/python/baton_worker.py)
   * * * * * /usr/local/bin/baton run --log-level warn --config /etc/baton/thumbs.toml --persistent --concurrency 4 -- /usr/bin/python3 /srv/app/worker.py
+  # a job every night at 02:30 Berlin time, enqueued by whichever holder
+  # runs then; in /etc/baton/thumbs.toml:
+  #   [[periodic]]
+  #   name = "nightly-cleanup"
+  #   schedule = "CRON_TZ=Europe/Berlin 30 2 * * *"
+  #   payload = "cleanup"
   # 1 holder kept, up to 4 while a backlog lasts
   * * * * * /usr/local/bin/baton run --log-level warn --config /etc/baton/thumbs.toml --slots 4 --min-slots 1 -- /usr/local/bin/make-thumbnail
 `
@@ -532,8 +547,14 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 		warned = true
 	})
 	defer stopSampling()
+	entries, _ := cfg.PeriodicEntries() // checked by Load
+	stopPeriodic, err := periodic.Start(periodic.Config{Client: h.rdb, Queue: cfg.Queue, Entries: entries, Fence: fenceCfg, Logger: h.log})
+	if err != nil {
+		return err
+	}
+	defer stopPeriodic()
 	h.log.Info().Time("until", until).Msg("holding run slot")
-	err := work.Run(ctx, work.Config{
+	err = work.Run(ctx, work.Config{
 		Client: h.rdb, Queue: cfg.Queue, Consumer: consumer, Handler: handler,
 		Concurrency: cfg.Concurrency, Deadline: until, Grace: cfg.ShutdownGrace.D(), JobTimeout: cfg.JobTimeout.D(),
 		MaxJobs: cfg.MaxJobs, RedisDownExit: cfg.RedisDownExit.D(),
