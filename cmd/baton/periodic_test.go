@@ -1,0 +1,173 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// periodicConfig writes a config with an @every 1s entry and returns its path.
+func (r *rig) periodicConfig(entries string) string {
+	r.t.Helper()
+	p := filepath.Join(r.dir, "periodic.toml")
+	if err := os.WriteFile(p, []byte("lifetime = \"10m\"\njitter = \"0s\"\n"+entries), 0o600); err != nil {
+		r.t.Fatal(err)
+	}
+	return p
+}
+
+const beatEntry = `
+[[periodic]]
+name = "beat"
+schedule = "@every 1s"
+payload = "tick tock"
+`
+
+// ticksRun reads the job log: tick → runs, and the ticks in order.
+func ticksRun(t *testing.T, path string) (map[string]int, []time.Time) {
+	t.Helper()
+	count := map[string]int{}
+	var ticks []time.Time
+	for _, l := range readLines(t, path) {
+		f := strings.Fields(l)
+		if len(f) != 3 || f[1] != "beat" {
+			t.Fatalf("job log line %q: want BATON_TICK BATON_PERIODIC BATON_JOB_ID", l)
+		}
+		if count[f[0]]++; count[f[0]] == 1 {
+			at, err := time.Parse(time.RFC3339, f[0])
+			if err != nil {
+				t.Fatalf("BATON_TICK %q: %v", f[0], err)
+			}
+			ticks = append(ticks, at)
+		}
+	}
+	sort.Slice(ticks, func(i, j int) bool { return ticks[i].Before(ticks[j]) })
+	return count, ticks
+}
+
+// checkOncePerTick fails unless every tick between the first and the last
+// ran exactly once.
+func checkOncePerTick(t *testing.T, count map[string]int, ticks []time.Time) {
+	t.Helper()
+	for tick, n := range count {
+		if n != 1 {
+			t.Errorf("tick %s ran %d times", tick, n)
+		}
+	}
+	for i := 1; i < len(ticks); i++ {
+		if d := ticks[i].Sub(ticks[i-1]); d != time.Second {
+			t.Errorf("gap of %s between ticks %s and %s", d, ticks[i-1].Format(time.RFC3339), ticks[i].Format(time.RFC3339))
+		}
+	}
+}
+
+// Three holders on three simulated hosts (leases in Redis) race for every
+// tick of @every 1s while one is killed with SIGKILL and another stopped
+// with SIGSTOP and woken: every tick runs exactly once, none is skipped,
+// and each job knows its tick and entry.
+func TestPeriodicOncePerTickFleet(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	out := filepath.Join(r.dir, "ticks")
+	job := r.script("job.sh", `cat >/dev/null; echo "$BATON_TICK $BATON_PERIODIC $BATON_JOB_ID" >> `+out+"\n")
+	cfg := r.periodicConfig(beatEntry)
+	common := []string{"--config", cfg, "--slots", "3", "--standby-slots", "0", "--lease-ttl", "6s", "--lease-renew", "500ms", "--", job}
+	var ps []*process
+	for _, h := range []string{"a", "b", "c"} {
+		ps = append(ps, r.start(r.fleetArgs(h, common...)...))
+	}
+	eventually(t, 20*time.Second, "three ticks run", func() bool { _, ticks := ticksRun(t, out); return len(ticks) >= 3 })
+	_ = ps[0].cmd.Process.Signal(syscall.SIGKILL)
+	_ = ps[1].cmd.Process.Signal(syscall.SIGSTOP)
+	eventually(t, 20*time.Second, "three more ticks run with one holder", func() bool { _, ticks := ticksRun(t, out); return len(ticks) >= 6 })
+	_ = ps[1].cmd.Process.Signal(syscall.SIGCONT) // woken 3s late: its view is stale
+	eventually(t, 20*time.Second, "four more ticks run", func() bool { _, ticks := ticksRun(t, out); return len(ticks) >= 10 })
+	_ = ps[2].cmd.Process.Signal(syscall.SIGTERM)
+	_ = ps[1].cmd.Process.Signal(syscall.SIGTERM)
+	ps[2].wait(t, 20*time.Second)
+	ps[1].wait(t, 20*time.Second)
+	count, ticks := ticksRun(t, out)
+	checkOncePerTick(t, count, ticks)
+	if t.Failed() {
+		t.Logf("holder b: %s\nholder c: %s", ps[1].log(), ps[2].log())
+	}
+}
+
+// The same with flock slots on one machine: two holders race.
+func TestPeriodicOncePerTickFlock(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	out := filepath.Join(r.dir, "ticks")
+	job := r.script("job.sh", `cat >/dev/null; echo "$BATON_TICK $BATON_PERIODIC $BATON_JOB_ID" >> `+out+"\n")
+	cfg := r.periodicConfig(beatEntry)
+	a := r.start("run", "--config", cfg, "--slots", "2", "--standby-slots", "0", "--", job)
+	b := r.start("run", "--config", cfg, "--slots", "2", "--standby-slots", "0", "--", job)
+	eventually(t, 30*time.Second, "eight ticks run", func() bool { _, ticks := ticksRun(t, out); return len(ticks) >= 8 })
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	a.wait(t, 20*time.Second)
+	b.wait(t, 20*time.Second)
+	count, ticks := ticksRun(t, out)
+	checkOncePerTick(t, count, ticks)
+
+	// baton periodic shows the entry, its next tick and its last job.
+	stdout, errOut, code := r.baton("periodic", "--config", cfg, "--json")
+	if code != 0 {
+		t.Fatalf("periodic exit %d: %s", code, errOut)
+	}
+	var rows []struct {
+		Name     string    `json:"name"`
+		Schedule string    `json:"schedule"`
+		TimeZone string    `json:"time_zone"`
+		Next     time.Time `json:"next_tick"`
+		LastTick time.Time `json:"last_tick"`
+		LastJob  string    `json:"last_job"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rows); err != nil {
+		t.Fatalf("periodic --json: %v\n%s", err, stdout)
+	}
+	if len(rows) != 1 || rows[0].Name != "beat" || rows[0].Schedule != "@every 1s" || rows[0].TimeZone != "UTC" ||
+		rows[0].LastJob == "" || rows[0].LastTick.IsZero() || !rows[0].Next.After(rows[0].LastTick) {
+		t.Fatalf("periodic --json = %+v", rows)
+	}
+	if rows[0].LastTick.Before(ticks[len(ticks)-1]) {
+		t.Errorf("last tick claimed %v is before the last tick run %v", rows[0].LastTick, ticks[len(ticks)-1])
+	}
+	stdout, _, code = r.baton("periodic", "--config", cfg)
+	if code != 0 || !strings.Contains(stdout, "beat") || !strings.Contains(stdout, "@every 1s") || !strings.Contains(stdout, rows[0].LastJob) {
+		t.Fatalf("periodic exit %d:\n%s", code, stdout)
+	}
+}
+
+// A bad entry: check and run exit 2 with one line naming the entry and the
+// key, and run takes no slot.
+func TestPeriodicBadEntryExits2(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	cfg := r.periodicConfig(beatEntry + `
+[[periodic]]
+name = "nightly"
+schedule = "CRON_TZ=Europe/Berlin 30 2 * * *"
+catch_up = "sometimes"
+`)
+	want := `periodic "nightly": catch_up: "sometimes": want latest, none or all`
+	_, errOut, code := r.baton("check", "--config", cfg)
+	if code != 2 || !strings.Contains(errOut, want) || !strings.Contains(errOut, "periodic.toml:12:") {
+		t.Fatalf("check: exit %d, stderr %q; want 2 and %q at line 12", code, errOut, want)
+	}
+	_, errOut, code = r.baton("run", "--config", cfg, "--", "true")
+	if code != 2 || !strings.Contains(errOut, want) {
+		t.Fatalf("run: exit %d, stderr %q; want 2 and %q", code, errOut, want)
+	}
+	if first := strings.SplitN(strings.TrimSpace(errOut), "\n", 2)[0]; !strings.Contains(first, want) {
+		t.Fatalf("run's first line %q does not name the entry", first)
+	}
+	if entries, _ := os.ReadDir(r.locks); len(entries) != 0 {
+		t.Fatalf("run with a bad entry touched the lock dir: %v", entries)
+	}
+}
