@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/baton-run/baton/internal/script"
 	"github.com/baton-run/baton/work"
 	"github.com/redis/go-redis/v9"
 )
@@ -120,6 +121,13 @@ var (
 	fencedScript = work.FencedScript(claimLua)
 )
 
+// Client is what the package needs of a go-redis client (a *redis.Client,
+// a failover or a cluster client).
+type Client interface {
+	redis.Cmdable
+	redis.Scripter
+}
+
 // Outcome kinds of a claim.
 const (
 	Enqueued = "enqueued" // this call claimed the tick and enqueued its job
@@ -151,7 +159,7 @@ type entryState struct {
 // Claimer claims the ticks of a queue's entries. Not safe for concurrent
 // use: one goroutine owns it.
 type Claimer struct {
-	rdb     redis.Cmdable
+	rdb     Client
 	keys    []string
 	fence   *work.Fence
 	entries []*entryState
@@ -161,7 +169,7 @@ type Claimer struct {
 // NewClaimer returns a claimer for queue q's entries (already checked by
 // Check). With fence set (fleet mode), every call is refused once the lease
 // no longer carries its token.
-func NewClaimer(rdb redis.Cmdable, q string, entries []Entry, fence *work.Fence) (*Claimer, error) {
+func NewClaimer(rdb Client, q string, entries []Entry, fence *work.Fence) (*Claimer, error) {
 	k := work.KeysFor(q)
 	c := &Claimer{rdb: rdb, keys: []string{RecordsKey(q), k.Stream, k.High, k.Low}, fence: fence}
 	for _, e := range entries {
@@ -221,7 +229,7 @@ func (c *Claimer) Round(ctx context.Context) ([]Outcome, error) {
 		args = append(args, c.fence.Token)
 	}
 	sent := time.Now()
-	res, err := s.Run(ctx, c.rdb, keys, args...).Slice()
+	res, err := script.Run(ctx, c.rdb, s, keys, args...).Slice()
 	if err != nil {
 		if work.IsFenced(err) {
 			return nil, fmt.Errorf("claim periodic ticks: %w", work.ErrFenced)

@@ -7,13 +7,12 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/work"
-	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 )
 
 // Config is what Start needs.
 type Config struct {
-	Client  redis.Cmdable
+	Client  Client
 	Queue   string
 	Entries []Entry     // checked by Check
 	Fence   *work.Fence // the holder's lease in fleet mode, nil with flock slots
