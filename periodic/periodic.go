@@ -178,6 +178,12 @@ func parseSchedule(spec string) (*Schedule, error) {
 	}
 	switch s := s.(type) {
 	case cron.ConstantDelaySchedule:
+		// robfig/cron rounds the period down to whole seconds, at least
+		// one: refuse what it would change rather than tick otherwise.
+		_, d, _ := strings.Cut(spec, "@every")
+		if p, err := time.ParseDuration(strings.TrimSpace(d)); err != nil || p != s.Delay {
+			return nil, fmt.Errorf("@every takes whole seconds, at least 1s (it would run every %s)", s.Delay)
+		}
 		return &Schedule{src: spec, every: s.Delay, loc: time.UTC}, nil
 	case *cron.SpecSchedule:
 		out := &Schedule{src: spec, spec: s, loc: s.Location}

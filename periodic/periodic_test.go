@@ -144,6 +144,8 @@ func TestCheck(t *testing.T) {
 		{"schedule", func(e *Entry) { e.Schedule = "61 * * * *" }},
 		{"schedule", func(e *Entry) { e.Schedule = "CRON_TZ=Mars/Olympus 0 * * * *" }},
 		{"schedule", func(e *Entry) { e.Schedule = "0 0 30 2 *" }},
+		{"schedule", func(e *Entry) { e.Schedule = "@every 1500ms" }},
+		{"schedule", func(e *Entry) { e.Schedule = "@every 100ms" }},
 		{"catch_up", func(e *Entry) { e.CatchUp = "some" }},
 		{"catch_up_max", func(e *Entry) { e.CatchUpMax = MaxCatchUp + 1 }},
 		{"overlap", func(e *Entry) { e.Overlap = "skip" }},
