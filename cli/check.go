@@ -144,6 +144,7 @@ func runCheck(ctx context.Context, e *env, args []string) error {
 	}
 	rep.Relations = append(rep.Relations, p.extra...)
 	rep.Relations = append(rep.Relations, checkLockDir(cfg.LockDir), checkRecordedSlots(cfg.LockDir, cfg.Queue, cfg.Slots))
+	rep.Relations = append(rep.Relations, checkPeriodic(cfg)...)
 	if o.online {
 		rep.Relations = append(rep.Relations, checkOnline(ctx, cfg)...)
 	}

@@ -369,3 +369,40 @@ func TestNewEntryStartsAtItsNextTick(t *testing.T) {
 		t.Fatalf("a new entry fired for a past tick: %v", count)
 	}
 }
+
+// Hosts whose configs disagree (a rolling deploy: @every 1s on one, @every
+// 2s and another payload on the other) still claim each tick of the name
+// at most once: the record is per name and only moves forward.
+func TestConfigsDisagreeOncePerTick(t *testing.T) {
+	srv := redistest.Start(t)
+	old := claimer(t, srv.Client(), "q", nil, Entry{Name: "beat", Schedule: "@every 1s", Payload: []byte("old")})
+	neu := claimer(t, srv.Client(), "q", nil, Entry{Name: "beat", Schedule: "@every 2s", Payload: []byte("new")})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, c := range []*Claimer{old, neu} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				_, _ = c.Round(context.Background())
+				time.Sleep(70 * time.Millisecond)
+			}
+		}()
+	}
+	wg.Wait()
+	count, all := jobs(t, srv.Client(), "q")
+	if len(count) < 3 {
+		t.Fatalf("only %d ticks: %v", len(count), count)
+	}
+	for tick, n := range count {
+		if n != 1 {
+			t.Errorf("tick %s enqueued %d times", tick, n)
+		}
+	}
+	payloads := map[any]int{}
+	for _, v := range all {
+		payloads[v["payload"]]++
+	}
+	t.Logf("%d ticks, payloads %v", len(count), payloads)
+}

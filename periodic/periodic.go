@@ -291,3 +291,25 @@ func due(s *Schedule, cu CatchUp, max int, last, now time.Time) []tickClaim {
 	}
 	return []tickClaim{{t, modeEnqueue}}
 }
+
+// MinGap is the shortest time between two of the n ticks after from: the
+// period of an @every schedule, the tightest spacing of the others (0 when
+// the schedule has fewer than two ticks in five years).
+func (s *Schedule) MinGap(from time.Time, n int) time.Duration {
+	if s.every > 0 {
+		return s.every
+	}
+	var gap time.Duration
+	t := s.Next(from)
+	for i := 1; i < n && !t.IsZero(); i++ {
+		u := s.Next(t)
+		if u.IsZero() {
+			break
+		}
+		if d := u.Sub(t); gap == 0 || d < gap {
+			gap = d
+		}
+		t = u
+	}
+	return gap
+}

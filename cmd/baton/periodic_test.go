@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -217,5 +218,11 @@ catch_up = "sometimes"
 	}
 	if entries, _ := os.ReadDir(r.locks); len(entries) != 0 {
 		t.Fatalf("run with a bad entry touched the lock dir: %v", entries)
+	}
+	// A good entry whose job may outlast its period: a warning.
+	cfg = r.periodicConfig(beatEntry)
+	stdout, _, code := r.baton("check", "--config", cfg)
+	if code == 2 || !regexp.MustCompile(`periodic-beat +job timeout < shortest gap between ticks +1m < 1s +- +WARN`).MatchString(stdout) {
+		t.Fatalf("check of a good entry: exit %d\n%s", code, stdout)
 	}
 }
