@@ -35,9 +35,12 @@ is /usr/bin:/bin. check never takes a slot and creates no file.
 
 The config's [[periodic]] entries are checked too (docs/periodic.md): a
 name unique in the queue, the schedule and its CRON_TZ= zone, catch_up
-(latest, none, all), catch_up_max (1-10000), the job options; a bad one
-exits 2 naming the entry, the key and its line, e.g.
+(latest, none, all), catch_up_max (1-10000), overlap (allow, skip), the
+job options; a bad one exits 2 naming the entry, the key and its line, e.g.
   config thumbs.toml:14: periodic "nightly": catch_up: "some": want latest, none or all
+With overlap = "allow", a job timeout not below the schedule's shortest
+gap between ticks is a warning (periodic-<name>): two ticks' jobs may run
+at once.
 
 In fleet mode (lock_backend = "redis") --hosts H says that H hosts each run
 the entry: the relations count all their candidates, and more are

@@ -21,6 +21,9 @@ func checkPeriodic(cfg *config.Config) []standby.Relation {
 	}
 	var rs []standby.Relation
 	for _, e := range entries {
+		if e.Overlap != periodic.OverlapAllow {
+			continue // skip: never two at once
+		}
 		s, err := periodic.ParseSchedule(e.Schedule)
 		if err != nil {
 			continue

@@ -62,13 +62,13 @@ With lock_backend redis the slots are leases shared by every host of the
 queue (docs/fleet.md): slots counts fleet-wide, and a holder that cannot
 renew its lease kills its jobs and exits 1 before the lease expires.
 
-Periodic jobs: every holder also enqueues the config's [[periodic]] entries
-(name, schedule, payload, and priority, timeout, max_attempts, catch_up,
-catch_up_max, overlap), each tick exactly once across all holders and
-hosts, claimed in Redis on Redis' clock (docs/periodic.md; 'baton periodic'
-lists them). Their jobs also get BATON_TICK (the scheduled time, RFC 3339)
-and BATON_PERIODIC (the entry's name). A bad entry exits 2 before any slot
-is taken.
+Periodic jobs: every holder also enqueues the config's [[periodic]]
+entries (name, schedule, payload; priority, timeout, max_attempts,
+catch_up, catch_up_max, overlap = allow or skip), each tick exactly once
+across all holders and hosts, claimed in Redis on Redis' clock
+(docs/periodic.md; 'baton periodic' lists them). Their jobs also get
+BATON_TICK (the scheduled time, RFC 3339) and BATON_PERIODIC (the entry's
+name). A bad entry exits 2 before any slot is taken.
 
 Every flag is also a config key (--shutdown-grace is shutdown_grace); flags
 win over the file, BATON_REDIS_URL over the file's redis_url.

@@ -30,20 +30,27 @@ func RecordsKey(queue string) string { return work.KeysFor(queue).Stream + ":per
 // the entry's last claimed tick; the record moves to it in the same script,
 // so a second claimant, a stale one or a replay of the same call after a
 // lost reply finds the record and adds nothing. A tick with mode "o" that is
-// later than ARGV[1] ms moves the record without a job (missed). Keys'
-// types are checked before the first write: a wrong one fails the call and
-// writes nothing. The fenced form (work.FencedScript) refuses the whole
-// call unless the caller's lease still carries its token.
+// later than ARGV[1] ms moves the record without a job (missed). An entry
+// with a unique key (overlap = "skip") skips a tick, moving the record
+// without a job and counting it in "<name>:skipped", while its key names a
+// job; else its job takes the key, as Enqueue's UniqueKey does (the job's
+// fields carry it, and settling the job frees it). Keys' types are checked
+// before the first write: a wrong one fails the call and writes nothing.
+// The fenced form (work.FencedScript) refuses the whole call unless the
+// caller's lease still carries its token.
 //
 // KEYS[1] the records (hash), KEYS[2] the stream, KEYS[3] the high stream,
-// KEYS[4] the low stream; ARGV[1] Late (ms); ARGV[2] the number of entries;
-// then per entry: its name; its level ("normal", "high" or "low"); nf and
-// nf field/value strings of its jobs; nc and nc claims, oldest first, each
-// three strings: the tick (unix ms), the tick (RFC 3339), the mode ("e":
-// enqueue however late, "o": only within ARGV[1]). Returns {Redis' time
-// (unix ms), then per entry {its last claimed tick (unix ms) or "", its last
-// job's id or "", then one outcome per claim: "+<job id>" enqueued, "="
-// already claimed, "-" too late (record moved, no job), ">" not due yet}}.
+// KEYS[4] the low stream, KEYS[5..] the unique keys of the entries that
+// have one; ARGV[1] Late (ms); ARGV[2] the number of entries; then per
+// entry: its name; its level ("normal", "high" or "low"); the index in KEYS
+// of its unique key ("0": none); nf and nf field/value strings of its jobs;
+// nc and nc claims, oldest first, each three strings: the tick (unix ms),
+// the tick (RFC 3339), the mode ("e": enqueue however late, "o": only
+// within ARGV[1]). Returns {Redis' time (unix ms), then per entry {its last
+// claimed tick (unix ms) or "", its last job's id or "", then one outcome
+// per claim: "+<job id>" enqueued, "=" already claimed, "-" too late
+// (record moved, no job), "~" skipped for overlap (record moved, no job),
+// ">" not due yet}}.
 const claimLua = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -57,6 +64,12 @@ local function check()
     local ty = redis.call('TYPE', k)['ok']
     if ty ~= 'none' and ty ~= want then
       error({err = 'WRONGTYPE ' .. k .. ' holds a ' .. ty .. ', not a ' .. want})
+    end
+  end
+  for k = 5, #KEYS do
+    local ty = redis.call('TYPE', KEYS[k])['ok']
+    if ty ~= 'none' and ty ~= 'string' then
+      error({err = 'WRONGTYPE ' .. KEYS[k] .. ' holds a ' .. ty .. ', not a string'})
     end
   end
 end
@@ -76,10 +89,10 @@ local function enqueue(level, fields)
 end
 local i = 3
 for _ = 1, tonumber(ARGV[2]) do
-  local name, level, nf = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+  local name, level, uk, nf = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
   local fields = {}
-  for f = 1, nf do fields[f] = ARGV[i + 2 + f] end
-  i = i + 3 + nf
+  for f = 1, nf do fields[f] = ARGV[i + 3 + f] end
+  i = i + 4 + nf
   local nc = tonumber(ARGV[i])
   i = i + 1
   local recs = redis.call('HGET', KEYS[1], name) or ''
@@ -98,6 +111,10 @@ for _ = 1, tonumber(ARGV[2]) do
       if mode == 'o' and now - tick > late then
         redis.call('HSET', KEYS[1], name, ticks)
         res[#res + 1] = '-'
+      elseif uk > 0 and redis.call('GET', KEYS[uk]) then
+        redis.call('HSET', KEYS[1], name, ticks)
+        redis.call('HINCRBY', KEYS[1], name .. ':skipped', 1)
+        res[#res + 1] = '~'
       else
         local f = {unpack(fields)}
         f[#f + 1] = 'tick'
@@ -105,6 +122,7 @@ for _ = 1, tonumber(ARGV[2]) do
         f[#f + 1] = 'periodic'
         f[#f + 1] = name
         local id = enqueue(level, f)
+        if uk > 0 then redis.call('SET', KEYS[uk], id) end
         redis.call('HSET', KEYS[1], name, ticks, name .. ':job', id, name .. ':enqueued', ticks)
         res[#res + 1] = '+' .. id
       end
@@ -133,6 +151,7 @@ const (
 	Enqueued = "enqueued" // this call claimed the tick and enqueued its job
 	Claimed  = "claimed"  // the tick was already claimed (by anyone): nothing done
 	Missed   = "missed"   // claimed too late for its policy: recorded, no job
+	Skipped  = "skipped"  // overlap = "skip" and the previous job still queued: recorded, no job, counted
 	NotYet   = "not_yet"  // after Redis' clock: nothing done
 )
 
@@ -140,7 +159,7 @@ const (
 type Outcome struct {
 	Entry string
 	Tick  time.Time
-	Kind  string // Enqueued, Claimed, Missed or NotYet
+	Kind  string // Enqueued, Claimed, Missed, Skipped or NotYet
 	Job   string // the job's id when Enqueued
 }
 
@@ -151,6 +170,7 @@ type entryState struct {
 	sched  *Schedule
 	level  string
 	fields []string
+	unique int // its unique key's index in KEYS (1-based), 0: none
 	known  bool      // last was read from Redis at least once
 	last   time.Time // last claimed tick, zero: no record
 	job    string    // last job enqueued
@@ -185,6 +205,12 @@ func NewClaimer(rdb Client, q string, entries []Entry, fence *work.Fence) (*Clai
 			opts = append(opts, work.Timeout(e.Timeout))
 		}
 		opts = append(opts, work.WithPriority(e.Priority))
+		unique := 0
+		if e.Overlap == OverlapSkip {
+			opts = append(opts, work.UniqueKey(UniqueKey(e.Name)))
+			c.keys = append(c.keys, work.KeysFor(q).Unique(UniqueKey(e.Name)))
+			unique = len(c.keys)
+		}
 		f, level, err := work.EntryFields(e.Payload, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("periodic entry %q: %w", e.Name, err)
@@ -192,7 +218,7 @@ func NewClaimer(rdb Client, q string, entries []Entry, fence *work.Fence) (*Clai
 		if e.CatchUpMax < 1 {
 			e.CatchUpMax = DefaultCatchUpMax
 		}
-		c.entries = append(c.entries, &entryState{Entry: e, sched: s, level: level.String(), fields: f})
+		c.entries = append(c.entries, &entryState{Entry: e, sched: s, level: level.String(), fields: f, unique: unique})
 	}
 	return c, nil
 }
@@ -214,7 +240,7 @@ func (c *Claimer) Round(ctx context.Context) ([]Outcome, error) {
 		if e.known {
 			claims[n] = due(e.sched, e.CatchUp, e.CatchUpMax, e.last, now)
 		}
-		args = append(args, e.Name, e.level, len(e.fields))
+		args = append(args, e.Name, e.level, e.unique, len(e.fields))
 		for _, f := range e.fields {
 			args = append(args, f)
 		}
@@ -267,6 +293,8 @@ func (c *Claimer) Round(ctx context.Context) ([]Outcome, error) {
 				o.Kind = Claimed
 			case v == "-":
 				o.Kind = Missed
+			case v == "~":
+				o.Kind = Skipped
 			default:
 				o.Kind = NotYet
 			}

@@ -406,3 +406,62 @@ func TestConfigsDisagreeOncePerTick(t *testing.T) {
 	}
 	t.Logf("%d ticks, payloads %v", len(count), payloads)
 }
+
+// overlap = "skip": while the previous tick's job is queued (here: nobody
+// runs it), ticks are recorded and counted, not enqueued; once the job is
+// done, the next tick is enqueued again.
+func TestOverlapSkip(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	ctx := context.Background()
+	c := claimer(t, rdb, "q", nil, Entry{Name: "beat", Schedule: "@every 1s", Overlap: OverlapSkip})
+	kinds := map[string]int{}
+	deadline := time.Now().Add(10 * time.Second)
+	for kinds[Skipped] < 2 && time.Now().Before(deadline) {
+		for _, o := range round(t, c) {
+			kinds[o.Kind]++
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if kinds[Enqueued] != 1 || kinds[Skipped] < 2 {
+		t.Fatalf("outcomes %v, want 1 enqueued then skipped ticks", kinds)
+	}
+	if n, _ := rdb.HGet(ctx, RecordsKey("q"), "beat:skipped").Int(); n != kinds[Skipped] {
+		t.Fatalf("skipped count %d, want %d", n, kinds[Skipped])
+	}
+	ls, err := List(ctx, rdb, "q", c.entriesOf())
+	if err != nil || len(ls) != 1 || ls[0].Skipped != int64(kinds[Skipped]) || ls[0].Overlap != OverlapSkip {
+		t.Fatalf("List = %+v, %v", ls, err)
+	}
+	// A holder runs and acknowledges the job: the key is freed.
+	done := make(chan struct{}, 8)
+	h := work.HandlerFunc(func(ctx context.Context, j *work.Job) error { done <- struct{}{}; return nil })
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		_ = work.Run(rctx, work.Config{Client: rdb, Queue: "q", Consumer: "h/run-0", Handler: h, Deadline: time.Now().Add(time.Minute)}, nil)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job never ran")
+	}
+	for time.Now().Before(deadline.Add(10 * time.Second)) {
+		for _, o := range round(t, c) {
+			if o.Kind == Enqueued {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatal("no tick enqueued after the job was done")
+}
+
+// entriesOf returns the claimer's entries, for List.
+func (c *Claimer) entriesOf() []Entry {
+	var es []Entry
+	for _, e := range c.entries {
+		es = append(es, e.Entry)
+	}
+	return es
+}

@@ -22,6 +22,9 @@ type Status struct {
 	// LastJob is the id of the last job enqueued, LastJobTick its tick.
 	LastJob     string    `json:"last_job,omitempty"`
 	LastJobTick time.Time `json:"last_job_tick,omitzero"`
+	// Overlap is the entry's overlap; Skipped counts the ticks it skipped.
+	Overlap string `json:"overlap"`
+	Skipped int64  `json:"skipped"`
 }
 
 // List reads queue q's records for entries (checked by Check) in one round
@@ -47,6 +50,8 @@ func List(ctx context.Context, rdb redis.Cmdable, q string, entries []Entry) ([]
 		st.LastTick = msTime(r[e.Name], s.loc)
 		st.LastJob = r[e.Name+":job"]
 		st.LastJobTick = msTime(r[e.Name+":enqueued"], s.loc)
+		st.Overlap = e.Overlap
+		st.Skipped, _ = strconv.ParseInt(r[e.Name+":skipped"], 10, 64)
 		out = append(out, st)
 	}
 	return out, nil

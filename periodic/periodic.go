@@ -50,10 +50,21 @@ const (
 	CatchUpAll CatchUp = "all"
 )
 
-// Overlap values. Only OverlapAllow is implemented so far.
+// Overlap values.
 const (
-	OverlapAllow = "allow" // a tick is enqueued whatever the previous one's job is doing
+	// OverlapAllow enqueues a tick whatever the previous tick's job is
+	// doing. The default.
+	OverlapAllow = "allow"
+	// OverlapSkip skips a tick (the record moves, no job, counted) while
+	// the entry's previous job is waiting, scheduled, running or retrying,
+	// as a Kubernetes CronJob's concurrencyPolicy: Forbid. The job holds
+	// the unique key "periodic:<name>" (work.UniqueKey), freed when it is
+	// done or dead.
+	OverlapSkip = "skip"
 )
+
+// UniqueKey is the unique key of an entry's jobs with OverlapSkip.
+func UniqueKey(name string) string { return "periodic:" + name }
 
 // Late is how long after its scheduled time a tick still counts as on
 // time: holders check every second, so a tick claimed later than this was
@@ -86,7 +97,7 @@ type Entry struct {
 	CatchUp CatchUp
 	// CatchUpMax bounds the ticks CatchUpAll enqueues at once. Default 100.
 	CatchUpMax int
-	// Overlap is "allow" (the default); "skip" is not implemented yet.
+	// Overlap is OverlapAllow (the default) or OverlapSkip.
 	Overlap string
 }
 
@@ -139,10 +150,8 @@ func Check(entries []Entry) error {
 			return bad("catch_up", "%q: want latest, none or all", e.CatchUp)
 		case e.CatchUpMax < 1 || e.CatchUpMax > MaxCatchUp:
 			return bad("catch_up_max", "%d: must be between 1 and %d", e.CatchUpMax, MaxCatchUp)
-		case e.Overlap == "skip":
-			return bad("overlap", `"skip" is not supported yet; use "allow"`)
-		case e.Overlap != OverlapAllow:
-			return bad("overlap", "%q: want allow", e.Overlap)
+		case e.Overlap != OverlapAllow && e.Overlap != OverlapSkip:
+			return bad("overlap", "%q: want allow or skip", e.Overlap)
 		case e.Timeout < 0:
 			return bad("timeout", "%s: must be positive (or unset for the queue's job_timeout)", e.Timeout)
 		case e.MaxAttempts < 0 || e.MaxAttempts > 1000:

@@ -148,7 +148,6 @@ func TestCheck(t *testing.T) {
 		{"schedule", func(e *Entry) { e.Schedule = "@every 100ms" }},
 		{"catch_up", func(e *Entry) { e.CatchUp = "some" }},
 		{"catch_up_max", func(e *Entry) { e.CatchUpMax = MaxCatchUp + 1 }},
-		{"overlap", func(e *Entry) { e.Overlap = "skip" }},
 		{"overlap", func(e *Entry) { e.Overlap = "queue" }},
 		{"timeout", func(e *Entry) { e.Timeout = -time.Second }},
 		{"max_attempts", func(e *Entry) { e.MaxAttempts = 1001 }},

@@ -30,10 +30,13 @@ func EntryFields(payload []byte, opts ...Option) ([]string, Priority, error) {
 			return nil, 0, err
 		}
 	}
-	if !o.due.IsZero() || o.unique != "" || o.uniqueFor > 0 {
-		return nil, 0, fmt.Errorf("%w: a delay or a unique key cannot be written as entry fields", ErrBadOption)
+	if !o.due.IsZero() || o.uniqueFor > 0 {
+		return nil, 0, fmt.Errorf("%w: a delay or a unique key's TTL cannot be written as entry fields", ErrBadOption)
 	}
 	f := []string{PayloadField, string(payload)}
+	if o.unique != "" {
+		f = append(f, uniqueField, o.unique)
+	}
 	if o.maxAttempts > 0 {
 		f = append(f, maxAttemptsField, strconv.Itoa(o.maxAttempts))
 	}

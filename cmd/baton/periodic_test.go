@@ -226,3 +226,51 @@ catch_up = "sometimes"
 		t.Fatalf("check of a good entry: exit %d\n%s", code, stdout)
 	}
 }
+
+// overlap = "skip" with two holders and a job slower than the period: the
+// ticks while a job is queued or running are skipped and counted, and no
+// two of the entry's jobs ever run at once.
+func TestPeriodicOverlapSkip(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	events := filepath.Join(r.dir, "events")
+	job := r.script("job.sh", `cat >/dev/null
+echo "start $BATON_TICK" >> `+events+`
+sleep 2
+echo "end $BATON_TICK" >> `+events+"\n")
+	cfg := r.periodicConfig(beatEntry + "overlap = \"skip\"\n")
+	a := r.start("run", "--config", cfg, "--slots", "2", "--standby-slots", "0", "--", job)
+	b := r.start("run", "--config", cfg, "--slots", "2", "--standby-slots", "0", "--", job)
+	eventually(t, 30*time.Second, "three jobs end", func() bool {
+		n := 0
+		for _, l := range readLines(t, events) {
+			if strings.HasPrefix(l, "end ") {
+				n++
+			}
+		}
+		return n >= 3
+	})
+	running := 0
+	for _, l := range readLines(t, events) {
+		if strings.HasPrefix(l, "start ") {
+			running++
+		} else {
+			running--
+		}
+		if running > 1 {
+			t.Fatalf("two of the entry's jobs ran at once:\n%s", strings.Join(readLines(t, events), "\n"))
+		}
+	}
+	stdout, errOut, code := r.baton("periodic", "--config", cfg, "--json")
+	var rows []struct {
+		Overlap string `json:"overlap"`
+		Skipped int    `json:"skipped"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rows); code != 0 || err != nil || len(rows) != 1 || rows[0].Overlap != "skip" || rows[0].Skipped < 2 {
+		t.Fatalf("periodic --json: exit %d %v %s %s", code, err, stdout, errOut)
+	}
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	a.wait(t, 20*time.Second)
+	b.wait(t, 20*time.Second)
+}

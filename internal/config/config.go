@@ -199,7 +199,8 @@ type PeriodicEntry struct {
 	// CatchUpMax bounds the missed ticks catch_up = "all" enqueues. Default 100.
 	CatchUpMax int `toml:"catch_up_max"`
 	// Overlap is allow (a tick is enqueued whatever the previous tick's job
-	// is doing). Default allow; "skip" is not supported yet.
+	// is doing) or skip (a tick is skipped, and counted, while the previous
+	// tick's job is waiting, scheduled, running or retrying). Default allow.
 	Overlap string `toml:"overlap"`
 }
 
