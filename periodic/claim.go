@@ -170,7 +170,7 @@ type entryState struct {
 	sched  *Schedule
 	level  string
 	fields []string
-	unique int // its unique key's index in KEYS (1-based), 0: none
+	unique int       // its unique key's index in KEYS (1-based), 0: none
 	known  bool      // last was read from Redis at least once
 	last   time.Time // last claimed tick, zero: no record
 	job    string    // last job enqueued
