@@ -15,8 +15,9 @@ const periodicUsage = `Usage: baton periodic [flags]
 
 List the queue's [[periodic]] entries, from the config, with what Redis
 says of them: each entry's schedule, time zone, next tick (on Redis'
-clock), the last tick claimed, the last job enqueued with its tick, and
-the ticks skipped by overlap = "skip". It
+clock), the last tick claimed, the last job enqueued with its tick, the
+ticks missed (claimed too late for catch_up) and those skipped by
+overlap = "skip". It
 only reads. Every holder of the queue enqueues the entries' jobs, once per
 tick fleet-wide (docs/periodic.md).
 
@@ -71,7 +72,7 @@ func runPeriodic(ctx context.Context, e *env, args []string) error {
 		return t.Format(time.RFC3339)
 	}
 	tw := tabwriter.NewWriter(e.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ENTRY\tSCHEDULE\tZONE\tNEXT TICK\tLAST TICK\tLAST JOB\tITS TICK\tSKIPPED")
+	fmt.Fprintln(tw, "ENTRY\tSCHEDULE\tZONE\tNEXT TICK\tLAST TICK\tLAST JOB\tITS TICK\tMISSED\tSKIPPED")
 	for _, r := range rows {
 		job := r.LastJob
 		if job == "" {
@@ -81,7 +82,7 @@ func runPeriodic(ctx context.Context, e *env, args []string) error {
 		if r.Overlap == periodic.OverlapSkip {
 			skipped = fmt.Sprint(r.Skipped)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Schedule, r.TimeZone, when(r.Next), when(r.LastTick), job, when(r.LastJobTick), skipped)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", r.Name, r.Schedule, r.TimeZone, when(r.Next), when(r.LastTick), job, when(r.LastJobTick), r.Missed, skipped)
 	}
 	return tw.Flush()
 }

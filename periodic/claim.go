@@ -14,8 +14,9 @@ import (
 
 // RecordsKey is the hash of a queue's periodic records, under the queue's
 // hash tag: per entry name, the last tick claimed (unix ms); "<name>:job"
-// the id of the last job enqueued and "<name>:enqueued" its tick (unix ms).
-// The last claimed tick only moves forward.
+// the id of the last job enqueued and "<name>:enqueued" its tick (unix ms);
+// "<name>:count:<outcome>" the ticks enqueued, missed and skipped, all
+// time. The last claimed tick only moves forward.
 func RecordsKey(queue string) string { return work.KeysFor(queue).Stream + ":periodic" }
 
 // claimLua claims ticks of every entry given, each at most once, and
@@ -30,10 +31,10 @@ func RecordsKey(queue string) string { return work.KeysFor(queue).Stream + ":per
 // the entry's last claimed tick; the record moves to it in the same script,
 // so a second claimant, a stale one or a replay of the same call after a
 // lost reply finds the record and adds nothing. A tick with mode "o" that is
-// later than ARGV[1] ms moves the record without a job (missed). An entry
-// with a unique key (overlap = "skip") skips a tick, moving the record
-// without a job and counting it in "<name>:skipped", while its key names a
-// job; else its job takes the key, as Enqueue's UniqueKey does (the job's
+// later than ARGV[1] ms moves the record without a job (missed). Each
+// outcome that moves the record is counted ("<name>:count:<outcome>"). An
+// entry with a unique key (overlap = "skip") skips a tick, moving the
+// record without a job, while its key names a job; else its job takes the key, as Enqueue's UniqueKey does (the job's
 // fields carry it, and settling the job frees it). Keys' types are checked
 // before the first write: a wrong one fails the call and writes nothing.
 // The fenced form (work.FencedScript) refuses the whole call unless the
@@ -110,10 +111,11 @@ for _ = 1, tonumber(ARGV[2]) do
       check()
       if mode == 'o' and now - tick > late then
         redis.call('HSET', KEYS[1], name, ticks)
+        redis.call('HINCRBY', KEYS[1], name .. ':count:missed', 1)
         res[#res + 1] = '-'
       elseif uk > 0 and redis.call('GET', KEYS[uk]) then
         redis.call('HSET', KEYS[1], name, ticks)
-        redis.call('HINCRBY', KEYS[1], name .. ':skipped', 1)
+        redis.call('HINCRBY', KEYS[1], name .. ':count:skipped', 1)
         res[#res + 1] = '~'
       else
         local f = {unpack(fields)}
@@ -124,6 +126,7 @@ for _ = 1, tonumber(ARGV[2]) do
         local id = enqueue(level, f)
         if uk > 0 then redis.call('SET', KEYS[uk], id) end
         redis.call('HSET', KEYS[1], name, ticks, name .. ':job', id, name .. ':enqueued', ticks)
+        redis.call('HINCRBY', KEYS[1], name .. ':count:enqueued', 1)
         res[#res + 1] = '+' .. id
       end
       rec, recs = tick, ticks

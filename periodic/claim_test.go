@@ -426,7 +426,7 @@ func TestOverlapSkip(t *testing.T) {
 	if kinds[Enqueued] != 1 || kinds[Skipped] < 2 {
 		t.Fatalf("outcomes %v, want 1 enqueued then skipped ticks", kinds)
 	}
-	if n, _ := rdb.HGet(ctx, RecordsKey("q"), "beat:skipped").Int(); n != kinds[Skipped] {
+	if n, _ := rdb.HGet(ctx, RecordsKey("q"), "beat:count:skipped").Int(); n != kinds[Skipped] {
 		t.Fatalf("skipped count %d, want %d", n, kinds[Skipped])
 	}
 	ls, err := List(ctx, rdb, "q", c.entriesOf())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,6 +26,45 @@ type Status struct {
 	// Overlap is the entry's overlap; Skipped counts the ticks it skipped.
 	Overlap string `json:"overlap"`
 	Skipped int64  `json:"skipped"`
+	// Missed counts the ticks claimed too late to enqueue (catch_up none,
+	// or a new entry's first tick).
+	Missed int64 `json:"missed"`
+}
+
+// Counts are one entry's totals as Redis keeps them, for metrics.
+type Counts struct {
+	LastTick time.Time        // zero: never claimed
+	Ticks    map[string]int64 // by outcome: Enqueued, Missed, Skipped
+}
+
+// ReadCounts reads queue q's periodic records: every entry that ever
+// claimed a tick, by name (including entries since removed from the
+// config). It writes nothing.
+func ReadCounts(ctx context.Context, rdb redis.Cmdable, q string) (map[string]*Counts, error) {
+	r, err := rdb.HGetAll(ctx, RecordsKey(q)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read periodic records: %w", err)
+	}
+	out := map[string]*Counts{}
+	get := func(name string) *Counts {
+		c := out[name]
+		if c == nil {
+			c = &Counts{Ticks: map[string]int64{Enqueued: 0, Missed: 0, Skipped: 0}}
+			out[name] = c
+		}
+		return c
+	}
+	for k, v := range r {
+		name, rest, _ := strings.Cut(k, ":")
+		switch {
+		case rest == "":
+			get(name).LastTick = msTime(v, time.UTC)
+		case strings.HasPrefix(rest, "count:"):
+			n, _ := strconv.ParseInt(v, 10, 64)
+			get(name).Ticks[strings.TrimPrefix(rest, "count:")] = n
+		}
+	}
+	return out, nil
 }
 
 // List reads queue q's records for entries (checked by Check) in one round
@@ -51,7 +91,8 @@ func List(ctx context.Context, rdb redis.Cmdable, q string, entries []Entry) ([]
 		st.LastJob = r[e.Name+":job"]
 		st.LastJobTick = msTime(r[e.Name+":enqueued"], s.loc)
 		st.Overlap = e.Overlap
-		st.Skipped, _ = strconv.ParseInt(r[e.Name+":skipped"], 10, 64)
+		st.Skipped, _ = strconv.ParseInt(r[e.Name+":count:skipped"], 10, 64)
+		st.Missed, _ = strconv.ParseInt(r[e.Name+":count:missed"], 10, 64)
 		out = append(out, st)
 	}
 	return out, nil
