@@ -122,12 +122,13 @@ chaos-fleet:
 
 # Periodic jobs under fire: 3 simulated hosts, 2 run slots fleet-wide,
 # @every 1s with catch_up all for 5 minutes while holders are kill -9'd or
-# stopped past their lease and Redis is restarted (AOF); prints the ticks
-# expected, enqueued, duplicated and missing (a 20s form runs in make test;
+# stopped past their lease and Redis is restarted (AOF); then the same on
+# one host with flock slots. Prints the ticks expected, enqueued,
+# duplicated and missing (a 15s form of each runs in make test;
 # docs/periodic.md).
 chaos-periodic:
 	bash scripts/install-redis.sh
-	$(GO) test -count=1 -timeout 30m -run 'TestChaosPeriodic$$' -v ./internal/chaos -args -chaos.periodic-for=5m $(CHAOS_ARGS)
+	$(GO) test -count=1 -timeout 40m -run 'TestChaosPeriodic$$' -v ./internal/chaos -args -chaos.periodic-for=5m $(CHAOS_ARGS)
 
 clean:
 	rm -rf bin dist

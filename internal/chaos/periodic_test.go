@@ -22,7 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-var periodicForFlag = flag.Duration("chaos.periodic-for", 20*time.Second, "how long the periodic chaos run fires @every 1s (make chaos-periodic: 5m)")
+var periodicForFlag = flag.Duration("chaos.periodic-for", 15*time.Second, "how long each periodic chaos run fires @every 1s (make chaos-periodic: 5m)")
 
 const (
 	asPeriodic     = "BATON_CHAOS_PERIODIC" // with asBaton: the periodic handler, which records each run
@@ -46,17 +46,24 @@ func periodicHandler() work.Handler {
 	})
 }
 
-// TestChaosPeriodic is periodic jobs under fire: 3 simulated hosts, each
-// starting a candidate every second like cron, share 2 run slots (Redis
-// leases, lease_ttl 1.5s, holders living 2-4s) and all enqueue an
-// @every 1s entry with catch_up = "all", while a monkey kill -9s run-lease
-// holders, stops some past their lease (SIGSTOP, then SIGCONT), and Redis
-// is restarted once (SIGKILL, AOF with fsync always). From the jobs' own
-// runs it counts the ticks expected (every second from the first tick run
-// to the entry's last claimed tick), enqueued (distinct job ids), duplicated
-// (a tick with two job ids) and missing (none): it wants 0 duplicated and 0
-// missing. make chaos-periodic runs it for 5 minutes.
+// TestChaosPeriodic is periodic jobs under fire. fleet: 3 simulated hosts,
+// each starting a candidate every second like cron, share 2 run slots
+// (Redis leases, lease_ttl 1.5s, holders living 2-4s); flock: the same
+// on one host, 2 flock slots. All holders enqueue an @every 1s entry with
+// catch_up = "all", while a monkey kill -9s holders, stops some (SIGSTOP,
+// then SIGCONT 2.5s later: past the lease in fleet mode), and Redis is
+// restarted once (SIGKILL, AOF with fsync always). From the jobs' own runs
+// it counts the ticks expected (every second from the first tick run to the
+// entry's last claimed tick), enqueued (distinct job ids), duplicated (a
+// tick with two job ids) and missing (none): it wants 0 duplicated and 0
+// missing. make chaos-periodic runs each for 5 minutes.
 func TestChaosPeriodic(t *testing.T) {
+	for _, mode := range []string{"fleet", "flock"} {
+		t.Run(mode, func(t *testing.T) { chaosPeriodic(t, mode == "fleet") })
+	}
+}
+
+func chaosPeriodic(t *testing.T, fleet bool) {
 	srv := redistest.Start(t, redistest.Appendonly)
 	rdb := srv.Client()
 	ctx := context.Background()
@@ -68,13 +75,23 @@ func TestChaosPeriodic(t *testing.T) {
 	}
 	mark := runMark + "=" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	hf := &hostFleet{t: t, log: logf, procs: map[int]*hostProc{}}
-	common := []string{"run", "--config", cfg, "--queue", periodicQueue, "--lock-backend", "redis",
+	backend, hosts := "file", []string{"h1", "h1", "h1"} // one host, its cron firing three times a second
+	if fleet {
+		backend, hosts = "redis", fleetHosts
+	}
+	common := []string{"run", "--config", cfg, "--queue", periodicQueue, "--lock-backend", backend,
 		"--slots", strconv.Itoa(periodicSlots), "--standby-slots", strconv.Itoa(periodicSlots),
 		"--lease-ttl", "1500ms", "--lease-renew", "250ms",
 		"--lifetime", "2s", "--jitter", "2s", "--standby-wait", "20s", "--poll-interval", "100ms",
 		"--shutdown-grace", "1s", "--max-attempts", "1000", "--job-timeout", "2s", "--visibility-timeout", "10s",
 		"--redis-down-exit", "5s", "--log-format", "json"}
-	leases, err := lock.NewLeaseSet(rdb, periodicQueue, lock.RoleRun, periodicSlots, lock.LeaseOptions{})
+	var slots lock.Set
+	var err error
+	if fleet {
+		slots, err = lock.NewLeaseSet(rdb, periodicQueue, lock.RoleRun, periodicSlots, lock.LeaseOptions{})
+	} else {
+		slots, err = lock.NewFileSet(filepath.Join(dir, "locks-h1"), periodicQueue, lock.RoleRun, periodicSlots)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +100,7 @@ func TestChaosPeriodic(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var kills, pauses atomic.Int64
-	for _, h := range fleetHosts {
+	for _, h := range hosts {
 		env := append(os.Environ(), asBaton+"=1", asPeriodic+"=1", "BATON_REDIS_URL="+srv.URL(), "BATON_HOST="+h, mark)
 		args := append([]string{common[0], "--lock-dir", filepath.Join(dir, "locks-"+h), "--host", h}, common[1:]...)
 		wg.Add(1)
@@ -99,9 +116,9 @@ func TestChaosPeriodic(t *testing.T) {
 		defer wg.Done()
 		every(stop, 700*time.Millisecond, func() {
 			switch roll := rand.IntN(20); {
-			case roll < 5 && hf.strike(leases, false):
+			case roll < 5 && hf.strike(slots, false):
 				kills.Add(1)
-			case roll >= 18 && hf.strike(leases, true):
+			case roll >= 18 && hf.strike(slots, true):
 				pauses.Add(1)
 			}
 		})
@@ -177,9 +194,13 @@ func TestChaosPeriodic(t *testing.T) {
 			dups = append(dups, time.Unix(s, 0).UTC().Format(time.TimeOnly))
 		}
 	}
-	msg := fmt.Sprintf("periodic chaos: @every 1s for %v on %d hosts, %d run slots; %d candidates, %d holders kill -9'd, %d stopped for %v, Redis restarted at +%v: "+
+	where := fmt.Sprintf("%d hosts, %d run leases", len(fleetHosts), periodicSlots)
+	if !fleet {
+		where = fmt.Sprintf("1 host, %d flock slots", periodicSlots)
+	}
+	msg := fmt.Sprintf("periodic chaos: @every 1s for %v on %s; %d candidates, %d holders kill -9'd, %d stopped for %v, Redis restarted at +%v: "+
 		"ticks expected %d, enqueued %d, duplicated %d, missing %d",
-		*periodicForFlag, len(fleetHosts), periodicSlots, len(hf.procs), kills.Load(), pauses.Load(), fleetPause, restarted.Sub(start).Round(time.Second),
+		*periodicForFlag, where, len(hf.procs), kills.Load(), pauses.Load(), fleetPause, restarted.Sub(start).Round(time.Second),
 		expected, enqueued, duplicated, missing)
 	t.Log(msg)
 	if duplicated > 0 || missing > 0 {
