@@ -29,6 +29,10 @@ type Status struct {
 	// Missed counts the ticks claimed too late to enqueue (catch_up none,
 	// or a new entry's first tick).
 	Missed int64 `json:"missed"`
+	// Unclaimed is the first tick after the last claimed one (for an entry
+	// never claimed, its latest tick) when it is more than Late past: no
+	// holder of the queue ran then. Zero otherwise.
+	Unclaimed time.Time `json:"unclaimed_tick,omitzero"`
 }
 
 // Counts are one entry's totals as Redis keeps them, for metrics.
@@ -93,6 +97,13 @@ func List(ctx context.Context, rdb redis.Cmdable, q string, entries []Entry) ([]
 		st.Overlap = e.Overlap
 		st.Skipped, _ = strconv.ParseInt(r[e.Name+":count:skipped"], 10, 64)
 		st.Missed, _ = strconv.ParseInt(r[e.Name+":count:missed"], 10, 64)
+		due := s.Prev(now.Val()) // a new entry: its latest tick
+		if !st.LastTick.IsZero() {
+			due = s.Next(st.LastTick) // the first tick after the last claimed
+		}
+		if !due.IsZero() && now.Val().Sub(due) > Late {
+			st.Unclaimed = due
+		}
 		out = append(out, st)
 	}
 	return out, nil

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/internal/redistest"
+	"github.com/baton-run/baton/periodic"
 )
 
 // periodicConfig writes a config with an @every 1s entry and returns its path.
@@ -273,4 +275,31 @@ echo "end $BATON_TICK" >> `+events+"\n")
 	_ = b.cmd.Process.Signal(syscall.SIGTERM)
 	a.wait(t, 20*time.Second)
 	b.wait(t, 20*time.Second)
+}
+
+// status shows the entries, and warns when a tick went unclaimed (no
+// holder ran): here the record says the last tick claimed was a minute ago.
+func TestPeriodicStatus(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	cfg := r.periodicConfig(beatEntry)
+	past := time.Now().Add(-time.Minute).Truncate(time.Second)
+	if err := r.client().HSet(context.Background(), periodic.RecordsKey("default"), "beat", past.UnixMilli()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, errOut, code := r.baton("status", "--config", cfg)
+	if code != 0 || !strings.Contains(stdout, "periodic beat (@every 1s): next ") || !strings.Contains(stdout, "last "+past.UTC().Format(time.RFC3339)) ||
+		!strings.Contains(stdout, `warning: periodic entry "beat": its tick of `) {
+		t.Fatalf("status: exit %d\n%s%s", code, stdout, errOut)
+	}
+	var rep struct {
+		Periodic []struct {
+			Name      string    `json:"name"`
+			Unclaimed time.Time `json:"unclaimed_tick"`
+		} `json:"periodic"`
+	}
+	r.statusInto(&rep, "--config", cfg)
+	if len(rep.Periodic) != 1 || rep.Periodic[0].Name != "beat" || rep.Periodic[0].Unclaimed.IsZero() {
+		t.Fatalf("status --json periodic = %+v", rep.Periodic)
+	}
 }

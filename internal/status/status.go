@@ -18,6 +18,7 @@ import (
 	"github.com/baton-run/baton/history"
 	"github.com/baton-run/baton/internal/config"
 	"github.com/baton-run/baton/lock"
+	"github.com/baton-run/baton/periodic"
 	"github.com/baton-run/baton/scale"
 	"github.com/baton-run/baton/work"
 	"github.com/redis/go-redis/v9"
@@ -92,6 +93,9 @@ type Report struct {
 	// the next hand-over that reaches them drops.
 	Line      []Waiting `json:"standby_line,omitempty"`
 	LineStale int       `json:"standby_line_stale,omitempty"`
+	// Periodic are the config's [[periodic]] entries as Redis records them
+	// (periodic.List); absent without entries.
+	Periodic []periodic.Status `json:"periodic,omitempty"`
 	// Warnings are what looks wrong: a queue with no keys (a typo?), jobs
 	// waiting with no holder visible here.
 	Warnings []string `json:"warnings,omitempty"`
@@ -185,6 +189,11 @@ func Read(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient) (r
 		rep.Jobs, rep.Memory, others, jerr = queueCounts(ctx, rdb, cfg.Queue)
 		if jerr == nil {
 			rep.Coverage, rep.Events, jerr = slotHistory(ctx, rdb, cfg, rep.Jobs.Stats)
+		}
+		if entries, err := cfg.PeriodicEntries(); jerr == nil && err == nil && len(entries) > 0 {
+			if rep.Periodic, err = periodic.List(ctx, rdb, cfg.Queue, entries); err != nil {
+				jerr = err
+			}
 		}
 		if jerr == nil && cfg.RateLimit != "" {
 			r, err := work.RecentRate(ctx, rdb, cfg.Queue)
@@ -298,6 +307,12 @@ func Warnings(cfg *config.Config, rep *Report, others []string) []string {
 			w = append(w, fmt.Sprintf("%s waiting or pending and no holder in %s: is cron running 'baton run'? "+
 				"Holders run by another user use another default lock dir (/tmp/baton-<uid>), and holders on other hosts are not visible here",
 				Jobs(j.Waiting+j.Pending), cfg.LockDir))
+		}
+	}
+	for _, p := range rep.Periodic {
+		if !p.Unclaimed.IsZero() {
+			w = append(w, fmt.Sprintf("periodic entry %q: its tick of %s is not claimed (%s late): no holder of the queue was running; the next one applies catch_up %s",
+				p.Name, p.Unclaimed.Format(time.RFC3339), time.Since(p.Unclaimed).Round(time.Second), p.CatchUp))
 		}
 	}
 	return w
