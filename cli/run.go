@@ -548,7 +548,7 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 	})
 	defer stopSampling()
 	entries, _ := cfg.PeriodicEntries() // checked by Load
-	stopPeriodic, err := periodic.Start(periodic.Config{Client: h.rdb, Queue: cfg.Queue, Entries: entries, Fence: fenceCfg, Logger: h.log})
+	stopPeriodic, err := periodic.Start(periodic.Config{Client: h.rdb, Queue: cfg.Queue, Host: h.host, Entries: entries, Fence: fenceCfg, Logger: h.log})
 	if err != nil {
 		return err
 	}

@@ -19,7 +19,7 @@ func TestMetricsPeriodic(t *testing.T) {
 	if err := periodic.Check(es); err != nil {
 		t.Fatal(err)
 	}
-	c, err := periodic.NewClaimer(rdb, "q", es, nil)
+	c, err := periodic.NewClaimer(rdb, "q", "h", es, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,10 @@ package periodic
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +21,22 @@ import (
 // "<name>:count:<outcome>" the ticks enqueued, missed and skipped, all
 // time. The last claimed tick only moves forward.
 func RecordsKey(queue string) string { return work.KeysFor(queue).Stream + ":periodic" }
+
+// HostsKey is the hash of the entries' fingerprint each host's holders run
+// with: host → "<fingerprint> <unix ms on Redis' clock>".
+func HostsKey(queue string) string { return RecordsKey(queue) + ":hosts" }
+
+// Fingerprint is a short digest of entries (checked by Check), the same
+// for the same entries in any order.
+func Fingerprint(entries []Entry) string {
+	lines := make([]string, 0, len(entries))
+	for _, e := range entries {
+		lines = append(lines, fmt.Sprintf("%q %q %x %d %d %d %q %d %q", e.Name, e.Schedule, e.Payload, e.Priority, e.Timeout, e.MaxAttempts, e.CatchUp, e.CatchUpMax, e.Overlap))
+	}
+	sort.Strings(lines)
+	sum := sha256.Sum256([]byte(strings.Join(lines, "\n")))
+	return hex.EncodeToString(sum[:6])
+}
 
 // claimLua claims ticks of every entry given, each at most once, and
 // enqueues their jobs exactly as work.Enqueue would: a normal job is one
@@ -40,9 +59,14 @@ func RecordsKey(queue string) string { return work.KeysFor(queue).Stream + ":per
 // The fenced form (work.FencedScript) refuses the whole call unless the
 // caller's lease still carries its token.
 //
+// Every few rounds a holder also notes, in KEYS[5], its host's entries'
+// fingerprint and Redis' time, so that status can say when hosts disagree.
+//
 // KEYS[1] the records (hash), KEYS[2] the stream, KEYS[3] the high stream,
-// KEYS[4] the low stream, KEYS[5..] the unique keys of the entries that
-// have one; ARGV[1] Late (ms); ARGV[2] the number of entries; then per
+// KEYS[4] the low stream, KEYS[5] the hosts' fingerprints (hash: host →
+// "<fingerprint> <unix ms>"), KEYS[6..] the unique keys of the entries that
+// have one; ARGV[1] Late (ms); ARGV[2] the number of entries; ARGV[3] the
+// host; ARGV[4] its entries' fingerprint ("": do not note it); then per
 // entry: its name; its level ("normal", "high" or "low"); the index in KEYS
 // of its unique key ("0": none); nf and nf field/value strings of its jobs;
 // nc and nc claims, oldest first, each three strings: the tick (unix ms),
@@ -57,6 +81,13 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local late = tonumber(ARGV[1])
 local out = {now}
+if ARGV[4] ~= '' then
+  local ty = redis.call('TYPE', KEYS[5])['ok']
+  if ty ~= 'none' and ty ~= 'hash' then
+    return redis.error_reply('WRONGTYPE ' .. KEYS[5] .. ' holds a ' .. ty .. ', not a hash')
+  end
+  redis.call('HSET', KEYS[5], ARGV[3], ARGV[4] .. ' ' .. now)
+end
 local checked = false
 local function check()
   if checked then return end
@@ -67,7 +98,7 @@ local function check()
       error({err = 'WRONGTYPE ' .. k .. ' holds a ' .. ty .. ', not a ' .. want})
     end
   end
-  for k = 5, #KEYS do
+  for k = 6, #KEYS do
     local ty = redis.call('TYPE', KEYS[k])['ok']
     if ty ~= 'none' and ty ~= 'string' then
       error({err = 'WRONGTYPE ' .. KEYS[k] .. ' holds a ' .. ty .. ', not a string'})
@@ -88,7 +119,7 @@ local function enqueue(level, fields)
   redis.call('XADD', to, '*', 'orig', id, unpack(fields))
   return id
 end
-local i = 3
+local i = 5
 for _ = 1, tonumber(ARGV[2]) do
   local name, level, uk, nf = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
   local fields = {}
@@ -187,14 +218,20 @@ type Claimer struct {
 	fence   *work.Fence
 	entries []*entryState
 	offset  time.Duration // Redis' clock minus ours, at the last reply
+	host    string
+	print   string // the entries' Fingerprint
+	rounds  int    // rounds that succeeded
 }
 
+// printEvery is how often, in rounds, a claimer notes its fingerprint.
+const printEvery = 10
+
 // NewClaimer returns a claimer for queue q's entries (already checked by
-// Check). With fence set (fleet mode), every call is refused once the lease
+// Check) on host (named in the fingerprints status compares). With fence set (fleet mode), every call is refused once the lease
 // no longer carries its token.
-func NewClaimer(rdb Client, q string, entries []Entry, fence *work.Fence) (*Claimer, error) {
+func NewClaimer(rdb Client, q, host string, entries []Entry, fence *work.Fence) (*Claimer, error) {
 	k := work.KeysFor(q)
-	c := &Claimer{rdb: rdb, keys: []string{RecordsKey(q), k.Stream, k.High, k.Low}, fence: fence}
+	c := &Claimer{rdb: rdb, keys: []string{RecordsKey(q), k.Stream, k.High, k.Low, HostsKey(q)}, fence: fence, host: host, print: Fingerprint(entries)}
 	for _, e := range entries {
 		s, err := parseSchedule(e.Schedule)
 		if err != nil {
@@ -237,7 +274,11 @@ func (c *Claimer) Now() time.Time { return time.Now().Add(c.offset) }
 // finds its ticks claimed.
 func (c *Claimer) Round(ctx context.Context) ([]Outcome, error) {
 	now := c.Now()
-	args := []any{Late.Milliseconds(), len(c.entries)}
+	print := ""
+	if c.rounds%printEvery == 0 {
+		print = c.print
+	}
+	args := []any{Late.Milliseconds(), len(c.entries), c.host, print}
 	claims := make([][]tickClaim, len(c.entries))
 	for n, e := range c.entries {
 		if e.known {
@@ -269,6 +310,7 @@ func (c *Claimer) Round(ctx context.Context) ([]Outcome, error) {
 		return nil, fmt.Errorf("claim periodic ticks: %d replies for %d entries", len(res)-1, len(c.entries))
 	}
 	back := time.Now()
+	c.rounds++
 	redisNow, _ := res[0].(int64)
 	c.offset = time.UnixMilli(redisNow).Sub(sent.Add(back.Sub(sent) / 2))
 	var out []Outcome

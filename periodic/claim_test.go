@@ -45,7 +45,7 @@ func claimer(tb testing.TB, rdb redis.Cmdable, q string, fence *work.Fence, es .
 	if err := Check(es); err != nil {
 		tb.Fatal(err)
 	}
-	c, err := NewClaimer(rdb, q, es, fence)
+	c, err := NewClaimer(rdb, q, "h", es, fence)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package periodic
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -115,4 +116,39 @@ func msTime(v string, loc *time.Location) time.Time {
 		return time.Time{}
 	}
 	return time.UnixMilli(ms).In(loc)
+}
+
+// HostEntries is what one host's holders last noted of their entries.
+type HostEntries struct {
+	Host        string        `json:"host"`
+	Fingerprint string        `json:"fingerprint"` // Fingerprint of its entries
+	Age         time.Duration `json:"age"`         // since noted, on Redis' clock
+}
+
+// ReadHosts reads the fingerprints the holders of queue q noted (about every
+// 10 s while they run) no longer than within ago, sorted by host. It
+// writes nothing.
+func ReadHosts(ctx context.Context, rdb redis.Cmdable, q string, within time.Duration) ([]HostEntries, error) {
+	var now *redis.TimeCmd
+	var hosts *redis.MapStringStringCmd
+	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		now = p.Time(ctx)
+		hosts = p.HGetAll(ctx, HostsKey(q))
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read periodic hosts: %w", err)
+	}
+	var out []HostEntries
+	for h, v := range hosts.Val() {
+		print, at, _ := strings.Cut(v, " ")
+		ms, err := strconv.ParseInt(at, 10, 64)
+		if err != nil {
+			continue
+		}
+		if age := now.Val().Sub(time.UnixMilli(ms)); age <= within {
+			out = append(out, HostEntries{Host: h, Fingerprint: print, Age: age})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Host < out[j].Host })
+	return out, nil
 }

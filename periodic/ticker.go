@@ -14,6 +14,7 @@ import (
 type Config struct {
 	Client  Client
 	Queue   string
+	Host    string      // this host's name (status compares the hosts' entries)
 	Entries []Entry     // checked by Check
 	Fence   *work.Fence // the holder's lease in fleet mode, nil with flock slots
 	Logger  zerolog.Logger
@@ -32,7 +33,7 @@ func Start(c Config) (stop func(), err error) {
 	if len(c.Entries) == 0 {
 		return func() {}, nil
 	}
-	cl, err := NewClaimer(c.Client, c.Queue, c.Entries, c.Fence)
+	cl, err := NewClaimer(c.Client, c.Queue, c.Host, c.Entries, c.Fence)
 	if err != nil {
 		return nil, err
 	}

@@ -303,3 +303,31 @@ func TestPeriodicStatus(t *testing.T) {
 		t.Fatalf("status --json periodic = %+v", rep.Periodic)
 	}
 }
+
+// Two hosts run different entries under one name (a rolling deploy): each
+// tick still runs once, and status names the hosts that disagree.
+func TestPeriodicConfigsDiffer(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	out := filepath.Join(r.dir, "ticks")
+	job := r.script("job.sh", `cat >/dev/null; echo "$BATON_TICK $BATON_PERIODIC $BATON_JOB_ID" >> `+out+"\n")
+	oldCfg := r.periodicConfig(beatEntry)
+	newCfg := filepath.Join(r.dir, "new.toml")
+	if err := os.WriteFile(newCfg, []byte(strings.Replace(beatEntry, "tick tock", "tick tock v2", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := r.start("run", "--config", oldCfg, "--host", "old-host", "--lock-dir", filepath.Join(r.dir, "locks-a"), "--", job)
+	b := r.start("run", "--config", newCfg, "--host", "new-host", "--lock-dir", filepath.Join(r.dir, "locks-b"), "--", job)
+	eventually(t, 30*time.Second, "status names both hosts", func() bool {
+		stdout, _, _ := r.baton("status", "--config", newCfg)
+		return strings.Contains(stdout, "warning: the hosts run different [[periodic]] entries: ") &&
+			strings.Contains(stdout, "new-host (") && strings.Contains(stdout, "old-host (")
+	})
+	eventually(t, 30*time.Second, "five ticks run", func() bool { _, ticks := ticksRun(t, out); return len(ticks) >= 5 })
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	a.wait(t, 20*time.Second)
+	b.wait(t, 20*time.Second)
+	count, ticks := ticksRun(t, out)
+	checkOncePerTick(t, count, ticks)
+}

@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -96,6 +97,10 @@ type Report struct {
 	// Periodic are the config's [[periodic]] entries as Redis records them
 	// (periodic.List); absent without entries.
 	Periodic []periodic.Status `json:"periodic,omitempty"`
+	// PeriodicHosts are the entries' fingerprints the holders of each
+	// host noted in the last minute; they differ while hosts run different
+	// [[periodic]] entries (a rolling deploy).
+	PeriodicHosts []periodic.HostEntries `json:"periodic_hosts,omitempty"`
 	// Warnings are what looks wrong: a queue with no keys (a typo?), jobs
 	// waiting with no holder visible here.
 	Warnings []string `json:"warnings,omitempty"`
@@ -192,6 +197,8 @@ func Read(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient) (r
 		}
 		if entries, err := cfg.PeriodicEntries(); jerr == nil && err == nil && len(entries) > 0 {
 			if rep.Periodic, err = periodic.List(ctx, rdb, cfg.Queue, entries); err != nil {
+				jerr = err
+			} else if rep.PeriodicHosts, err = periodic.ReadHosts(ctx, rdb, cfg.Queue, time.Minute); err != nil {
 				jerr = err
 			}
 		}
@@ -307,6 +314,21 @@ func Warnings(cfg *config.Config, rep *Report, others []string) []string {
 			w = append(w, fmt.Sprintf("%s waiting or pending and no holder in %s: is cron running 'baton run'? "+
 				"Holders run by another user use another default lock dir (/tmp/baton-<uid>), and holders on other hosts are not visible here",
 				Jobs(j.Waiting+j.Pending), cfg.LockDir))
+		}
+	}
+	if hs := rep.PeriodicHosts; len(hs) > 1 {
+		byPrint := map[string][]string{}
+		for _, h := range hs {
+			byPrint[h.Fingerprint] = append(byPrint[h.Fingerprint], h.Host)
+		}
+		if len(byPrint) > 1 {
+			var groups []string
+			for p, hosts := range byPrint {
+				groups = append(groups, strings.Join(hosts, ", ")+" ("+p+")")
+			}
+			sort.Strings(groups)
+			w = append(w, "the hosts run different [[periodic]] entries: "+strings.Join(groups, "; ")+
+				"; each tick of an entry name is still enqueued once, with the payload and options of the host that claims it")
 		}
 	}
 	for _, p := range rep.Periodic {
