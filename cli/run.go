@@ -15,6 +15,7 @@ import (
 
 	"github.com/baton-run/baton/history"
 	"github.com/baton-run/baton/internal/config"
+	"github.com/baton-run/baton/internal/cronfire"
 	"github.com/baton-run/baton/internal/proc"
 	"github.com/baton-run/baton/internal/rediserr"
 	"github.com/baton-run/baton/lock"
@@ -140,6 +141,10 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	if cfg.Spawn > 1 && e.Getenv(envSpawned) == "" {
 		spawn(log, cfg.Spawn-1)
 	}
+	// Cron fired: status notices when the firings stop. One syscall, no
+	// Redis; the first candidate makes the lock dir, and marks after Enter.
+	fired := e.Getenv(envSpawned) == "" && e.Getenv(envScale) == ""
+	marked := fired && cronfire.Mark(cfg.LockDir, cfg.Queue)
 	if permit, ok, err := hostCap(cfg); err != nil || !ok {
 		if err == nil {
 			log.Debug().Int("max_per_host", cfg.MaxPerHost).Msg("this host holds max_per_host slots: nothing to do")
@@ -169,6 +174,9 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		p.Standby = sbSet
 	}
 	role, slot, err := p.Enter()
+	if fired && !marked {
+		cronfire.Mark(cfg.LockDir, cfg.Queue)
+	}
 	if mis := (*lock.ConfigMismatchError)(nil); errors.As(err, &mis) {
 		return usagef("use the same value on every host; a new value is accepted once no lease granted under the old one is left (docs/fleet.md)", "%s", mis)
 	}
@@ -181,11 +189,33 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("take a slot: %w", err)
 	}
 	if role == standby.None {
+		if fired && cfg.LockBackend == "redis" {
+			// A fleet's losing candidate talked to Redis already: it
+			// publishes its host's firing, so that a host holding no slot
+			// does not look silent. (With flock slots it stays offline.)
+			publishFiring(ctx, cfg, log)
+		}
 		log.Debug().Msg("every run and standby slot is taken: nothing to do")
 		return nil
 	}
 	h := &holder{e: e, cfg: cfg, log: log, argv: argv, host: cfg.Host}
 	return h.serve(ctx, p, role, slot)
+}
+
+// publishFiring publishes this host's cron firing now, on a lean client,
+// within a second; a failure is logged at debug only (the next firing
+// tries again).
+func publishFiring(ctx context.Context, cfg *config.Config, log zerolog.Logger) {
+	c, err := newClient(cfg, clientOpts{pool: 1, dial: 500 * time.Millisecond, io: 500 * time.Millisecond, lean: true})
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := cronfire.Publish(ctx, c, cfg.Queue, cfg.Host, time.Now()); err != nil {
+		log.Debug().Err(err).Msg("cannot publish cron's firing")
+	}
 }
 
 // spawn starts n more candidates with our arguments and env added to our
@@ -272,6 +302,7 @@ func (h *holder) standBy(ctx context.Context, p *standby.Protocol, sb lock.Slot)
 		_ = sb.Release()
 		return nil, err
 	}
+	defer cronfire.Start(h.rdb, h.cfg.LockDir, h.cfg.Queue, h.host, log)()
 	// The wait starts now. Past it a standby leaves; frozen, it is healed
 	// like a holder past its hard deadline.
 	rec := h.record(lock.RoleStandby, now, time.Now().Add(p.Wait))
@@ -553,6 +584,7 @@ func (h *holder) hold(ctx context.Context, slot lock.Slot, heal func() bool) err
 		return err
 	}
 	defer stopPeriodic()
+	defer cronfire.Start(h.rdb, cfg.LockDir, cfg.Queue, h.host, h.log)()
 	h.log.Info().Time("until", until).Msg("holding run slot")
 	err = work.Run(ctx, work.Config{
 		Client: h.rdb, Queue: cfg.Queue, Consumer: consumer, Handler: handler,

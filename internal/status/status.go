@@ -18,9 +18,11 @@ import (
 
 	"github.com/baton-run/baton/history"
 	"github.com/baton-run/baton/internal/config"
+	"github.com/baton-run/baton/internal/cronfire"
 	"github.com/baton-run/baton/lock"
 	"github.com/baton-run/baton/periodic"
 	"github.com/baton-run/baton/scale"
+	"github.com/baton-run/baton/standby"
 	"github.com/baton-run/baton/work"
 	"github.com/redis/go-redis/v9"
 )
@@ -101,6 +103,11 @@ type Report struct {
 	// host noted in the last minute; they differ while hosts run different
 	// [[periodic]] entries (a rolling deploy).
 	PeriodicHosts []periodic.HostEntries `json:"periodic_hosts,omitempty"`
+	// CronFires are each host's last cron firing, as its holders published
+	// it, and whether the host went silent (no firing for more than
+	// CronSilentAfter).
+	CronFires       []cronfire.Fire `json:"cron_fires,omitempty"`
+	CronSilentAfter time.Duration   `json:"cron_silent_after,omitempty"`
 	// Warnings are what looks wrong: a queue with no keys (a typo?), jobs
 	// waiting with no holder visible here.
 	Warnings []string `json:"warnings,omitempty"`
@@ -202,6 +209,12 @@ func Read(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient) (r
 				jerr = err
 			}
 		}
+		if jerr == nil {
+			rep.CronSilentAfter = CronSilentAfter(cfg)
+			if rep.CronFires, err = cronfire.Read(ctx, rdb, cfg.Queue, rep.CronSilentAfter); err != nil {
+				jerr = err
+			}
+		}
 		if jerr == nil && cfg.RateLimit != "" {
 			r, err := work.RecentRate(ctx, rdb, cfg.Queue)
 			if err != nil {
@@ -215,6 +228,17 @@ func Read(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient) (r
 	}
 	rep.Warnings = Warnings(cfg, rep, others)
 	return rep, jerr, nil
+}
+
+// CronSilentAfter is how long a host may go without a cron firing before
+// status calls it silent: twice the schedule's longest gap C, plus
+// cronfire.Margin.
+func CronSilentAfter(cfg *config.Config) time.Duration {
+	c := time.Minute
+	if s, err := standby.ParseSchedule(cfg.Schedule); err == nil {
+		c = s.Gap()
+	}
+	return 2*c + cronfire.Margin
 }
 
 // slotHistory reads the coverage totals and the last events.
@@ -329,6 +353,12 @@ func Warnings(cfg *config.Config, rep *Report, others []string) []string {
 			sort.Strings(groups)
 			w = append(w, "the hosts run different [[periodic]] entries: "+strings.Join(groups, "; ")+
 				"; each tick of an entry name is still enqueued once, with the payload and options of the host that claims it")
+		}
+	}
+	for _, f := range rep.CronFires {
+		if f.Silent {
+			w = append(w, fmt.Sprintf("cron has not started baton on host %s since %s (%s ago; more than 2C + %s = %s for schedule %q): is its crontab line still there, is cron running?",
+				f.Host, f.Last.Format(time.RFC3339), time.Since(f.Last).Round(time.Second), cronfire.Margin, rep.CronSilentAfter, cfg.Schedule))
 		}
 	}
 	for _, p := range rep.Periodic {
