@@ -29,8 +29,9 @@ delivered), pending (running or left by a holder that died), scheduled
 last tick claimed and its job, ticks missed and skipped; a warning when a
 tick went unclaimed). It also says when Redis is at maxmemory or may evict
 jobs, and when cron has not started baton on a host for more than 2C + 30s
-(each candidate marks its firing; holders publish it: cron_fires in --json). With lock_backend redis the slots are the fleet's leases
-(fencing token, time left), and the line of standbys waiting for a run lease
+(each candidate marks its firing; holders publish it: cron_fires in
+--json). With lock_backend redis the slots are the fleet's leases (fencing
+token, time left), and the line of standbys waiting for a run lease
 follows, first in line first: position, standby slot, host, pid and time
 waited (standby_line in --json). It reads the holders' records and the
 kernel's lock table (/proc/locks) and never takes a slot: a slot locked
