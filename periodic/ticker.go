@@ -84,11 +84,11 @@ func run(ctx context.Context, cl *Claimer, log zerolog.Logger) {
 			for _, o := range outs {
 				switch o.Kind {
 				case Enqueued:
-					log.Info().Str("periodic", o.Entry).Time("tick", o.Tick).Str("job", o.Job).Msg("enqueued periodic job")
+					log.Debug().Str("periodic", o.Entry).Time("tick", o.Tick).Str("job", o.Job).Msg("enqueued periodic job")
 				case Missed:
 					log.Warn().Str("periodic", o.Entry).Time("tick", o.Tick).Msg("periodic tick missed (claimed too late for its catch_up): not enqueued")
 				case Skipped:
-					log.Info().Str("periodic", o.Entry).Time("tick", o.Tick).Msg("periodic tick skipped: the previous tick's job is still queued (overlap = \"skip\")")
+					log.Debug().Str("periodic", o.Entry).Time("tick", o.Tick).Msg("periodic tick skipped: the previous tick's job is still queued (overlap = \"skip\")")
 				case NotYet:
 					wait = min(wait, 50*time.Millisecond) // our estimate of Redis' clock ran ahead
 				}
