@@ -120,10 +120,7 @@ func (p *Persistent) run(ctx context.Context, c *child, j *Job) (alive bool, err
 	log := p.Logger.With().Str("job", j.ID).Int("child", c.pid).Logger()
 	c.stdout.next(log)
 	c.stderr.next(log)
-	f := frame{Type: frameJob, ID: j.ID, Attempt: j.Attempt, Queue: j.Queue, Periodic: j.Periodic, body: j.Payload}
-	if j.Periodic != "" {
-		f.Tick = j.Tick.Format(time.RFC3339)
-	}
+	f := jobFrame(j)
 	c.send(f.encode())
 	timeout := p.Timeout
 	if j.Timeout > 0 {

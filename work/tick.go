@@ -74,3 +74,13 @@ func (j *Job) tickEnv() []string {
 	}
 	return []string{"BATON_TICK=" + j.Tick.Format(time.RFC3339), "BATON_PERIODIC=" + j.Periodic}
 }
+
+// jobFrame is the worker protocol's job frame for j: a periodic job's
+// carries its tick and entry name.
+func jobFrame(j *Job) frame {
+	f := frame{Type: frameJob, ID: j.ID, Attempt: j.Attempt, Queue: j.Queue, Periodic: j.Periodic, body: j.Payload}
+	if j.Periodic != "" {
+		f.Tick = j.Tick.Format(time.RFC3339)
+	}
+	return f
+}
