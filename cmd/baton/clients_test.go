@@ -1,0 +1,536 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/baton-run/baton/work"
+)
+
+// The producer clients' tests: clients/python and clients/node, driven by
+// testdata/clients/driver.py and driver.js, against the rig's real Redis
+// and real baton holders. They need Debian's python3-redis (and pip) and
+// node with ioredis in ${XDG_CACHE_HOME:-~/.cache}/baton-clients
+// (scripts/install-test-deps.sh installs them): without them they fail,
+// saying so.
+
+// producer is one way to enqueue: "cli", "python" or "node".
+type producer string
+
+var producers = []producer{"cli", "python", "node"}
+
+var (
+	pythonOnce sync.Once
+	pythonBin  string // a python3 with redis-py
+	pythonPath string // where clients/python was installed with pip
+	pythonErr  error
+)
+
+// pythonClient installs clients/python with pip (offline: no build
+// isolation, no index) into a directory of its own, once per test binary.
+func pythonClient(t *testing.T) (bin, path string) {
+	t.Helper()
+	pythonOnce.Do(func() {
+		for _, c := range []string{"/usr/bin/python3", "python3"} {
+			if exec.Command(c, "-c", "import redis").Run() == nil {
+				pythonBin = c
+				break
+			}
+		}
+		if pythonBin == "" {
+			pythonErr = fmt.Errorf("no python3 with redis-py: run scripts/install-test-deps.sh (apt-get install python3-redis)")
+			return
+		}
+		dir, err := os.MkdirTemp("", "baton-client-py-")
+		if err != nil {
+			pythonErr = err
+			return
+		}
+		out, err := exec.Command(pythonBin, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-index", "--no-deps",
+			"--target", dir, "../../clients/python").CombinedOutput()
+		if err != nil {
+			pythonErr = fmt.Errorf("pip install ./clients/python: %v\n%s(scripts/install-test-deps.sh installs python3-pip and python3-setuptools)", err, out)
+			return
+		}
+		pythonPath = dir
+	})
+	if pythonErr != nil {
+		t.Fatal(pythonErr)
+	}
+	return pythonBin, pythonPath
+}
+
+// nodeModules is where ioredis is for the Node client's tests.
+func nodeModules(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Fatal("node is needed for the Node client's tests: run scripts/install-test-deps.sh (apt-get install nodejs)")
+	}
+	cache := os.Getenv("XDG_CACHE_HOME")
+	if cache == "" {
+		home, _ := os.UserHomeDir()
+		cache = filepath.Join(home, ".cache")
+	}
+	dir := filepath.Join(cache, "baton-clients", "node_modules")
+	if _, err := os.Stat(filepath.Join(dir, "ioredis", "package.json")); err != nil {
+		t.Fatalf("ioredis is needed for the Node client's tests in %s: run scripts/install-test-deps.sh", dir)
+	}
+	return dir
+}
+
+// drive runs ops through a client's driver, one JSON result per op.
+func (r *rig) drive(p producer, queue string, req map[string]any, ops ...map[string]any) []map[string]any {
+	r.t.Helper()
+	if req == nil {
+		req = map[string]any{}
+	}
+	req["redis"], req["queue"], req["ops"] = r.redis.URL(), queue, ops
+	in, _ := json.Marshal(req)
+	var cmd *exec.Cmd
+	switch p {
+	case "python":
+		bin, path := pythonClient(r.t)
+		cmd = exec.Command(bin, "testdata/clients/driver.py")
+		cmd.Env = append(os.Environ(), "PYTHONPATH="+path)
+	case "node":
+		mods := nodeModules(r.t)
+		client, _ := filepath.Abs("../../clients/node")
+		cmd = exec.Command("node", "testdata/clients/driver.js")
+		cmd.Env = append(os.Environ(), "NODE_PATH="+mods, "BATON_NODE_CLIENT="+client)
+	default:
+		r.t.Fatalf("no driver for %s", p)
+	}
+	cmd.Stdin = bytes.NewReader(in)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		r.t.Fatalf("%s driver: %v\n%s", p, err, errb.String())
+	}
+	var res []map[string]any
+	dec := json.NewDecoder(&out)
+	for dec.More() {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			r.t.Fatalf("%s driver: %v", p, err)
+		}
+		res = append(res, m)
+	}
+	if len(res) != len(ops) {
+		r.t.Fatalf("%s driver: %d results for %d ops\n%s", p, len(res), len(ops), errb.String())
+	}
+	return res
+}
+
+// batonJobs is `baton job --json` of each job, normalized as the drivers
+// print a lookup: times as unix milliseconds, without what only the CLI
+// knows (the holder's pid and host) or what changes between two reads
+// (idle). Four at a time.
+func (r *rig) batonJobs(q string, ids []string) []map[string]any {
+	r.t.Helper()
+	out := make([]map[string]any, len(ids))
+	errs := make([]string, len(ids))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4)
+	for i, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			cmd := r.cmd("job", "--queue", q, "--json", id)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			if ee, ok := err.(*exec.ExitError); err != nil && (!ok || ee.ExitCode() != 1) {
+				errs[i] = fmt.Sprintf("baton job %s: %v %s", id, err, stderr.String())
+				return
+			}
+			if err := json.Unmarshal(stdout.Bytes(), &out[i]); err != nil {
+				errs[i] = fmt.Sprintf("baton job %s: %v %q", id, err, stdout.String())
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range ids {
+		if errs[i] != "" {
+			r.t.Fatal(errs[i])
+		}
+		out[i] = normalizeLocation(r.t, out[i])
+	}
+	return out
+}
+
+func normalizeLocation(t *testing.T, m map[string]any) map[string]any {
+	t.Helper()
+	ms := func(v any) any {
+		s, ok := v.(string)
+		if !ok {
+			return v
+		}
+		tm, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			t.Fatalf("time %q: %v", s, err)
+		}
+		return float64(tm.UnixMilli())
+	}
+	for _, k := range []string{"idle_ns", "pid", "host", "since", "job_pid"} {
+		delete(m, k)
+	}
+	for _, k := range []string{"due", "done_at"} {
+		if v, ok := m[k]; ok {
+			m[k] = ms(v)
+		}
+	}
+	if d, ok := m["dead_letter"].(map[string]any); ok {
+		d["failed_at"] = ms(d["failed_at"])
+		delete(d, "payload_encoding")
+	}
+	return m
+}
+
+// clientJob is one job of TestClientsEnqueueLikeTheCLI: its options for the
+// drivers (durations and times in ms) and as enqueue's flags, and how it
+// ends.
+type clientJob struct {
+	name    string
+	payload []string // more than one: a batch
+	opts    map[string]any
+	flags   []string
+	dupOf   string // a duplicate of this job
+	end     string // done, or dead:<reason>:<attempts>
+}
+
+// TestClientsEnqueueLikeTheCLI: a job enqueued from Python and from Node
+// with each option of baton enqueue (delay, time, unique key and its
+// duration, priority, timeout, max attempts, batches) gets an id like the
+// CLI's job (growing in enqueue order, a duplicate the first job's id and
+// said to be one), the same fields in Redis, the same answer from baton
+// job (and from the client's own lookup), and, run by a real baton holder,
+// the same outcome: done, or dead of a timeout or after its attempts.
+func TestClientsEnqueueLikeTheCLI(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.extraEnv = quickExit()
+	pythonClient(t)
+	nodeModules(t)
+	// at: each producer's "at" job is due 4s after its first enqueue (the
+	// race detector makes each CLI call slow), and nothing moves it before
+	// a holder runs.
+	at := map[producer]int64{}
+	past := time.Now().Add(-time.Hour).UnixMilli()
+	rfc := func(ms int64) string { return time.UnixMilli(ms).Format(time.RFC3339Nano) }
+	jobs := []clientJob{
+		{name: "plain", payload: []string{"ok-plain"}, end: "done"},
+		{name: "batch", payload: []string{"ok-b1", "ok-b2"}, end: "done"},
+		{name: "delay", payload: []string{"ok-delay"}, opts: map[string]any{"delay_ms": 1500}, flags: []string{"--in", "1500ms"}, end: "done"},
+		{name: "at", payload: []string{"ok-at"}, end: "done"}, // options set per producer
+		{name: "past", payload: []string{"ok-past"}, opts: map[string]any{"at_ms": past}, flags: []string{"--at", rfc(past)}, end: "done"},
+		{name: "unique", payload: []string{"ok-unique"}, opts: map[string]any{"unique_key": "u-1"}, flags: []string{"--unique-key", "u-1"}, end: "done"},
+		{name: "dup", payload: []string{"ok-dup"}, opts: map[string]any{"unique_key": "u-1"}, flags: []string{"--unique-key", "u-1"}, dupOf: "unique"},
+		{name: "uniquefor", payload: []string{"ok-uniquefor"}, opts: map[string]any{"unique_key": "u-2", "unique_for_ms": 60000},
+			flags: []string{"--unique-key", "u-2", "--unique-for", "1m"}, end: "done"},
+		{name: "high", payload: []string{"ok-high"}, opts: map[string]any{"priority": "high"}, flags: []string{"--priority", "high"}, end: "done"},
+		{name: "low batch", payload: []string{"ok-l1", "ok-l2", "ok-l3"}, opts: map[string]any{"priority": "low"}, flags: []string{"--priority", "low"}, end: "done"},
+		{name: "unique batch", payload: []string{"ok-ub1", "ok-ub2"}, opts: map[string]any{"unique_key": "u-3", "max_attempts": 3},
+			flags: []string{"--unique-key", "u-3", "--max-attempts", "3"}, end: "done"},
+		{name: "timeout", payload: []string{"sleep"}, opts: map[string]any{"timeout_ms": 300, "max_attempts": 1},
+			flags: []string{"--timeout", "300ms", "--max-attempts", "1"}, end: "dead:timeout:1"},
+		{name: "attempts", payload: []string{"fail"}, opts: map[string]any{"max_attempts": 2}, flags: []string{"--max-attempts", "2"}, end: "dead:failed:2"},
+	}
+	type result struct{ ID, Duplicate any }
+	// ids[p][name] is the ids of a job's payloads.
+	ids := map[producer]map[string][]result{}
+	for _, p := range producers {
+		q := string(p)
+		r.fresh(q)
+		ids[p] = map[string][]result{}
+		at[p] = time.Now().Add(4 * time.Second).UnixMilli()
+		jobs[indexOf(jobs, "at")].opts = map[string]any{"at_ms": at[p]}
+		jobs[indexOf(jobs, "at")].flags = []string{"--at", rfc(at[p])}
+		if p == "cli" {
+			for _, j := range jobs {
+				out, errOut, code := r.baton(append(append([]string{"enqueue", "--queue", q, "--json"}, j.flags...), j.payload...)...)
+				if code != 0 {
+					t.Fatalf("cli enqueue %s: exit %d %s", j.name, code, errOut)
+				}
+				for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+					var res struct {
+						ID        string
+						Duplicate bool
+					}
+					if err := json.Unmarshal([]byte(line), &res); err != nil {
+						t.Fatalf("cli enqueue %s: %v %q", j.name, err, out)
+					}
+					ids[p][j.name] = append(ids[p][j.name], result{res.ID, res.Duplicate})
+				}
+			}
+			continue
+		}
+		var ops []map[string]any
+		for _, j := range jobs {
+			if len(j.payload) == 1 {
+				ops = append(ops, map[string]any{"op": "enqueue", "payload": j.payload[0], "opts": j.opts})
+			} else {
+				ops = append(ops, map[string]any{"op": "many", "payloads": j.payload, "opts": j.opts})
+			}
+		}
+		for n, res := range r.drive(p, q, nil, ops...) {
+			j := jobs[n]
+			if res["error"] != nil {
+				t.Fatalf("%s enqueue %s: %v", p, j.name, res["error"])
+			}
+			if len(j.payload) == 1 {
+				ids[p][j.name] = []result{{res["id"], res["duplicate"]}}
+				continue
+			}
+			for _, v := range res["ids"].([]any) {
+				v := v.(map[string]any)
+				ids[p][j.name] = append(ids[p][j.name], result{v["id"], v["duplicate"]})
+			}
+		}
+	}
+
+	// Ids: job ids, growing in enqueue order; a duplicate is the first
+	// job's id, said to be one; a batch's second job with the first's
+	// unique key too.
+	for _, p := range producers {
+		var last string
+		for _, j := range jobs {
+			for n, res := range ids[p][j.name] {
+				id, _ := res.ID.(string)
+				dup := j.dupOf != "" || (j.name == "unique batch" && n == 1)
+				want := id
+				switch {
+				case j.dupOf != "":
+					want = ids[p][j.dupOf][0].ID.(string)
+				case dup:
+					want = ids[p][j.name][0].ID.(string)
+				}
+				if id != want || res.Duplicate != dup {
+					t.Errorf("%s: %s job %d: id %v duplicate %v, want %s duplicate %v", p, j.name, n+1, res.ID, res.Duplicate, want, dup)
+				}
+				if !dup {
+					if !idAfter(id, last) {
+						t.Errorf("%s: %s job %d: id %q not after %q", p, j.name, n+1, id, last)
+					}
+					last = id
+				}
+			}
+		}
+	}
+
+	// each is every job of a producer's queue: its spec, its index in a
+	// batch, its id.
+	type one struct {
+		j  clientJob
+		n  int
+		id string
+	}
+	each := func(p producer) (all []one, idList []string) {
+		for _, j := range jobs {
+			for n, res := range ids[p][j.name] {
+				all = append(all, one{j, n, res.ID.(string)})
+				idList = append(idList, res.ID.(string))
+			}
+		}
+		return all, idList
+	}
+
+	// What baton job says of each job before any holder runs, the client's
+	// own lookup, and the fields in Redis: alike for the three producers.
+	ctx := context.Background()
+	seen := map[string]string{}
+	for _, p := range producers {
+		q := string(p)
+		all, idList := each(p)
+		locs := r.batonJobs(q, idList)
+		for i, o := range all {
+			loc := locs[i]
+			sig := fmt.Sprint(loc["state"], " ", loc["priority"], " ahead ", loc["ahead"], " ", r.entryFields(q, o.id, loc))
+			if o.j.name == "at" && loc["due"] != float64(at[p]) {
+				t.Errorf("%s: at job due %v, want %d", p, loc["due"], at[p])
+			}
+			key := o.j.name + "/" + strconv.Itoa(o.n)
+			if p == "cli" {
+				seen[key] = sig
+			} else if seen[key] != sig {
+				t.Errorf("%s: %s job %d before running: %s, want as the CLI's: %s", p, o.j.name, o.n+1, sig, seen[key])
+			}
+		}
+		ttl, err := r.client().PTTL(ctx, work.KeysFor(q).Unique("u-2")).Result()
+		if err != nil || ttl <= 0 || ttl > time.Minute {
+			t.Errorf("%s: unique key u-2 held for %v (%v), want at most 1m", p, ttl, err)
+		}
+		if p != "cli" {
+			r.sameAsBatonJob(p, q, idList, locs)
+		}
+	}
+
+	// The holders: each queue's jobs run by a real baton run.
+	ran := filepath.Join(r.dir, "ran")
+	job := r.script("job.sh", `p=$(cat)
+case "$p" in
+fail) exit 1;;
+sleep) exec sleep 10;;
+esac
+echo "$BATON_JOB_ID $p" >> `+ran+"\n")
+	var holders []*process
+	for _, p := range producers {
+		holders = append(holders, r.start("run", "--queue", string(p), "--retention", "1h", "--retry-backoff", "100ms", "--lifetime", "1m",
+			"--standby-slots", "0", "--shutdown-grace", "500ms", "--", job))
+	}
+	for _, p := range producers {
+		_, idList := each(p)
+		eventually(t, 60*time.Second, fmt.Sprintf("every job of %s settled", p), func() bool {
+			for _, id := range idList {
+				loc, err := work.Locate(ctx, r.client(), string(p), id)
+				if err != nil || loc.State != work.StateDone && loc.State != work.StateDead {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	for _, h := range holders {
+		_ = h.cmd.Process.Signal(syscall.SIGTERM)
+		h.wait(t, 15*time.Second)
+	}
+
+	// The outcomes, as baton job says them, and as the clients do.
+	ranBy := map[string]string{}
+	for _, line := range readLines(t, ran) {
+		id, payload, _ := strings.Cut(line, " ")
+		ranBy[id] += payload + ";"
+	}
+	for _, p := range producers {
+		q := string(p)
+		all, idList := each(p)
+		locs := r.batonJobs(q, idList)
+		for i, o := range all {
+			end := o.j.end
+			if o.j.dupOf != "" {
+				end = jobs[indexOf(jobs, o.j.dupOf)].end
+			}
+			loc := locs[i]
+			got := fmt.Sprint(loc["state"])
+			if d, ok := loc["dead_letter"].(map[string]any); ok {
+				got = fmt.Sprintf("dead:%v:%v", d["reason"], d["attempts"])
+				if d["payload"] != o.j.payload[o.n] {
+					t.Errorf("%s: %s job %d: dead letter's payload %v, want %q", p, o.j.name, o.n+1, d["payload"], o.j.payload[o.n])
+				}
+			}
+			if got != end {
+				t.Errorf("%s: %s job %d (%s): %s, want %s", p, o.j.name, o.n+1, o.id, got, end)
+			}
+			dupInBatch := o.j.name == "unique batch" && o.n == 1
+			if end == "done" && o.j.dupOf == "" && !dupInBatch && ranBy[o.id] != o.j.payload[o.n]+";" {
+				t.Errorf("%s: %s job %d (%s) ran as %q, want once with its payload %q", p, o.j.name, o.n+1, o.id, ranBy[o.id], o.j.payload[o.n])
+			}
+		}
+		if p != "cli" {
+			r.sameAsBatonJob(p, q, idList, locs)
+		}
+	}
+
+	// Done, the unique key is free again: a new job with it is added.
+	for _, p := range producers[1:] {
+		res := r.drive(p, string(p), nil, map[string]any{"op": "enqueue", "payload": "again", "opts": map[string]any{"unique_key": "u-1"}})[0]
+		if res["duplicate"] != false || res["id"] == ids[p]["unique"][0].ID {
+			t.Errorf("%s: after its job was done, unique key u-1 still held: %v", p, res)
+		}
+	}
+}
+
+// quickExit spares each baton the race detector's second of sleep at
+// exit: these tests start dozens.
+func quickExit() []string {
+	return []string{"GORACE=" + os.Getenv("GORACE") + " atexit_sleep_ms=0"}
+}
+
+func indexOf(jobs []clientJob, name string) int {
+	for i, j := range jobs {
+		if j.name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// idAfter reports whether stream id a comes after b ("" for none).
+func idAfter(a, b string) bool {
+	if b == "" {
+		return true
+	}
+	num := func(s string) (int64, int64) {
+		ms, seq, _ := strings.Cut(s, "-")
+		x, _ := strconv.ParseInt(ms, 10, 64)
+		y, _ := strconv.ParseInt(seq, 10, 64)
+		return x, y
+	}
+	am, as := num(a)
+	bm, bs := num(b)
+	return am > bm || am == bm && as > bs
+}
+
+// entryFields are a waiting job's fields in its stream entry, sorted, or
+// the empty string for a job not in a stream.
+func (r *rig) entryFields(q, id string, loc map[string]any) string {
+	r.t.Helper()
+	entry, _ := loc["entry"].(string)
+	if entry == "" {
+		return ""
+	}
+	k := work.KeysFor(q)
+	stream := k.Stream
+	switch loc["priority"] {
+	case "high":
+		stream = k.High
+	case "low":
+		stream = k.Low
+	}
+	msgs, err := r.client().XRange(context.Background(), stream, entry, entry).Result()
+	if err != nil || len(msgs) != 1 {
+		r.t.Fatalf("entry %s of job %s: %v %v", entry, id, msgs, err)
+	}
+	var f []string
+	for k, v := range msgs[0].Values {
+		if k == "orig" {
+			v = "(job id)" // an entry id of another stream, differing by producer
+		}
+		f = append(f, fmt.Sprintf("%s=%v", k, v))
+	}
+	sort.Strings(f)
+	return strings.Join(f, " ")
+}
+
+// sameAsBatonJob checks that a client's lookups of jobs say what baton job
+// said of them (want, from batonJobs).
+func (r *rig) sameAsBatonJob(p producer, q string, ids []string, want []map[string]any) {
+	r.t.Helper()
+	var ops []map[string]any
+	for _, id := range ids {
+		ops = append(ops, map[string]any{"op": "job", "id": id})
+	}
+	for n, got := range r.drive(p, q, nil, ops...) {
+		if got["error"] != nil {
+			r.t.Errorf("%s: job(%s): %v", p, ids[n], got["error"])
+			continue
+		}
+		if !reflect.DeepEqual(got, want[n]) {
+			r.t.Errorf("%s: job(%s):\n%v\nbaton job says:\n%v", p, ids[n], got, want[n])
+		}
+	}
+}
