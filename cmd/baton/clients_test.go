@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -531,6 +532,161 @@ func (r *rig) sameAsBatonJob(p producer, q string, ids []string, want []map[stri
 		}
 		if !reflect.DeepEqual(got, want[n]) {
 			r.t.Errorf("%s: job(%s):\n%v\nbaton job says:\n%v", p, ids[n], got, want[n])
+		}
+	}
+}
+
+// TestClientsRefuseBadOptions: each bad option raises in Python and Node,
+// with the Go client's message, before anything is sent (the queue has no
+// key afterwards); so does one bad job of a batch, named by its number.
+// The clients name the queue's keys as work.KeysFor does, and a call with
+// wait_replicas that no replica confirms raises, with its ids, as the Go
+// client's error says.
+func TestClientsRefuseBadOptions(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	ctx := context.Background()
+	goErr := func(opts ...work.Option) string {
+		_, err := work.EnqueueMany(ctx, r.client(), "bad", []work.Message{{Payload: []byte("x"), Options: opts}})
+		if err == nil {
+			t.Fatalf("go client: %v: no error", opts)
+		}
+		return err.Error()
+	}
+	_, perr := work.ParsePriority("urgent")
+	cases := []struct {
+		opts map[string]any
+		want string
+	}{
+		{map[string]any{"delay_ms": -1000}, goErr(work.In(-time.Second))},
+		{map[string]any{"unique_key": ""}, goErr(work.UniqueKey(""))},
+		{map[string]any{"unique_key": "k", "unique_for_ms": 0.5}, goErr(work.UniqueKey("k"), work.UniqueFor(500*time.Microsecond))},
+		{map[string]any{"unique_for_ms": 5000}, goErr(work.UniqueFor(5 * time.Second))},
+		{map[string]any{"max_attempts": 0}, goErr(work.MaxAttempts(0))},
+		{map[string]any{"max_attempts": 1001}, goErr(work.MaxAttempts(1001))},
+		{map[string]any{"timeout_ms": 0}, goErr(work.Timeout(0))},
+		{map[string]any{"timeout_ms": -1500}, goErr(work.Timeout(-1500 * time.Millisecond))},
+		{map[string]any{"priority": "urgent"}, "job 1: " + perr.Error()},
+		{map[string]any{"priority": ""}, `job 1: bad job option: priority "": want high, normal or low`},
+		{map[string]any{"delay_ms": 1000, "at_ms": time.Now().UnixMilli()}, "job 1: bad job option: give one of delay and at"},
+	}
+	var ops []map[string]any
+	for _, c := range cases {
+		ops = append(ops, map[string]any{"op": "enqueue", "payload": "x", "opts": c.opts})
+	}
+	batch := map[string]any{"op": "items", "items": []map[string]any{
+		{"payload": "a"}, {"payload": "b", "opts": map[string]any{"priority": "high"}}, {"payload": "c", "opts": map[string]any{"max_attempts": 0}},
+	}}
+	ops = append(ops, batch, map[string]any{"op": "keys", "key": "k"})
+	k := work.KeysFor("bad")
+	wantKeys := map[string]any{"stream": k.Stream, "high": k.High, "low": k.Low, "retry": k.Retry, "retry_jobs": k.RetryJobs,
+		"scheduled": k.Scheduled, "scheduled_jobs": k.ScheduledJobs, "dead": k.Dead, "dead_index": k.DeadIndex, "done": k.Done,
+		"unique": k.Unique("k")}
+	for _, p := range producers[1:] {
+		res := r.drive(p, "bad", nil, ops...)
+		for i, c := range cases {
+			if res[i]["bad"] != true || res[i]["error"] != c.want {
+				t.Errorf("%s: %v: %v, want %q", p, c.opts, res[i], c.want)
+			}
+		}
+		if got, want := res[len(cases)]["error"], goErr(work.MaxAttempts(0))[len("job 1: "):]; got != "job 3: "+want {
+			t.Errorf("%s: a batch whose third job is bad: %v, want %q", p, got, "job 3: "+want)
+		}
+		if got := res[len(cases)+1]; !reflect.DeepEqual(got, wantKeys) {
+			t.Errorf("%s: keys %v, want work.KeysFor's %v", p, got, wantKeys)
+		}
+	}
+	if keys, err := r.client().Keys(ctx, "baton:{bad}*").Result(); err != nil || len(keys) > 0 {
+		t.Errorf("bad options sent something: %v %v", keys, err)
+	}
+
+	// WAIT: no replica here, so none confirms; the jobs are queued.
+	_, err := work.EnqueueManyReplicated(ctx, r.client(), "wait-go", []work.Message{{Payload: []byte("x")}}, 1, 100*time.Millisecond)
+	if !errors.Is(err, work.ErrNotReplicated) {
+		t.Fatalf("go client: %v, want ErrNotReplicated", err)
+	}
+	for _, p := range producers[1:] {
+		q := "wait-" + string(p)
+		res := r.drive(p, q, map[string]any{"wait_replicas": 1, "wait_timeout_ms": 100},
+			map[string]any{"op": "enqueue", "payload": "w1"},
+			map[string]any{"op": "many", "payloads": []string{"w2", "w3"}, "opts": map[string]any{"priority": "high"}})
+		for i, n := range []int{1, 2} {
+			ids, _ := res[i]["ids"].([]any)
+			if res[i]["class"] != "NotReplicated" || res[i]["error"] != err.Error() || len(ids) != n || ids[0] == nil {
+				t.Errorf("%s: with wait_replicas 1 and no replica: %v, want NotReplicated %q with %d ids", p, res[i], err, n)
+			}
+		}
+		kq := work.KeysFor(q)
+		if n, _ := r.client().XLen(ctx, kq.Stream).Result(); n != 1 {
+			t.Errorf("%s: %d jobs queued, want 1", p, n)
+		}
+		if n, _ := r.client().XLen(ctx, kq.High).Result(); n != 2 {
+			t.Errorf("%s: %d high jobs queued, want 2", p, n)
+		}
+	}
+}
+
+// TestClientsLookUpLikeBatonJob: the clients' job(id) says what baton job
+// says of a job running on a holder, one waiting for its retry, an unknown
+// one, with redis-py decoding replies or not; and refuses a bad id with
+// work.Locate's message.
+func TestClientsLookUpLikeBatonJob(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.extraEnv = quickExit()
+	ctx := context.Background()
+	var ids []string
+	for _, args := range [][]string{{"--priority", "high", "sleep"}, {"--max-attempts", "5", "fail"}} {
+		out, errOut, code := r.baton(append([]string{"enqueue"}, args...)...)
+		if code != 0 {
+			t.Fatalf("enqueue: exit %d %s", code, errOut)
+		}
+		ids = append(ids, strings.TrimSpace(out))
+	}
+	job := r.script("job.sh", `[ "$(cat)" = sleep ] && exec sleep 30; exit 1`)
+	h := r.start("run", "--concurrency", "2", "--retry-backoff", "1h", "--retry-backoff-max", "1h", "--lifetime", "1m", "--standby-slots", "0", "--shutdown-grace", "500ms", "--", job)
+	defer func() {
+		_ = h.cmd.Process.Signal(syscall.SIGTERM)
+		h.wait(t, 15*time.Second)
+	}()
+	for i, state := range []string{work.StateRunning, work.StateRetrying} {
+		var loc *work.Location
+		var err error
+		for end := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			loc, err = work.Locate(ctx, r.client(), "default", ids[i])
+			if err == nil && loc.State == state {
+				break
+			}
+			if time.Now().After(end) {
+				t.Fatalf("job %s: %+v %v, want %s\n%s", ids[i], loc, err, state, h.log())
+			}
+		}
+	}
+	ids = append(ids, "1-0")
+	want := r.batonJobs("default", ids)
+	if want[0]["consumer"] == nil || want[1]["attempts"] != float64(1) || want[2]["state"] != "unknown" {
+		t.Fatalf("baton job: %v", want)
+	}
+	_, lerr := work.Locate(ctx, r.client(), "default", "abc")
+	for _, p := range producers[1:] {
+		for _, decode := range []bool{false, true} {
+			if p == "node" && decode {
+				continue
+			}
+			req := map[string]any{"decode": decode}
+			var ops []map[string]any
+			for _, id := range append(ids, "abc") {
+				ops = append(ops, map[string]any{"op": "job", "id": id})
+			}
+			res := r.drive(p, "default", req, ops...)
+			for i := range ids {
+				if !reflect.DeepEqual(res[i], want[i]) {
+					t.Errorf("%s (decode %v): job(%s):\n%v\nbaton job says:\n%v", p, decode, ids[i], res[i], want[i])
+				}
+			}
+			if got := res[len(ids)]["error"]; got != lerr.Error() {
+				t.Errorf("%s: job(abc): %v, want %q", p, got, lerr)
+			}
 		}
 	}
 }

@@ -37,6 +37,7 @@ async function run(c, q, op) {
     switch (op.op) {
       case "enqueue": return await c.enqueue(q, op.payload, options(op.opts));
       case "many": return { ids: await c.enqueueMany(q, op.payloads, options(op.opts)) };
+      case "items": return { ids: await c.enqueueMany(q, op.items.map((i) => ({ payload: i.payload, ...options(i.opts) }))) };
       case "job": return location(await c.job(q, op.id));
       case "keys": {
         const k = keysFor(q);

@@ -63,6 +63,10 @@ def run(c, q, op):
         if kind == "many":
             ids = c.enqueue_many(q, op["payloads"], **options(op.get("opts") or {}))
             return {"ids": [{"id": i, "duplicate": i.duplicate} for i in ids]}
+        if kind == "items":
+            ids = c.enqueue_many(q, [baton_client.Message(i["payload"], **options(i.get("opts") or {}))
+                                     for i in op["items"]])
+            return {"ids": [{"id": i, "duplicate": i.duplicate} for i in ids]}
         if kind == "job":
             return location(c.job(q, op["id"]))
         if kind == "keys":
