@@ -7,7 +7,7 @@
 # tests install clients/python with pip, offline, and run it on Debian's
 # redis-py), and ioredis, the Node client's one dependency, from npm into
 # ${XDG_CACHE_HOME:-~/.cache}/baton-clients (never into the tree; nothing is
-# fetched when it is there).
+# fetched when it is there), with npm (the tests pack clients/node).
 set -euo pipefail
 bash "$(dirname "$0")/install-redis.sh"
 missing=()
@@ -17,10 +17,10 @@ command -v node >/dev/null 2>&1 || missing+=(nodejs)
 /usr/bin/python3 -c 'import redis' >/dev/null 2>&1 || missing+=(python3-redis)
 /usr/bin/python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 /usr/bin/python3 -c 'import setuptools' >/dev/null 2>&1 || missing+=(python3-setuptools)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/baton-clients"
 needIORedis=false
 [ -f "$cache/node_modules/ioredis/package.json" ] || needIORedis=true
-if $needIORedis && ! command -v npm >/dev/null 2>&1; then missing+=(npm); fi
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "installing Debian's ${missing[*]} for the tests" >&2
 	sudo=""

@@ -9,8 +9,9 @@ import (
 
 // TestClientScriptsAreWorkLua: the Python and Node clients run the very
 // bytes the Go code embeds: each script of work/lua is in both clients'
-// lua directories (symbolic links into work/lua), identical, and none
-// other; the enqueue script names the group holders read through.
+// lua directories (Python's are symbolic links into work/lua, Node's
+// copies), identical, and none other; the enqueue script names the group
+// holders read through.
 func TestClientScriptsAreWorkLua(t *testing.T) {
 	embedded := map[string]string{"enqueue.lua": enqueueLua, "record_field.lua": recordFieldLua}
 	src, err := filepath.Glob("lua/*.lua")
@@ -25,11 +26,11 @@ func TestClientScriptsAreWorkLua(t *testing.T) {
 		for name, want := range embedded {
 			b, err := os.ReadFile(filepath.Join(dir, name))
 			if err != nil {
-				t.Errorf("%s: %v (it should be a link to work/lua/%s)", dir, err, name)
+				t.Errorf("%s: %v: run make clients-lua", dir, err)
 				continue
 			}
 			if string(b) != want {
-				t.Errorf("%s/%s differs from work/lua/%s, which Go runs: make it a link to it again", dir, name, name)
+				t.Errorf("%s/%s differs from work/lua/%s, which Go runs: run make clients-lua", dir, name, name)
 			}
 		}
 	}

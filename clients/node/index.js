@@ -7,7 +7,7 @@
 //   (await c.job("mail", id)).state; // "scheduled"
 //
 // It runs the very Lua scripts baton's Go code runs (work/lua in the
-// repository; lua/ here links to them), so ids, options and errors are
+// repository; lua/ holds checked copies), so ids, options and errors are
 // those of `baton enqueue` and `baton job`. docs/clients.md has the rest.
 
 const crypto = require("crypto");

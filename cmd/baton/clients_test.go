@@ -23,10 +23,11 @@ import (
 
 // The producer clients' tests: clients/python and clients/node, driven by
 // testdata/clients/driver.py and driver.js, against the rig's real Redis
-// and real baton holders. They need Debian's python3-redis (and pip) and
-// node with ioredis in ${XDG_CACHE_HOME:-~/.cache}/baton-clients
-// (scripts/install-test-deps.sh installs them): without them they fail,
-// saying so.
+// and real baton holders, each client as its package manager installs it
+// (pip install, npm pack). They need Debian's python3-redis, pip and
+// setuptools, and node and npm with ioredis in
+// ${XDG_CACHE_HOME:-~/.cache}/baton-clients (scripts/install-test-deps.sh
+// installs them): without them they fail, saying so.
 
 // producer is one way to enqueue: "cli", "python" or "node".
 type producer string
@@ -74,22 +75,59 @@ func pythonClient(t *testing.T) (bin, path string) {
 	return pythonBin, pythonPath
 }
 
-// nodeModules is where ioredis is for the Node client's tests.
-func nodeModules(t *testing.T) string {
+var (
+	nodeOnce   sync.Once
+	nodePkg    string // clients/node as npm packs it, unpacked
+	nodeModDir string // where ioredis is
+	nodeErr    error
+)
+
+// nodeClient packs clients/node with npm (what npm install --install-links
+// installs: no symbolic link survives it) and unpacks it into a directory
+// of its own, once per test binary; ioredis comes from
+// ${XDG_CACHE_HOME:-~/.cache}/baton-clients.
+func nodeClient(t *testing.T) (pkg, modules string) {
 	t.Helper()
-	if _, err := exec.LookPath("node"); err != nil {
-		t.Fatal("node is needed for the Node client's tests: run scripts/install-test-deps.sh (apt-get install nodejs)")
+	nodeOnce.Do(func() {
+		for _, c := range []string{"node", "npm"} {
+			if _, err := exec.LookPath(c); err != nil {
+				nodeErr = fmt.Errorf("%s is needed for the Node client's tests: run scripts/install-test-deps.sh (apt-get install nodejs npm)", c)
+				return
+			}
+		}
+		cache := os.Getenv("XDG_CACHE_HOME")
+		if cache == "" {
+			home, _ := os.UserHomeDir()
+			cache = filepath.Join(home, ".cache")
+		}
+		nodeModDir = filepath.Join(cache, "baton-clients", "node_modules")
+		if _, err := os.Stat(filepath.Join(nodeModDir, "ioredis", "package.json")); err != nil {
+			nodeErr = fmt.Errorf("ioredis is needed for the Node client's tests in %s: run scripts/install-test-deps.sh", nodeModDir)
+			return
+		}
+		dir, err := os.MkdirTemp("", "baton-client-node-")
+		if err != nil {
+			nodeErr = err
+			return
+		}
+		pack := exec.Command("npm", "pack", "--silent", "--pack-destination", dir)
+		pack.Dir = "../../clients/node"
+		out, err := pack.Output()
+		if err != nil {
+			nodeErr = fmt.Errorf("npm pack ./clients/node: %v", err)
+			return
+		}
+		tgz := filepath.Join(dir, strings.TrimSpace(string(out)))
+		if out, err := exec.Command("tar", "-xzf", tgz, "-C", dir).CombinedOutput(); err != nil {
+			nodeErr = fmt.Errorf("unpack %s: %v %s", tgz, err, out)
+			return
+		}
+		nodePkg = filepath.Join(dir, "package")
+	})
+	if nodeErr != nil {
+		t.Fatal(nodeErr)
 	}
-	cache := os.Getenv("XDG_CACHE_HOME")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache")
-	}
-	dir := filepath.Join(cache, "baton-clients", "node_modules")
-	if _, err := os.Stat(filepath.Join(dir, "ioredis", "package.json")); err != nil {
-		t.Fatalf("ioredis is needed for the Node client's tests in %s: run scripts/install-test-deps.sh", dir)
-	}
-	return dir
+	return nodePkg, nodeModDir
 }
 
 // drive runs ops through a client's driver, one JSON result per op.
@@ -107,8 +145,7 @@ func (r *rig) drive(p producer, queue string, req map[string]any, ops ...map[str
 		cmd = exec.Command(bin, "testdata/clients/driver.py")
 		cmd.Env = append(os.Environ(), "PYTHONPATH="+path)
 	case "node":
-		mods := nodeModules(r.t)
-		client, _ := filepath.Abs("../../clients/node")
+		client, mods := nodeClient(r.t)
 		cmd = exec.Command("node", "testdata/clients/driver.js")
 		cmd.Env = append(os.Environ(), "NODE_PATH="+mods, "BATON_NODE_CLIENT="+client)
 	default:
@@ -226,7 +263,7 @@ func TestClientsEnqueueLikeTheCLI(t *testing.T) {
 	r := newRig(t)
 	r.extraEnv = quickExit()
 	pythonClient(t)
-	nodeModules(t)
+	nodeClient(t)
 	// at: each producer's "at" job is due 4s after its first enqueue (the
 	// race detector makes each CLI call slow), and nothing moves it before
 	// a holder runs.
