@@ -195,12 +195,16 @@ function arrayHeader(n) {
   h.writeUInt32BE(n, 1);
   return h;
 }
+const packed = (x) => Buffer.concat(packStr(x));
 const KIND = [
   ["0", "0u", "0t"],
   ["1", "1u", "1t"],
   ["2", "2u", "2t"],
-];
+].map((row) => row.map(packed));
 const PRIO_NAME = [null, "high", "low"];
+const DUE_NOW = packed("0");
+const F_PAYLOAD = packed("payload");
+const TWO = Buffer.from([2]);
 
 function fields(payload, o) {
   const f = ["payload", payload];
@@ -227,15 +231,31 @@ class ScriptCall {
     this.size += h.length + s.length;
     this.n++;
   }
+  // constant adds an item packed beforehand.
+  constant(b) {
+    this.parts.push(b);
+    this.size += b.length;
+    this.n++;
+  }
   add(i, queue, payload, o, nowMs) {
     const due = o.dueMs !== null && o.dueMs > nowMs ? o.dueMs : 0;
-    this.item(String(due));
-    if (o.unique === null) this.item(KIND[o.priority][0]);
+    if (due) this.item(String(due));
+    else this.constant(DUE_NOW);
+    if (o.unique === null) this.constant(KIND[o.priority][0]);
     else if (o.uniqueForMs) {
-      this.item(KIND[o.priority][2]);
+      this.constant(KIND[o.priority][2]);
       this.item(String(o.uniqueForMs));
-    } else this.item(KIND[o.priority][1]);
+    } else this.constant(KIND[o.priority][1]);
     if (o.unique !== null) this.keys.push(uniqueKey(queue, o.unique));
+    if (!due && plain(o)) {
+      // the common case, without building its fields
+      this.parts.push(TWO);
+      this.n++;
+      this.constant(F_PAYLOAD);
+      this.item(payload);
+      this.jobs.push(i);
+      return;
+    }
     const f = fields(payload, o);
     if (due) {
       // A delayed job's record: the script appends its orig pair.
@@ -352,14 +372,17 @@ class Client {
     return ids;
   }
 
-  // _send sends, in one pipeline, the jobs not yet sent: jobs without
-  // options before the first job with options are one XADD each; from it
-  // on, script calls of up to 200 jobs, so ids grow in job order.
+  // _send sends, in one pipeline, the jobs not yet sent: a call of one job
+  // without options is one XADD, as in Go; any other goes in enqueue
+  // script calls of up to 200 jobs, in job order, so ids grow in job order.
+  // (Go sends a batch's plain jobs before its first job with options as
+  // XADDs; here a command costs more than the script's own work, and the
+  // script adds a plain job with the same XADD.)
   async _send(queue, k, jobs, os, sent) {
     const nowMs = Date.now();
     const p = this.redis.pipeline();
     const plan = [];
-    let scripted = false;
+    let scripted = jobs.length > 1;
     let call = null;
     const flush = () => {
       if (call && call.jobs.length > 0) {

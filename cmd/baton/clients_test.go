@@ -665,7 +665,8 @@ func TestClientsRefuseBadOptions(t *testing.T) {
 
 // TestClientsLookUpLikeBatonJob: the clients' job(id) says what baton job
 // says of a job running on a holder, one waiting for its retry, an unknown
-// one, with redis-py decoding replies or not; and refuses a bad id with
+// one, with redis-py decoding replies or not (and with its own parser or
+// hiredis); and refuses a bad id with
 // work.Locate's message.
 func TestClientsLookUpLikeBatonJob(t *testing.T) {
 	t.Parallel()
@@ -710,7 +711,7 @@ func TestClientsLookUpLikeBatonJob(t *testing.T) {
 			if p == "node" && decode {
 				continue
 			}
-			req := map[string]any{"decode": decode}
+			req := map[string]any{"decode": decode, "python_parser": decode}
 			var ops []map[string]any
 			for _, id := range append(ids, "abc") {
 				ops = append(ops, map[string]any{"op": "job", "id": id})
@@ -724,6 +725,81 @@ func TestClientsLookUpLikeBatonJob(t *testing.T) {
 			if got := res[len(ids)]["error"]; got != lerr.Error() {
 				t.Errorf("%s: job(abc): %v, want %q", p, got, lerr)
 			}
+		}
+	}
+}
+
+// TestClientsBatchesLikeTheGoClient: a batch of 450 jobs (three script
+// calls) with options here and there, sent to a Redis that has not loaded
+// the script (NOSCRIPT, loaded, sent again), is added as the Go client adds
+// it: ids growing in job order, the duplicate inside the batch given the
+// first job's id, each job in its stream or the scheduled set.
+func TestClientsBatchesLikeTheGoClient(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	ctx := context.Background()
+	const n = 450
+	items := make([]map[string]any, n)
+	msgs := make([]work.Message, n)
+	for i := range items {
+		p := "job-" + strconv.Itoa(i)
+		items[i] = map[string]any{"payload": p}
+		msgs[i] = work.Message{Payload: []byte(p)}
+	}
+	items[10]["opts"], msgs[10].Options = map[string]any{"unique_key": "b"}, []work.Option{work.UniqueKey("b")}
+	items[11]["opts"], msgs[11].Options = map[string]any{"unique_key": "b"}, []work.Option{work.UniqueKey("b")}
+	items[12]["opts"], msgs[12].Options = map[string]any{"delay_ms": 3600000}, []work.Option{work.In(time.Hour)}
+	items[300]["opts"], msgs[300].Options = map[string]any{"priority": "low"}, []work.Option{work.WithPriority(work.PriorityLow)}
+	counts := func(q string) string {
+		k := work.KeysFor(q)
+		s, _ := r.client().XLen(ctx, k.Stream).Result()
+		l, _ := r.client().XLen(ctx, k.Low).Result()
+		d, _ := r.client().ZCard(ctx, k.Scheduled).Result()
+		return fmt.Sprintf("stream %d, low %d, scheduled %d", s, l, d)
+	}
+	goIDs, err := work.EnqueueMany(ctx, r.client(), "go", msgs)
+	var de *work.DuplicateError
+	if !errors.As(err, &de) || !reflect.DeepEqual(de.Jobs, []int{11}) || goIDs[11] != goIDs[10] {
+		t.Fatalf("go client: %v", err)
+	}
+	want := counts("go")
+	if want != fmt.Sprintf("stream %d, low 1, scheduled 1", n-3) {
+		t.Fatalf("go client: %s", want)
+	}
+	for _, p := range producers[1:] {
+		q := string(p)
+		if err := r.client().ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		// redis-py's own parser: hiredis, when installed, is the default
+		res := r.drive(p, q, map[string]any{"python_parser": true},
+			map[string]any{"op": "items", "items": items}, map[string]any{"op": "enqueue", "payload": "one more"})
+		ids, _ := res[0]["ids"].([]any)
+		if len(ids) != n {
+			t.Fatalf("%s: %v", p, res[0])
+		}
+		last := ""
+		for i, v := range ids {
+			v := v.(map[string]any)
+			id := v["id"].(string)
+			if i == 11 {
+				if id != ids[10].(map[string]any)["id"] || v["duplicate"] != true {
+					t.Errorf("%s: job 12: %v, want job 11's id, a duplicate", p, v)
+				}
+				continue
+			}
+			if v["duplicate"] != false || !idAfter(id, last) {
+				t.Errorf("%s: job %d: %v after %s", p, i+1, v, last)
+			}
+			last = id
+		}
+		if one := res[1]["id"]; one == nil || !idAfter(one.(string), last) {
+			t.Errorf("%s: one job after the batch: %v", p, res[1])
+		}
+		got := counts(q)
+		msgs, _ := r.client().XLen(ctx, work.KeysFor(q).Stream).Result()
+		if got != fmt.Sprintf("stream %d, low 1, scheduled 1", msgs) || msgs != int64(n-3+1) {
+			t.Errorf("%s: %s, want as the Go client's (%s) and the one job more", p, got, want)
 		}
 	}
 }

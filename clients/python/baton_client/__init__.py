@@ -173,7 +173,6 @@ def _unix_ms(at: Any) -> int:
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 _PRIORITIES = {"normal": 0, "high": 1, "low": 2}
-_UNSET = object()
 
 
 @dataclasses.dataclass
@@ -188,6 +187,9 @@ class _Opts:
     def plain(self) -> bool:
         return (self.due_ms is None and self.unique is None and self.max_attempts == 0
                 and self.timeout_ms is None and self.priority == 0)
+
+
+_PLAIN_OPTS = _Opts()  # shared by the jobs without options: never changed
 
 
 def _options(delay=None, at=None, unique_key=None, unique_for=None, priority=None,
@@ -232,7 +234,7 @@ def _options(delay=None, at=None, unique_key=None, unique_for=None, priority=Non
         o.priority = _PRIORITIES[priority]
     if o.unique_for_ms and o.unique is None:
         raise BadOption("bad job option: unique-for needs a unique key")
-    return o
+    return _PLAIN_OPTS if o.plain() else o
 
 
 def _go_quote(v: Any) -> str:
@@ -290,6 +292,8 @@ _F_PAYLOAD, _F_UNIQUE, _F_MAX, _F_TIMEOUT, _F_PRIO = (
     _pack_str(b"payload"), _pack_str(b"unique"), _pack_str(b"max_attempts"),
     _pack_str(b"timeout"), _pack_str(b"priority"))
 _DUE_NOW = _pack_str(b"0")
+# A plain job's items before its payload: due now, kind "0", 2 strings, "payload".
+_PLAIN_HEAD = _DUE_NOW + _KIND[0][0] + b"\x02" + _F_PAYLOAD
 
 
 def _fields(payload: bytes, o: _Opts) -> List[bytes]:
@@ -319,6 +323,14 @@ class _ScriptCall:
         self.size = 0
 
     def add(self, i: int, queue: str, payload: bytes, o: _Opts, now_ms: int) -> None:
+        if o is _PLAIN_OPTS or o.plain():
+            # the common case, without building its fields
+            p = _pack_str(payload)
+            self.items += (_PLAIN_HEAD, p)
+            self.n += 5
+            self.size += len(_PLAIN_HEAD) + len(p)
+            self.jobs.append(i)
+            return
         due = o.due_ms if o.due_ms is not None and o.due_ms > now_ms else 0
         it = [_pack_str(str(due).encode()) if due else _DUE_NOW]
         if o.unique is None:
@@ -437,13 +449,16 @@ class Client:
         return ids  # type: ignore[return-value]
 
     def _send(self, queue, k, jobs, opts, sent):
-        """One pipeline of the jobs not yet sent: jobs without options before
-        the first job with options are one XADD each; from it on, script
-        calls of up to 200 jobs, so ids grow in job order."""
+        """One pipeline of the jobs not yet sent: a call of one job without
+        options is one XADD, as in Go; any other goes in enqueue script
+        calls of up to 200 jobs, in job order, so ids grow in job order.
+        (Go sends a batch's plain jobs before its first job with options as
+        XADDs; here a command costs more than the script's own work, and
+        the script adds a plain job with the same XADD.)"""
         now_ms = time.time_ns() // 10**6
         pipe = self.redis.pipeline(transaction=False)
         plan: List[Any] = []
-        scripted = False
+        scripted = len(jobs) > 1
         call: Optional[_ScriptCall] = None
 
         def flush():

@@ -86,7 +86,10 @@ def run(c, q, op):
 
 def main():
     req = json.load(sys.stdin)
-    r = redis.Redis.from_url(req["redis"], decode_responses=req.get("decode", False))
+    kw = {"decode_responses": req.get("decode", False)}
+    if req.get("python_parser"):  # redis-py's own parser even when hiredis is installed
+        kw["parser_class"] = redis.connection.PythonParser
+    r = redis.Redis.from_url(req["redis"], **kw)
     c = baton_client.Client(r, **({"wait_replicas": req["wait_replicas"],
                                    "wait_timeout": dt.timedelta(milliseconds=req["wait_timeout_ms"])}
                                   if req.get("wait_replicas") else {}))
