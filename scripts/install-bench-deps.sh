@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install what the bench's workers group compares baton with, each only when
-# missing: Debian's python3-rq, python3-celery and python3-hiredis (for /usr/bin/python3),
+# missing: Debian's python3-rq and python3-celery (for /usr/bin/python3),
 # nodejs, and BullMQ (with ioredis, its optional client) from npm into ${XDG_CACHE_HOME:-~/.cache}/baton-bench
 # (never into the tree). BullMQ is optional: when npm cannot install it, the
 # bench says so and leaves bullmq_c1 out.
@@ -9,9 +9,6 @@ bash "$(dirname "$0")/install-redis.sh"
 missing=()
 /usr/bin/python3 -c 'import rq' >/dev/null 2>&1 || missing+=(python3-rq)
 /usr/bin/python3 -c 'import celery' >/dev/null 2>&1 || missing+=(python3-celery)
-# redis-py's optional C parser, which rq and baton's Python client both use
-# when present (the clients group: a batch's replies are parsed 4-6x faster).
-/usr/bin/python3 -c 'import hiredis' >/dev/null 2>&1 || missing+=(python3-hiredis)
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
