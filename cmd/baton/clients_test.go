@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,7 +44,7 @@ var (
 )
 
 // pythonClient installs clients/python with pip (offline: no build
-// isolation, no index) into a directory of its own, once per test binary.
+// isolation, no index) into a directory of its own (installOnce).
 func pythonClient(t *testing.T) (bin, path string) {
 	t.Helper()
 	pythonOnce.Do(func() {
@@ -56,18 +58,14 @@ func pythonClient(t *testing.T) (bin, path string) {
 			pythonErr = fmt.Errorf("no python3 with redis-py: run scripts/install-test-deps.sh (apt-get install python3-redis)")
 			return
 		}
-		dir, err := os.MkdirTemp("", "baton-client-py-")
-		if err != nil {
-			pythonErr = err
-			return
-		}
-		out, err := exec.Command(pythonBin, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-index", "--no-deps",
-			"--target", dir, "../../clients/python").CombinedOutput()
-		if err != nil {
-			pythonErr = fmt.Errorf("pip install ./clients/python: %v\n%s(scripts/install-test-deps.sh installs python3-pip and python3-setuptools)", err, out)
-			return
-		}
-		pythonPath = dir
+		pythonPath, pythonErr = installOnce("py", "../../clients/python", func(dir string) error {
+			out, err := exec.Command(pythonBin, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-index", "--no-deps",
+				"--target", dir, "../../clients/python").CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("pip install ./clients/python: %v\n%s(scripts/install-test-deps.sh installs python3-pip and python3-setuptools)", err, out)
+			}
+			return nil
+		})
 	})
 	if pythonErr != nil {
 		t.Fatal(pythonErr)
@@ -84,7 +82,7 @@ var (
 
 // nodeClient packs clients/node with npm (what npm install --install-links
 // installs: no symbolic link survives it) and unpacks it into a directory
-// of its own, once per test binary; ioredis comes from
+// of its own (installOnce); ioredis comes from
 // ${XDG_CACHE_HOME:-~/.cache}/baton-clients.
 func nodeClient(t *testing.T) (pkg, modules string) {
 	t.Helper()
@@ -105,29 +103,67 @@ func nodeClient(t *testing.T) (pkg, modules string) {
 			nodeErr = fmt.Errorf("ioredis is needed for the Node client's tests in %s: run scripts/install-test-deps.sh", nodeModDir)
 			return
 		}
-		dir, err := os.MkdirTemp("", "baton-client-node-")
-		if err != nil {
-			nodeErr = err
-			return
-		}
-		pack := exec.Command("npm", "pack", "--silent", "--pack-destination", dir)
-		pack.Dir = "../../clients/node"
-		out, err := pack.Output()
-		if err != nil {
-			nodeErr = fmt.Errorf("npm pack ./clients/node: %v", err)
-			return
-		}
-		tgz := filepath.Join(dir, strings.TrimSpace(string(out)))
-		if out, err := exec.Command("tar", "-xzf", tgz, "-C", dir).CombinedOutput(); err != nil {
-			nodeErr = fmt.Errorf("unpack %s: %v %s", tgz, err, out)
-			return
-		}
-		nodePkg = filepath.Join(dir, "package")
+		dir, err := installOnce("node", "../../clients/node", func(dir string) error {
+			pack := exec.Command("npm", "pack", "--silent", "--pack-destination", dir)
+			pack.Dir = "../../clients/node"
+			out, err := pack.Output()
+			if err != nil {
+				return fmt.Errorf("npm pack ./clients/node: %v", err)
+			}
+			tgz := filepath.Join(dir, strings.TrimSpace(string(out)))
+			if out, err := exec.Command("tar", "-xzf", tgz, "-C", dir).CombinedOutput(); err != nil {
+				return fmt.Errorf("unpack %s: %v %s", tgz, err, out)
+			}
+			return nil
+		})
+		nodePkg, nodeErr = filepath.Join(dir, "package"), err
 	})
 	if nodeErr != nil {
 		t.Fatal(nodeErr)
 	}
 	return nodePkg, nodeModDir
+}
+
+// installOnce installs the client in src with install, into a directory
+// of the system's temp dir named after a hash of src's files: made once
+// per version of the client (the next runs reuse it), and never half made
+// (installed aside, then renamed).
+func installOnce(kind, src string, install func(dir string) error) (string, error) {
+	h := sha256.New()
+	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if strings.Contains(path, "egg-info") || strings.Contains(path, "__pycache__") ||
+			strings.Contains(path, string(filepath.Separator)+"build"+string(filepath.Separator)) {
+			return nil // what pip and python leave in the tree
+		}
+		b, err := os.ReadFile(path) // through the symbolic links
+		fmt.Fprintf(h, "%s %d\n", path, len(b))
+		h.Write(b)
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("baton-client-%s-%x", kind, h.Sum(nil)[:8]))
+	if _, err := os.Stat(dir); err == nil {
+		return dir, nil
+	}
+	tmp, err := os.MkdirTemp("", "baton-client-"+kind+"-new-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	if err := install(tmp); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp, dir); err != nil && !os.IsExist(err) {
+		if _, serr := os.Stat(dir); serr != nil { // not another run's, made meanwhile
+			return "", err
+		}
+	}
+	return dir, nil
 }
 
 // drive runs ops through a client's driver, one JSON result per op.
