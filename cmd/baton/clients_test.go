@@ -769,7 +769,8 @@ func TestClientsLookUpLikeBatonJob(t *testing.T) {
 // calls) with options here and there, sent to a Redis that has not loaded
 // the script (NOSCRIPT, loaded, sent again), is added as the Go client adds
 // it: ids growing in job order, the duplicate inside the batch given the
-// first job's id, each job in its stream or the scheduled set.
+// first job's id, each job in its stream or the scheduled set; a job whose
+// writes fail is reported as the Go client reports it.
 func TestClientsBatchesLikeTheGoClient(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
@@ -797,6 +798,13 @@ func TestClientsBatchesLikeTheGoClient(t *testing.T) {
 	var de *work.DuplicateError
 	if !errors.As(err, &de) || !reflect.DeepEqual(de.Jobs, []int{11}) || goIDs[11] != goIDs[10] {
 		t.Fatalf("go client: %v", err)
+	}
+	failItems := []map[string]any{{"payload": "a"}, {"payload": "b", "opts": map[string]any{"delay_ms": 3600000}}, {"payload": "c"}}
+	r.client().Set(ctx, work.KeysFor("go-fail").Scheduled, "x", 0)
+	goFailIDs, goFail := work.EnqueueMany(ctx, r.client(), "go-fail", []work.Message{{Payload: []byte("a")},
+		{Payload: []byte("b"), Options: []work.Option{work.In(time.Hour)}}, {Payload: []byte("c")}})
+	if goFail == nil || goFailIDs[1] != "" || goFailIDs[2] == "" {
+		t.Fatalf("go client, a job that cannot be written: %v %v", goFailIDs, goFail)
 	}
 	want := counts("go")
 	if want != fmt.Sprintf("stream %d, low 1, scheduled 1", n-3) {
@@ -831,6 +839,15 @@ func TestClientsBatchesLikeTheGoClient(t *testing.T) {
 		}
 		if one := res[1]["id"]; one == nil || !idAfter(one.(string), last) {
 			t.Errorf("%s: one job after the batch: %v", p, res[1])
+		}
+		// A job whose writes fail (its scheduled set holds a string) is
+		// reported as the Go client reports it; the others are added.
+		r.client().Set(ctx, work.KeysFor(q+"-fail").Scheduled, "x", 0)
+		fail := r.drive(p, q+"-fail", nil, map[string]any{"op": "items", "items": failItems})[0]
+		fids, _ := fail["ids"].([]any)
+		wantFail := strings.ReplaceAll(goFail.Error(), "go-fail", q+"-fail")
+		if fail["class"] != "EnqueueError" || fail["error"] != wantFail || len(fids) != 3 || fids[0] == nil || fids[1] != nil || fids[2] == nil {
+			t.Errorf("%s: a batch whose second job cannot be written: %v, want EnqueueError %q and ids for jobs 1 and 3", p, fail, wantFail)
 		}
 		got := counts(q)
 		msgs, _ := r.client().XLen(ctx, work.KeysFor(q).Stream).Result()
