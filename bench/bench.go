@@ -51,6 +51,8 @@ func (b *bench) measure(ctx context.Context, sel []string) error {
 			err = b.holder(ctx)
 		case "workers":
 			err = b.workers(ctx)
+		case "clients":
+			err = b.clients(ctx)
 		case "fleet":
 			err = b.fleet(ctx)
 		}

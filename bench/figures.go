@@ -57,6 +57,8 @@ var figureOrder = []string{
 	"py_persistent_c1", "py_persistent_cmds_per_job", "rq_simple_c1", "rq_simple_cmds_per_job",
 	"celery_prefork_c1", "celery_prefork_cmds_per_job", "node_persistent_c1", "node_persistent_cmds_per_job",
 	"bullmq_c1", "bullmq_cmds_per_job", "go_1ms_c1", "persistent_1ms_c1", "protocol_p50_us", "protocol_p99_us",
+	"client_go_batch", "client_py_batch", "client_node_batch", "rq_enqueue_many", "bullmq_add_bulk",
+	"client_go_batch_high", "client_py_batch_high", "client_node_batch_high",
 	"fleet_handover_p50_ms", "fleet_handover_p99_ms", "fleet_loser_p50_ms", "fleet_loser_p99_ms",
 }
 
@@ -128,6 +130,10 @@ func (r *results) targets() []target {
 	ratio("py_persistent_c1 >= 20 x rq_simple_c1", "py_persistent_c1", "rq_simple_c1", 20)
 	ratio("py_persistent_c1 >= 10 x celery_prefork_c1", "py_persistent_c1", "celery_prefork_c1", 10)
 	ratio("persistent_1ms_c1 >= 0.8 x go_1ms_c1", "persistent_1ms_c1", "go_1ms_c1", 0.8)
+	ratio("client_py_batch >= 0.5 x client_go_batch", "client_py_batch", "client_go_batch", 0.5)
+	ratio("client_node_batch >= 0.5 x client_go_batch", "client_node_batch", "client_go_batch", 0.5)
+	ratio("client_py_batch > rq_enqueue_many", "client_py_batch", "rq_enqueue_many", 1)
+	ratio("client_node_batch > bullmq_add_bulk", "client_node_batch", "bullmq_add_bulk", 1)
 	return out
 }
 

@@ -55,15 +55,7 @@ type Location struct {
 //
 // KEYS[1] the hash of records; ARGV[1] job id, ARGV[2] field.
 // Returns the value, or false.
-var recordFieldScript = redis.NewScript(`
-local p = redis.call('HGET', KEYS[1], ARGV[1])
-if not p then return false end
-local f = cmsgpack.unpack(p)
-for i = 1, #f, 2 do
-  if f[i] == ARGV[2] then return f[i + 1] end
-end
-return false
-`)
+var recordFieldScript = redis.NewScript(recordFieldLua)
 
 // Locate says where job id of queue q is: a few reads for a job in the
 // retry or scheduled sets, the dead letters, the stream under its own id, or

@@ -1,0 +1,1 @@
+../../../../work/lua/record_field.lua

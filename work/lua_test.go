@@ -1,0 +1,40 @@
+package work
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestClientScriptsAreWorkLua: the Python and Node clients run the very
+// bytes the Go code embeds: each script of work/lua is in both clients'
+// lua directories (Python's are symbolic links into work/lua, Node's
+// copies), identical, and none other; the enqueue script names the group
+// holders read through.
+func TestClientScriptsAreWorkLua(t *testing.T) {
+	embedded := map[string]string{"enqueue.lua": enqueueLua, "record_field.lua": recordFieldLua}
+	src, err := filepath.Glob("lua/*.lua")
+	if err != nil || len(src) != len(embedded) {
+		t.Fatalf("work/lua holds %v (%v), want the %d embedded scripts", src, err, len(embedded))
+	}
+	for _, dir := range []string{"../clients/python/baton_client/lua", "../clients/node/lua"} {
+		got, _ := filepath.Glob(filepath.Join(dir, "*.lua"))
+		if len(got) != len(embedded) {
+			t.Errorf("%s holds %v, want %d scripts, those of work/lua", dir, got, len(embedded))
+		}
+		for name, want := range embedded {
+			b, err := os.ReadFile(filepath.Join(dir, name))
+			if err != nil {
+				t.Errorf("%s: %v: run make clients-lua", dir, err)
+				continue
+			}
+			if string(b) != want {
+				t.Errorf("%s/%s differs from work/lua/%s, which Go runs: run make clients-lua", dir, name, name)
+			}
+		}
+	}
+	if !strings.Contains(enqueueLua, "'"+Group+"'") {
+		t.Errorf("work/lua/enqueue.lua does not create the group %q", Group)
+	}
+}
