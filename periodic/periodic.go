@@ -271,34 +271,42 @@ type tickClaim struct {
 
 // due returns the ticks to claim for an entry with schedule s and policy
 // (cu, max), given its last claimed tick (zero: no record yet) and now on
-// Redis' clock, oldest first.
+// Redis' clock, oldest first. Every tick within Late of now is on time and
+// claimed whatever the policy: a holder whose round came late (a loaded
+// machine, a slow Redis) finds two or more ticks due at once, and must not
+// count the older ones as missed while holders ran. The policy decides
+// only the ticks older than Late, the ones nobody could claim: latest, the
+// newest of them when no tick is on time; none, the newest recorded
+// without a job; all, the newest max of all the ticks due, in order.
 func due(s *Schedule, cu CatchUp, max int, last, now time.Time) []tickClaim {
 	t := s.Prev(now)
 	if t.IsZero() || !last.IsZero() && !t.After(last) {
 		return nil
 	}
-	switch {
-	case last.IsZero():
+	if last.IsZero() {
 		// A new entry: its latest tick, on time or only recorded, so that
 		// adding an entry does not fire it for a tick long past.
 		return []tickClaim{{t, modeOnTime}}
-	case cu == CatchUpNone:
-		return []tickClaim{{t, modeOnTime}}
-	case cu == CatchUpAll:
-		out := []tickClaim{{t, modeEnqueue}}
-		for len(out) < max {
-			p := s.Prev(t.Add(-time.Millisecond))
-			if p.IsZero() || !p.After(last) {
-				break
-			}
-			out, t = append(out, tickClaim{p, modeEnqueue}), p
-		}
-		for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
-			out[i], out[j] = out[j], out[i]
-		}
-		return out
 	}
-	return []tickClaim{{t, modeEnqueue}}
+	mode := modeEnqueue
+	if cu == CatchUpNone {
+		mode = modeOnTime
+	}
+	var out []tickClaim // newest first
+	for ; !t.IsZero() && t.After(last); t = s.Prev(t.Add(-time.Millisecond)) {
+		onTime := now.Sub(t) <= Late
+		if !onTime && (cu == CatchUpAll && len(out) >= max || cu != CatchUpAll && len(out) > 0) {
+			break
+		}
+		out = append(out, tickClaim{t, mode})
+		if !onTime && cu != CatchUpAll {
+			break
+		}
+	}
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out
 }
 
 // MinGap is the shortest time between two of the n ticks after from: the

@@ -130,6 +130,34 @@ func TestDue(t *testing.T) {
 			t.Errorf("%s: due = %q, want %q", tc.name, got, tc.want)
 		}
 	}
+	// A round that comes late (a loaded machine) finds several ticks on
+	// time, within Late: every policy claims them all, none is missed.
+	s = mustSchedule(t, "@every 1s")
+	now = base.Add(3*time.Second + 500*time.Millisecond)
+	ticks = func(cs []tickClaim) string {
+		var b []string
+		for _, c := range cs {
+			b = append(b, c.at.Format("05")+c.mode)
+		}
+		return strings.Join(b, " ")
+	}
+	for _, tc := range []struct {
+		name string
+		cu   CatchUp
+		max  int
+		last time.Time
+		want string
+	}{
+		{"latest, late round", CatchUpLatest, 100, base, "01e 02e 03e"},
+		{"none, late round", CatchUpNone, 100, base, "01o 02o 03o"},
+		{"all, late round", CatchUpAll, 1, base, "01e 02e 03e"},
+		{"latest, missed and on time", CatchUpLatest, 100, base.Add(-time.Minute), "54e 55e 56e 57e 58e 59e 00e 01e 02e 03e"},
+		{"all, missed and on time, capped", CatchUpAll, 12, base.Add(-time.Minute), "52e 53e 54e 55e 56e 57e 58e 59e 00e 01e 02e 03e"},
+	} {
+		if got := ticks(due(s, tc.cu, tc.max, tc.last, now)); got != tc.want {
+			t.Errorf("%s: due = %q, want %q", tc.name, got, tc.want)
+		}
+	}
 }
 
 func TestCheck(t *testing.T) {
