@@ -51,27 +51,3 @@ func hostCap(cfg *config.Config) (lock.Slot, bool, error) {
 	}
 	return s.TryAcquire()
 }
-
-// consumerName is the Redis consumer of a run slot (slot: its name,
-// run-i): host/run-i with flock files, host being the configured host
-// (host, BATON_HOST; default the hostname), as the slot is this machine's;
-// fleet/run-i with leases (the slot is the fleet's, so another host replays
-// a lost host's pending entries). run names its consumer with it and job
-// finds a job's slot by it.
-func consumerName(cfg *config.Config, slot string) string {
-	if cfg.LockBackend == "redis" {
-		return "fleet/" + slot
-	}
-	return cfg.Host + "/" + slot
-}
-
-// envFence gives jobs their holder's fencing token (lock_backend redis).
-const envFence = "BATON_FENCE"
-
-// fenceOf is slot's lease key and fencing token; "" and 0 for a flock slot.
-func fenceOf(slot lock.Slot) (string, int64) {
-	if f, ok := slot.(lock.Fencer); ok {
-		return f.Fence()
-	}
-	return "", 0
-}

@@ -1,0 +1,267 @@
+package holder
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/baton-run/baton/history"
+	"github.com/baton-run/baton/internal/config"
+	"github.com/baton-run/baton/internal/proc"
+	"github.com/baton-run/baton/lock"
+	"github.com/baton-run/baton/work"
+)
+
+// envFence gives jobs their holder's fencing token (lock_backend redis).
+const envFence = "BATON_FENCE"
+
+// Hold works the queue on slot until the lifetime ends, ctx is cancelled
+// (the first signal: drain), max_jobs is reached or the scaler leaves, then
+// releases slot. It returns nil on a normal leave.
+//
+// The components start in this order, each once the one before it is in
+// place, and stop in the reverse order:
+//
+//  1. the slot record, with the hard deadline: before anything can hang,
+//     others can prove this holder overdue (refused when it cannot be
+//     written anywhere: UnhealableError);
+//  2. the Redis client (Hooks.Connect; kept from Stand);
+//  3. the hard deadline timer (a clock timer: kill the jobs, record the
+//     leave, Hooks.Exit) and the lifetime timer (stop reading);
+//  4. the lost-slot watch (a goroutine: kill the jobs, Hooks.Exit);
+//  5. the handler (exec or persistent unless given), the child subreaper,
+//     and the previous holder's leftovers killed;
+//  6. the publisher (a goroutine; it runs the scaler's step too);
+//  7. the slot history (the take, then its watch goroutine);
+//  8. the metrics file writer and the per-minute sampler (goroutines);
+//  9. the job loop, work.Run, in Hold's goroutine.
+//
+// Once work.Run returns: the publisher and the history watch stop, the
+// sampler and the metrics writer stop, persistent children get their stop
+// message, the orphans are killed, the leave is recorded, the lost-slot
+// watch and the timers stop, the slot is released, and the metrics file is
+// written once more without it.
+func (h *Holder) Hold(ctx context.Context, slot lock.Slot) error {
+	defer slot.Release()
+	err := h.hold(ctx, slot)
+	if h.cfg.MetricsFile != "" {
+		// Once more with the slot freed: the file outlives the holder, and
+		// when it was the last one, a file that still counted it would
+		// hide "no holder while jobs wait" from the alerts.
+		_ = slot.Release()
+		h.writeMetricsOnce()
+	}
+	return err
+}
+
+func (h *Holder) hold(ctx context.Context, slot lock.Slot) error {
+	cfg, clk := h.cfg, h.clk
+	h.log = h.log.With().Str("slot", slot.Name()).Str("role", lock.RoleRun).Logger()
+	h.setName("baton:run:" + strconv.Itoa(slot.Index()))
+	since := clk.Now()
+	until := since.Add(Lifetime(cfg, rand.Float64()))
+	// The hard deadline: hung handler code cannot be stopped, the process
+	// can. A frozen process cannot stop itself: others kill it past the
+	// deadline in its record (standby.HealMargin).
+	deadline := until.Add(cfg.ShutdownGrace.D() + HardMargin)
+	// 1. The record. The token proves which processes are this tenure's:
+	// its jobs carry it.
+	token := proc.NewToken()
+	rec := h.record(lock.RoleRun, since, until)
+	rec.Token = token
+	rec.Deadline, rec.BootDeadline = deadline, lock.BootClock()+deadline.Sub(since)
+	if err := refuseUnhealable(slot.Publish(rec), slot, cfg.LockDir); err != nil {
+		return err
+	}
+	// 2. Redis.
+	if err := h.connect(ctx); err != nil {
+		return err
+	}
+	// 3. The timers. Their goroutines are the clock's; Hold stops them.
+	hard := clk.AfterFunc(deadline.Sub(clk.Now()), func() {
+		h.log.Error().Msg("hard deadline: jobs still running after lifetime + shutdown_grace; killing them and exiting")
+		h.Abort(history.WhyError)
+		h.o.Hooks.Exit(ErrHardDeadline)
+	})
+	defer hard.Stop()
+	sig := ctx // done when told to stop
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// At the end of the lifetime reading stops (work.Run drains); unless a
+	// signal or the scaler stopped it first.
+	var lifeOver atomic.Bool
+	life := clk.AfterFunc(until.Sub(clk.Now()), func() {
+		if ctx.Err() == nil {
+			lifeOver.Store(true)
+			cancel()
+		}
+	})
+	defer life.Stop()
+
+	// 4. The lost-slot watch: a goroutine owned by Hold, ended by
+	// stopLost (or a signal) and waited for.
+	lctx, stopLost := context.WithCancel(sig)
+	lostDone := make(chan struct{})
+	go func() {
+		defer close(lostDone)
+		h.watchLost(lctx, slot)
+	}()
+	defer func() { stopLost(); <-lostDone }()
+
+	// 5. The handler. Jobs inherit these (the handlers take the holder's
+	// environment).
+	_ = os.Setenv(config.EnvHost, h.host)
+	fenceKey, fence := Fence(slot)
+	if fenceKey != "" {
+		_ = os.Setenv(envFence, strconv.FormatInt(fence, 10))
+	}
+	handler := h.o.Handler
+	var persist *work.Persistent
+	var kids killer
+	switch {
+	case handler != nil:
+	case cfg.Persistent:
+		persist = &work.Persistent{Argv: h.o.Argv, Timeout: cfg.JobTimeout.D(), HeartbeatTimeout: cfg.HeartbeatTimeout.D(),
+			MaxJobsPerChild: cfg.MaxJobsPerChild, MaxRSS: int64(cfg.MaxChildRSS), Grace: cfg.ShutdownGrace.D(),
+			Logger: h.log, Holder: token}
+		handler, kids = persist, persist
+	default:
+		x := &work.Exec{Argv: h.o.Argv, Timeout: cfg.JobTimeout.D(), RejectExitCodes: cfg.RejectExitCodes,
+			Grace: cfg.ShutdownGrace.D(), Logger: h.log, Holder: token}
+		handler, kids = x, x
+	}
+	h.mu.Lock()
+	h.kids = kids
+	h.mu.Unlock()
+	// The leave is recorded in the slot history last, once the children
+	// are stopped and the orphans killed, just before the slot is released
+	// (Hold): a persistent child that ignores its stop message keeps the
+	// slot held for up to shutdown_grace, and no standby can take it
+	// meanwhile. Recorded when work.Run returned, that time counted as the
+	// slot free (time below k, the next holder's gap) while it was held.
+	var leave func()
+	defer func() {
+		if leave != nil {
+			leave()
+		}
+	}()
+	if kids != nil && h.o.OwnsProcess {
+		h.adopt()
+		defer h.killOrphans()
+	}
+	if persist != nil {
+		// Once the jobs are done each child gets the stop message; all must
+		// be gone before the hard deadline.
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), deadline.Add(-HardMargin/2).Sub(clk.Now()))
+			defer cancel()
+			_ = persist.Close(ctx)
+		}()
+	}
+	if prev := slot.Inherited(); prev != nil {
+		h.killLeftovers(prev)
+	}
+	var fenceCfg *work.Fence
+	if fenceKey != "" {
+		fenceCfg = &work.Fence{Key: fenceKey, Token: fence}
+	}
+
+	// 6. The publisher, and the scaler in its goroutine.
+	st := new(work.Stats)
+	var step func(*lock.Record)
+	sc := h.newScaler(slot, st, until, sig, cancel)
+	if sc != nil {
+		step = sc.step
+	}
+	var children func() []lock.Child
+	if persist != nil {
+		children = func() []lock.Child { return recordChildren(persist.Children()) }
+	}
+	stopPublish := h.publish(slot, rec, st, children, step)
+
+	// 7. The slot history.
+	h.took(slot)
+	h.mu.Lock()
+	h.leave = func(why string) { h.left(slot, why, st.Done.Load(), 500*time.Millisecond) }
+	h.mu.Unlock()
+	stopWatch := h.watchSlots(slot.Name(), st.Dead.Load)
+
+	// 8. The metrics file and the samples.
+	stopMetrics := h.writeMetrics()
+	defer stopMetrics()
+	warned := false // per-minute samples of the totals, for baton web's charts
+	stopSampling := work.StartSampling(h.rdb, cfg.Queue, func(err error) {
+		if !warned {
+			h.log.Warn().Err(err).Msg("cannot sample the queue's totals (baton web's charts); retrying")
+		}
+		warned = true
+	})
+	defer stopSampling()
+
+	// 9. The job loop.
+	h.log.Info().Time("until", until).Msg("holding run slot")
+	rate, _ := work.ParseRate(cfg.RateLimit) // validated by Load
+	err := work.Run(ctx, work.Config{
+		Client: h.rdb, Queue: cfg.Queue, Consumer: Consumer(cfg, slot.Index()), Handler: handler,
+		Concurrency: cfg.Concurrency, Deadline: time.Now().Add(until.Sub(clk.Now())), Grace: cfg.ShutdownGrace.D(), JobTimeout: cfg.JobTimeout.D(),
+		MaxJobs: cfg.MaxJobs, RedisDownExit: cfg.RedisDownExit.D(),
+		MaxAttempts: cfg.MaxAttempts, RetryBackoff: cfg.RetryBackoff.D(), RetryBackoffMax: cfg.RetryBackoffMax.D(),
+		DeadMax: cfg.DeadMax, Retention: cfg.Retention.D(), RetentionMax: cfg.RetentionMax, MaxPayload: cfg.MaxPayload, VisibilityTimeout: cfg.VisibilityTimeout.D(),
+		RateLimit: rate, Fence: fenceCfg,
+		Logger: h.log,
+	}, st)
+	stopPublish()
+	stopWatch()
+	why := leftWhy(err, sig, lifeOver.Load() || err == nil && !clk.Now().Before(until))
+	if why == history.WhyMaxJobs && sc != nil && sc.left { // read after stopPublish: no step runs now
+		why = history.WhyIdle
+	}
+	leave = func() { h.left(slot, why, st.Done.Load(), 2*time.Second) }
+	h.log.Info().Int64("jobs_done", st.Done.Load()).Int64("jobs_failed", st.Failed.Load()).Int64("jobs_dead", st.Dead.Load()).Msg("leaving run slot")
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// Lifetime is a holder's lifetime L = lifetime + r·jitter, r in [0, 1).
+func Lifetime(cfg *config.Config, r float64) time.Duration {
+	return cfg.Lifetime.D() + time.Duration(r*float64(cfg.Jitter.D()))
+}
+
+// watchLost waits for slot to be lost, or ctx to end. Lost: another process
+// holds the slot now and, being its consumer, replays its pending entries;
+// running them here too would run them twice at once. Everything stops now;
+// they stay pending.
+func (h *Holder) watchLost(ctx context.Context, slot lock.Slot) {
+	select {
+	case <-slot.Lost():
+	case <-ctx.Done():
+		return
+	}
+	msg := "slot lost (lock file replaced by one another process holds): killing jobs and leaving at once; they stay pending for the slot's holder"
+	if why, ok := slot.(interface{ LostReason() string }); ok {
+		msg = "slot lost (" + why.LostReason() + "): killing jobs and leaving at once; they stay pending for the slot's next holder"
+	}
+	h.log.Error().Msg(msg)
+	h.killAll()
+	h.o.Hooks.Exit(ErrSlotLost)
+}
+
+// leftWhy says why a holder left: err is work.Run's, sig ends on a signal,
+// over says the lifetime had ended.
+func leftWhy(err error, sig context.Context, over bool) string {
+	switch {
+	case sig.Err() != nil:
+		return history.WhyStopped
+	case err != nil && !errors.Is(err, context.Canceled):
+		return history.WhyError
+	case over:
+		return history.WhyLifetime
+	}
+	return history.WhyMaxJobs // or idle above min_slots: the caller knows
+}
