@@ -1,20 +1,19 @@
 package cli
 
 import (
+	"github.com/baton-run/baton/holder"
 	"time"
 
 	"github.com/baton-run/baton/internal/config"
-	qstatus "github.com/baton-run/baton/internal/status"
 	"github.com/baton-run/baton/lock"
 	"github.com/redis/go-redis/v9"
 )
 
 // slotSets builds the run set and, when standby_slots > 0, the standby set
-// (nil otherwise) of cfg's lock backend: flock files in lock_dir, or Redis
-// leases shared by every host of the queue. The lease sets share one small
-// client of their own, apart from the job loop's, so that renewals never
-// queue behind job traffic; it connects on first use and lives as long as
-// the process.
+// (nil otherwise) of cfg's lock backend (holder.SlotSets), once per process:
+// the lease sets share one small client of their own, apart from the job
+// loop's, so that renewals never queue behind job traffic; it connects on
+// first use and lives as long as the process.
 func slotSets(cfg *config.Config) (run, sb lock.Set, err error) {
 	var rdb redis.UniversalClient // nil: flock files
 	if cfg.LockBackend == "redis" {
@@ -24,7 +23,7 @@ func slotSets(cfg *config.Config) (run, sb lock.Set, err error) {
 		}
 		rdb = c
 	}
-	return qstatus.SlotSets(cfg, rdb)
+	return holder.SlotSets(cfg, rdb)
 }
 
 // leaseClient is the lease sets' client. Each lease call bounds itself

@@ -168,7 +168,14 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		log.Debug().Msg("every run and standby slot is taken: nothing to do")
 		return nil
 	}
-	h := holder.New(holder.Options{Settings: cfg, Run: allRun, Standby: allSb, Handler: e.Handler, Argv: argv, Heal: p.Heal,
+	h := newHolder(e, cfg, log, argv, allRun, allSb, p.Heal)
+	return holdSlot(ctx, h, log, p, role, slot)
+}
+
+// newHolder is the holder of what this process won: all the queue's run
+// slots and its standby slots (run, sb), and the process's hooks.
+func newHolder(e *env, cfg *config.Config, log zerolog.Logger, argv []string, run, sb lock.Set, heal func() bool) *holder.Holder {
+	return holder.New(holder.Options{Settings: cfg, Run: run, Standby: sb, Handler: e.Handler, Argv: argv, Heal: heal,
 		OwnsProcess: true, Log: log, Hooks: holder.Hooks{
 			Connect: func(ctx context.Context) (redis.UniversalClient, error) {
 				// A few connections dialled ahead: as a holder starts, its
@@ -182,7 +189,6 @@ func runRun(ctx context.Context, e *env, args []string) error {
 			Exit:  func(error) { os.Exit(ExitRuntime) },
 			Spawn: func(n int) int { return spawn(log, n, envScale+"=1") },
 		}})
-	return holdSlot(ctx, h, log, p, role, slot)
 }
 
 // spawn starts n more candidates with our arguments and env added to our

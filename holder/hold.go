@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -18,6 +17,19 @@ import (
 
 // envFence gives jobs their holder's fencing token (lock_backend redis).
 const envFence = "BATON_FENCE"
+
+// JobEnv is what a holder adds to its jobs' environment (exec jobs and
+// persistent children; work.Exec.Env): BATON_HOST, the configured host, and
+// with a lease, BATON_FENCE, its fencing token (fence > 0). The handlers add
+// each job's own (BATON_JOB_ID, BATON_SLOT, BATON_HOLDER...: work/kin.go);
+// a Go handler reads the fence from work.Job.Fence.
+func JobEnv(host string, fence int64) []string {
+	env := []string{config.EnvHost + "=" + host}
+	if fence > 0 {
+		env = append(env, envFence+"="+strconv.FormatInt(fence, 10))
+	}
+	return env
+}
 
 // Hold works the queue on slot until the lifetime ends, ctx is cancelled
 // (the first signal: drain), max_jobs is reached or the scaler leaves, then
@@ -102,38 +114,13 @@ func (h *Holder) hold(ctx context.Context, slot lock.Slot) error {
 	})
 	defer life.Stop()
 
-	// 4. The lost-slot watch: a goroutine owned by Hold, ended by
-	// stopLost (or a signal) and waited for.
-	lctx, stopLost := context.WithCancel(sig)
-	lostDone := make(chan struct{})
-	go func() {
-		defer close(lostDone)
-		h.watchLost(lctx, slot)
-	}()
-	defer func() { stopLost(); <-lostDone }()
+	// 4. The lost-slot watch.
+	stopLost := h.watchLost(sig, slot)
+	defer stopLost()
 
-	// 5. The handler. Jobs inherit these (the handlers take the holder's
-	// environment).
-	_ = os.Setenv(config.EnvHost, h.host)
+	// 5. The handler, its jobs' environment given explicitly.
 	fenceKey, fence := Fence(slot)
-	if fenceKey != "" {
-		_ = os.Setenv(envFence, strconv.FormatInt(fence, 10))
-	}
-	handler := h.o.Handler
-	var persist *work.Persistent
-	var kids killer
-	switch {
-	case handler != nil:
-	case cfg.Persistent:
-		persist = &work.Persistent{Argv: h.o.Argv, Timeout: cfg.JobTimeout.D(), HeartbeatTimeout: cfg.HeartbeatTimeout.D(),
-			MaxJobsPerChild: cfg.MaxJobsPerChild, MaxRSS: int64(cfg.MaxChildRSS), Grace: cfg.ShutdownGrace.D(),
-			Logger: h.log, Holder: token}
-		handler, kids = persist, persist
-	default:
-		x := &work.Exec{Argv: h.o.Argv, Timeout: cfg.JobTimeout.D(), RejectExitCodes: cfg.RejectExitCodes,
-			Grace: cfg.ShutdownGrace.D(), Logger: h.log, Holder: token}
-		handler, kids = x, x
-	}
+	handler, persist, kids := h.handler(token, JobEnv(h.host, fence))
 	h.mu.Lock()
 	h.kids = kids
 	h.mu.Unlock()
@@ -165,10 +152,6 @@ func (h *Holder) hold(ctx context.Context, slot lock.Slot) error {
 	if prev := slot.Inherited(); prev != nil {
 		h.killLeftovers(prev)
 	}
-	var fenceCfg *work.Fence
-	if fenceKey != "" {
-		fenceCfg = &work.Fence{Key: fenceKey, Token: fence}
-	}
 
 	// 6. The publisher, and the scaler in its goroutine.
 	st := new(work.Stats)
@@ -193,27 +176,12 @@ func (h *Holder) hold(ctx context.Context, slot lock.Slot) error {
 	// 8. The metrics file and the samples.
 	stopMetrics := h.writeMetrics()
 	defer stopMetrics()
-	warned := false // per-minute samples of the totals, for baton web's charts
-	stopSampling := work.StartSampling(h.rdb, cfg.Queue, func(err error) {
-		if !warned {
-			h.log.Warn().Err(err).Msg("cannot sample the queue's totals (baton web's charts); retrying")
-		}
-		warned = true
-	})
+	stopSampling := h.sample()
 	defer stopSampling()
 
 	// 9. The job loop.
 	h.log.Info().Time("until", until).Msg("holding run slot")
-	rate, _ := work.ParseRate(cfg.RateLimit) // validated by Load
-	err := work.Run(ctx, work.Config{
-		Client: h.rdb, Queue: cfg.Queue, Consumer: Consumer(cfg, slot.Index()), Handler: handler,
-		Concurrency: cfg.Concurrency, Deadline: time.Now().Add(until.Sub(clk.Now())), Grace: cfg.ShutdownGrace.D(), JobTimeout: cfg.JobTimeout.D(),
-		MaxJobs: cfg.MaxJobs, RedisDownExit: cfg.RedisDownExit.D(),
-		MaxAttempts: cfg.MaxAttempts, RetryBackoff: cfg.RetryBackoff.D(), RetryBackoffMax: cfg.RetryBackoffMax.D(),
-		DeadMax: cfg.DeadMax, Retention: cfg.Retention.D(), RetentionMax: cfg.RetentionMax, MaxPayload: cfg.MaxPayload, VisibilityTimeout: cfg.VisibilityTimeout.D(),
-		RateLimit: rate, Fence: fenceCfg,
-		Logger: h.log,
-	}, st)
+	err := work.Run(ctx, h.workConfig(slot.Index(), until, handler, fenceKey, fence), st)
 	stopPublish()
 	stopWatch()
 	why := leftWhy(err, sig, lifeOver.Load() || err == nil && !clk.Now().Before(until))
@@ -233,11 +201,75 @@ func Lifetime(cfg *config.Config, r float64) time.Duration {
 	return cfg.Lifetime.D() + time.Duration(r*float64(cfg.Jitter.D()))
 }
 
-// watchLost waits for slot to be lost, or ctx to end. Lost: another process
-// holds the slot now and, being its consumer, replays its pending entries;
-// running them here too would run them twice at once. Everything stops now;
-// they stay pending.
-func (h *Holder) watchLost(ctx context.Context, slot lock.Slot) {
+// handler is the job handler: the given one, or the exec or persistent
+// handler of Argv, whose jobs get env (JobEnv) and token as BATON_HOLDER;
+// persist is the persistent one, kids the one that starts processes.
+func (h *Holder) handler(token string, env []string) (handler work.Handler, persist *work.Persistent, kids killer) {
+	cfg := h.cfg
+	switch {
+	case h.o.Handler != nil:
+		return h.o.Handler, nil, nil
+	case cfg.Persistent:
+		persist = &work.Persistent{Argv: h.o.Argv, Timeout: cfg.JobTimeout.D(), HeartbeatTimeout: cfg.HeartbeatTimeout.D(),
+			MaxJobsPerChild: cfg.MaxJobsPerChild, MaxRSS: int64(cfg.MaxChildRSS), Grace: cfg.ShutdownGrace.D(),
+			Logger: h.log, Holder: token, Env: env}
+		return persist, persist, persist
+	}
+	x := &work.Exec{Argv: h.o.Argv, Timeout: cfg.JobTimeout.D(), RejectExitCodes: cfg.RejectExitCodes,
+		Grace: cfg.ShutdownGrace.D(), Logger: h.log, Holder: token, Env: env}
+	return x, nil, x
+}
+
+// workConfig is the job loop's config on run slot i until the end of the
+// lifetime (on the holder's clock), with the lease's fence (key "": none).
+func (h *Holder) workConfig(i int, until time.Time, handler work.Handler, fenceKey string, fence int64) work.Config {
+	cfg := h.cfg
+	rate, _ := work.ParseRate(cfg.RateLimit) // validated by Load
+	var fenceCfg *work.Fence
+	if fenceKey != "" {
+		fenceCfg = &work.Fence{Key: fenceKey, Token: fence}
+	}
+	return work.Config{
+		Client: h.rdb, Queue: cfg.Queue, Consumer: Consumer(cfg, i), Handler: handler,
+		// work.Run's own timer is on the wall clock; the lifetime timer
+		// (on the holder's) stops it too.
+		Deadline:    time.Now().Add(until.Sub(h.clk.Now())),
+		Concurrency: cfg.Concurrency, Grace: cfg.ShutdownGrace.D(), JobTimeout: cfg.JobTimeout.D(),
+		MaxJobs: cfg.MaxJobs, RedisDownExit: cfg.RedisDownExit.D(),
+		MaxAttempts: cfg.MaxAttempts, RetryBackoff: cfg.RetryBackoff.D(), RetryBackoffMax: cfg.RetryBackoffMax.D(),
+		DeadMax: cfg.DeadMax, Retention: cfg.Retention.D(), RetentionMax: cfg.RetentionMax, MaxPayload: cfg.MaxPayload, VisibilityTimeout: cfg.VisibilityTimeout.D(),
+		RateLimit: rate, Fence: fenceCfg,
+		Logger: h.log,
+	}
+}
+
+// sample takes the per-minute samples of the queue's totals, for baton
+// web's charts (work.StartSampling, whose goroutine stop stops).
+func (h *Holder) sample() (stop func()) {
+	warned := false
+	return work.StartSampling(h.rdb, h.cfg.Queue, func(err error) {
+		if !warned {
+			h.log.Warn().Err(err).Msg("cannot sample the queue's totals (baton web's charts); retrying")
+		}
+		warned = true
+	})
+}
+
+// watchLost watches slot in a goroutine that stop (or sig) ends, and stop
+// waits for. Lost: another process holds the slot now and, being its
+// consumer, replays its pending entries; running them here too would run
+// them twice at once. Everything stops now; they stay pending.
+func (h *Holder) watchLost(sig context.Context, slot lock.Slot) (stop func()) {
+	ctx, cancel := context.WithCancel(sig)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.lost(ctx, slot)
+	}()
+	return func() { cancel(); <-done }
+}
+
+func (h *Holder) lost(ctx context.Context, slot lock.Slot) {
 	select {
 	case <-slot.Lost():
 	case <-ctx.Done():

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -45,6 +46,8 @@ type rig struct {
 	rdb   *redis.Client
 	run   lock.Set
 	exits chan error // Hooks.Exit's calls
+	// envFile, once a job of startSleeper's started, is its environment.
+	envFile string
 }
 
 func newRig(t *testing.T, edit func(*config.Config)) *rig {
@@ -278,6 +281,7 @@ func TestHardDeadlineExits(t *testing.T) {
 func startSleeper(t *testing.T, r *rig, ctx context.Context) (pid int, slot lock.Slot, done <-chan error, h *holder.Holder) {
 	t.Helper()
 	pidFile := filepath.Join(t.TempDir(), "pid")
+	r.envFile = pidFile + ".env"
 	h = r.holder(nil, "/bin/sh", "-c", `echo $$ > `+pidFile+`.tmp; env > `+pidFile+`.env; mv `+pidFile+`.tmp `+pidFile+`; exec sleep 60`)
 	slot, done = r.hold(ctx, h)
 	r.enqueue("sleep")
@@ -315,10 +319,11 @@ func TestLostSlotKillsJobsAndExits(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	pid, slot, done, _ := startSleeper(t, r, ctx)
-	key, _ := holder.Fence(slot)
+	key, fence := holder.Fence(slot)
 	if key == "" {
 		t.Fatal("a lease slot without a fence")
 	}
+	jobEnv(t, r, "BATON_HOST=testhost", "BATON_FENCE="+strconv.FormatInt(fence, 10))
 	if err := r.rdb.Del(ctx, key).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -384,4 +389,39 @@ func TestDrainThenAbort(t *testing.T) {
 		}
 		wait(t, done, "Hold's return")
 	})
+}
+
+// jobEnv checks that the job's environment has want and that the holder
+// left its own process's environment alone (no os.Setenv: a program that
+// embeds the holder keeps its own).
+func jobEnv(t *testing.T, r *rig, want ...string) {
+	t.Helper()
+	b, err := os.ReadFile(r.envFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := strings.Split(string(b), "\n")
+	for _, kv := range want {
+		if !slices.Contains(env, kv) {
+			t.Errorf("job environment lacks %s", kv)
+		}
+		if name, _, _ := strings.Cut(kv, "="); os.Getenv(name) != "" {
+			t.Errorf("the holder set %s in its own process's environment", name)
+		}
+	}
+}
+
+// A flock holder's jobs get BATON_HOST, no BATON_FENCE.
+func TestJobEnvironment(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	_, _, done, h := startSleeper(t, r, ctx)
+	jobEnv(t, r, "BATON_HOST=testhost")
+	if b, _ := os.ReadFile(r.envFile); strings.Contains(string(b), "BATON_FENCE=") {
+		t.Error("a flock holder's job got BATON_FENCE")
+	}
+	cancel()
+	h.Abort(history.WhyStopped)
+	wait(t, done, "Hold's return")
 }
