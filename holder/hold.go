@@ -89,8 +89,12 @@ func (h *Holder) hold(ctx context.Context, slot lock.Slot) error {
 	if err := refuseUnhealable(slot.Publish(rec), slot, cfg.LockDir); err != nil {
 		return err
 	}
-	// 2. Redis.
+	// 2. Redis. Told to stop while connecting: a drain with nothing to
+	// drain, not a failure.
 	if err := h.connect(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	// 3. The timers. Their goroutines are the clock's; Hold stops them.

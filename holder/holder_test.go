@@ -425,3 +425,30 @@ func TestJobEnvironment(t *testing.T) {
 	h.Abort(history.WhyStopped)
 	wait(t, done, "Hold's return")
 }
+
+// Told to stop (the first signal) while it connects, a holder leaves as
+// from a drain: nil, the slot released, nothing to drain.
+func TestStopWhileConnecting(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	dialing := make(chan struct{})
+	h := holder.New(holder.Options{Settings: r.cfg, Run: r.run, Clock: r.clk, Log: zerolog.Nop(),
+		Handler: work.HandlerFunc(func(context.Context, *work.Job) error { return nil }),
+		Hooks: holder.Hooks{Connect: func(ctx context.Context) (redis.UniversalClient, error) {
+			close(dialing)
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}}})
+	_, done := r.hold(ctx, h)
+	wait(t, dialing, "connect")
+	cancel()
+	if err := wait(t, done, "Hold's return"); err != nil {
+		t.Fatalf("stopped while connecting: %v, want nil (a drain)", err)
+	}
+	s, ok, err := r.run.TryAcquire()
+	if !ok {
+		t.Fatalf("the slot was not released: %v", err)
+	}
+	_ = s.Release()
+}

@@ -25,6 +25,9 @@ func (h *Holder) Stand(ctx context.Context, p *standby.Protocol, sb lock.Slot) (
 	}
 	if err := h.connect(ctx); err != nil {
 		_ = sb.Release()
+		if ctx.Err() != nil {
+			return nil, nil // told to stop while connecting
+		}
 		return nil, err
 	}
 	// The wait starts now. Past it a standby leaves; frozen, it is healed
