@@ -244,11 +244,14 @@ func holdError(err error) error {
 // It reads the records only, no lock and no Redis.
 func refuseShared(cfg *config.Config, sets ...lock.Set) error {
 	for _, s := range sets {
-		fs, ok := s.(*lock.FileSet)
-		if !ok {
+		if s == nil {
+			continue // no standby set
+		}
+		sh := s.Capabilities().Shared
+		if sh == nil {
 			continue
 		}
-		if r, ok := fs.Foreign(); ok {
+		if r, ok := sh.Foreign(); ok {
 			return usagef(fmt.Sprintf("give each deployment its own lock_dir (e.g. lock_dir = %q), or point both at the same Redis database",
 				filepath.Join(cfg.LockDir, "<deployment>")),
 				"lock dir %s is shared with another deployment: %s slot %d of queue %s is held by pid %d working in Redis %s, not %s (this config's); "+

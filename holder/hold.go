@@ -279,11 +279,7 @@ func (h *Holder) lost(ctx context.Context, slot lock.Slot) {
 	case <-ctx.Done():
 		return
 	}
-	msg := "slot lost (lock file replaced by one another process holds): killing jobs and leaving at once; they stay pending for the slot's holder"
-	if why, ok := slot.(interface{ LostReason() string }); ok {
-		msg = "slot lost (" + why.LostReason() + "): killing jobs and leaving at once; they stay pending for the slot's next holder"
-	}
-	h.log.Error().Msg(msg)
+	h.log.Error().Msg("slot lost (" + slot.LostReason() + "): killing jobs and leaving at once; they stay pending for the slot's next holder")
 	h.killAll()
 	h.o.Hooks.Exit(ErrSlotLost)
 }

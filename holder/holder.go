@@ -242,9 +242,4 @@ func Consumer(cfg *config.Config, i int) string {
 }
 
 // Fence is slot's lease key and fencing token; "" and 0 for a flock slot.
-func Fence(slot lock.Slot) (key string, token int64) {
-	if f, ok := slot.(lock.Fencer); ok {
-		return f.Fence()
-	}
-	return "", 0
-}
+func Fence(slot lock.Slot) (key string, token int64) { return slot.Fence() }

@@ -164,6 +164,20 @@ func NewLeaseSet(rdb redis.UniversalClient, queue, role string, n int, opt Lease
 // Size implements Set.
 func (s *LeaseSet) Size() int { return s.n }
 
+// Lowest implements Set: the same leases.
+func (s *LeaseSet) Lowest(k int) (Set, error) {
+	c := *s
+	c.n, c.keys = k, s.keys[:k:k]
+	return &c, nil
+}
+
+// Capabilities implements Set: leases take a run or a standby slot in one
+// call, hand run slots to the line of standbys, and are read in Redis.
+// Nobody evicts a lease: it expires.
+func (s *LeaseSet) Capabilities() Capabilities {
+	return Capabilities{Pair: s, Handover: s, Fleet: s, Remote: true}
+}
+
 // Options are the set's timings and host, defaults filled in.
 func (s *LeaseSet) Options() LeaseOptions { return s.opt }
 

@@ -53,6 +53,48 @@ type Set interface {
 	Size() int
 	// Records reads every slot's holder record, index order, without locking.
 	Records() ([]Record, error)
+	// Lowest is the set of the k lowest-numbered slots, k in [1, Size()]
+	// (the function Lowest checks it).
+	Lowest(k int) (Set, error)
+	// Capabilities are what the backend can do beyond this interface.
+	Capabilities() Capabilities
+}
+
+// Capabilities are a Set's optional powers, as its backend reports them: a
+// caller asks for one here and never discovers it by a type assertion, so
+// a third backend says what it can do by filling this in. A nil field is a
+// power the backend does not have.
+type Capabilities struct {
+	// Pair tries a run slot or a standby slot in one call (leases).
+	Pair Pair
+	// Handover puts standbys in a line and hands them run slots (leases);
+	// without it they poll, and Watcher and Guarded help them.
+	Handover Handover
+	// Evicter heals holders proven overdue (flock files; leases expire).
+	Evicter Evicter
+	// Watcher wakes a waiter when a slot may have freed (inotify).
+	Watcher Watcher
+	// Guarded is a cheap view of the set for a waiting standby.
+	Guarded Guarded
+	// Shared: the set's slots may be shared with another deployment (a
+	// lock dir); Foreign names a live holder of another one.
+	Shared Shared
+	// Fleet reads what only a fleet's leases have: the grant pause after a
+	// Redis restart, the line of standbys.
+	Fleet Fleet
+	// Remote: Records is a network call, to make sparingly.
+	Remote bool
+}
+
+// Shared is a Set whose slots another deployment may take (FileSet.Foreign).
+type Shared interface {
+	Foreign() (Record, bool)
+}
+
+// Fleet is what status reads of a fleet's leases (LeaseSet.PausedFor, Line).
+type Fleet interface {
+	PausedFor() (time.Duration, error)
+	Line() (line []InLine, stale int, err error)
 }
 
 // Lowest is the set of s's k lowest-numbered slots: the same slots (the
@@ -64,19 +106,7 @@ func Lowest(s Set, k int) (Set, error) {
 	if k < 1 || k > s.Size() {
 		return nil, fmt.Errorf("lock: %d lowest of %d slots", k, s.Size())
 	}
-	switch x := s.(type) {
-	case *FileSet:
-		l, err := NewFileSet(x.dir, x.queue, x.role, k)
-		if err != nil {
-			return nil, err
-		}
-		return l.WithTarget(x.target), nil
-	case *LeaseSet:
-		c := *x
-		c.n, c.keys = k, x.keys[:k:k]
-		return &c, nil
-	}
-	return nil, fmt.Errorf("lock: lowest slots of a %T", s)
+	return s.Lowest(k)
 }
 
 // Slot is one held permit.
@@ -91,6 +121,11 @@ type Slot interface {
 	// Lost is closed if the slot is lost while held: its lock file was
 	// unlinked or replaced and could not be restored.
 	Lost() <-chan struct{}
+	// LostReason says why Lost closed ("" while held).
+	LostReason() string
+	// Fence is the slot's lease key and the fencing token of this tenure
+	// (Fencer); "" and 0 for a slot without fencing (a flock file).
+	Fence() (key string, token int64)
 	// Inherited is the record of a previous holder that died holding the
 	// slot (a clean release removes it), or nil.
 	Inherited() *Record

@@ -128,14 +128,14 @@ func Read(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient) (r
 			return nil, nil, err
 		}
 	}
-	if ls, ok := runSet.(*lock.LeaseSet); ok {
-		if p, err := ls.PausedFor(); err == nil && p > 0 {
+	if f := runSet.Capabilities().Fleet; f != nil {
+		if p, err := f.PausedFor(); err == nil && p > 0 {
 			until := time.Now().Add(p)
 			rep.LeasesPausedUntil = &until
 		}
 	}
-	if ls, ok := sbSet.(*lock.LeaseSet); ok {
-		if rep.Line, rep.LineStale, err = line(ls); err != nil {
+	if sbSet != nil && sbSet.Capabilities().Fleet != nil {
+		if rep.Line, rep.LineStale, err = line(sbSet.Capabilities().Fleet); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -196,7 +196,7 @@ func Slots(s lock.Set) ([]Slot, error) {
 }
 
 // line reads the fleet's line of standbys (sb: the standby leases).
-func line(sb *lock.LeaseSet) ([]Waiting, int, error) {
+func line(sb lock.Fleet) ([]Waiting, int, error) {
 	l, stale, err := sb.Line()
 	if err != nil {
 		return nil, 0, err
