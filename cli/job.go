@@ -114,8 +114,8 @@ func localHolder(cfg *config.Config, loc *work.Location) (h jobHolder) {
 		return h
 	}
 	h.PID = recs[i].PID
-	if recs[i].Job == loc.ID {
-		h.JobSince = recs[i].JobSince
+	if a := holder.ActivityOf(recs[i]); a.Job == loc.ID {
+		h.JobSince = a.JobSince
 	}
 	if cfg.LockBackend == "redis" {
 		h.Host = recs[i].Host

@@ -159,14 +159,14 @@ func (h *Holder) hold(ctx context.Context, slot lock.Slot) error {
 
 	// 6. The publisher, and the scaler in its goroutine.
 	st := new(work.Stats)
-	var step func(*lock.Record)
+	var step func(*Activity)
 	sc := h.newScaler(slot, st, until, sig, cancel)
 	if sc != nil {
 		step = sc.step
 	}
-	var children func() []lock.Child
+	var children func() []Child
 	if persist != nil {
-		children = func() []lock.Child { return recordChildren(persist.Children()) }
+		children = func() []Child { return recordChildren(persist.Children()) }
 	}
 	stopPublish := h.publish(slot, rec, st, children, step)
 

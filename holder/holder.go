@@ -168,7 +168,9 @@ func (h *Holder) connect(ctx context.Context) error {
 
 func (h *Holder) record(role string, since, until time.Time) lock.Record {
 	start, _ := proc.StartTime(os.Getpid())
-	return lock.Record{PID: os.Getpid(), Start: start, Host: h.host, Role: role, Since: since, Until: until}
+	r := lock.Record{PID: os.Getpid(), Start: start, Host: h.host, Role: role, Since: since, Until: until}
+	Activity{}.Put(&r) // jobs_done 0, as before
+	return r
 }
 
 // setName names the process, when it is the holder's own.

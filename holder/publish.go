@@ -16,7 +16,7 @@ import (
 // disk) is retried every tick; the failure is logged once, and the
 // recovery. children, unless nil, lists a persistent holder's children for
 // the record.
-func (h *Holder) publish(slot lock.Slot, rec lock.Record, st *work.Stats, children func() []lock.Child, step func(*lock.Record)) (stop func()) {
+func (h *Holder) publish(slot lock.Slot, rec lock.Record, st *work.Stats, children func() []Child, step func(*Activity)) (stop func()) {
 	failing := false
 	put := func(r lock.Record) {
 		err := slot.Publish(r)
@@ -43,18 +43,19 @@ func (h *Holder) publish(slot lock.Slot, rec lock.Record, st *work.Stats, childr
 			if tick%2 == 1 && h.o.Heal != nil {
 				h.o.Heal() // a frozen sibling: once a second
 			}
-			next := rec
-			next.JobsDone = st.Done.Load()
-			next.Job, next.JobSince = "", time.Time{}
+			next, act := rec, ActivityOf(rec)
+			act.JobsDone = st.Done.Load()
+			act.Job, act.JobSince = "", time.Time{}
 			if j := st.Recent.Load(); j != nil {
-				next.Job, next.JobSince = j.ID, j.Started
+				act.Job, act.JobSince = j.ID, j.Started
 			}
 			if step != nil && tick%2 == 1 {
-				step(&next)
+				step(&act)
 			}
 			if children != nil {
-				next.Children = children()
+				act.Children = children()
 			}
+			act.Put(&next)
 			if !sameRecord(next, rec) || failing {
 				rec = next
 				put(rec)
@@ -65,15 +66,15 @@ func (h *Holder) publish(slot lock.Slot, rec lock.Record, st *work.Stats, childr
 }
 
 // recordChildren is a persistent holder's children as its record shows them.
-func recordChildren(cs []work.ChildInfo) []lock.Child {
-	out := make([]lock.Child, len(cs))
+func recordChildren(cs []work.ChildInfo) []Child {
+	out := make([]Child, len(cs))
 	for i, c := range cs {
-		out[i] = lock.Child{PID: c.PID, Jobs: c.Jobs, RSS: c.RSS}
+		out[i] = Child{PID: c.PID, Jobs: c.Jobs, RSS: c.RSS}
 	}
 	return out
 }
 
-// sameRecord: a and b would be written alike (a Record holds a slice, so
+// sameRecord: a and b would be written alike (a Record holds slices, so
 // == cannot say).
 func sameRecord(a, b lock.Record) bool {
 	ja, erra := json.Marshal(a)

@@ -43,9 +43,9 @@ func (h *Holder) newScaler(slot lock.Slot, st *work.Stats, until time.Time, sig 
 	return &scaler{h: h, pol: pol, self: slot.Index(), st: st, until: until, sig: sig, leave: leave, active: h.clk.Now()}
 }
 
-// step takes one decision and acts on it; next is the record about to be
-// published: it carries the draining flag and the last scale decision.
-func (s *scaler) step(next *lock.Record) {
+// step takes one decision and acts on it; next is the activity about to be
+// published: it carries the draining flag.
+func (s *scaler) step(next *Activity) {
 	h := s.h
 	now := h.clk.Now()
 	jobs := s.st.Done.Load() + s.st.Failed.Load() + s.st.Dead.Load()
@@ -58,7 +58,7 @@ func (s *scaler) step(next *lock.Record) {
 		return
 	}
 	state := scale.State{Self: s.self, Idle: now.Sub(s.active), SinceUp: now.Sub(s.up)}
-	state.Slots, _ = h.o.Run.Records()
+	state.Slots = scaleSlots(h.o.Run)
 	if !scale.NeedsBacklog(s.pol, state) {
 		return // another holder scales, and this one is not idle: no read
 	}
@@ -88,4 +88,18 @@ func (s *scaler) step(next *lock.Record) {
 	if err := last.Write(h.cfg.LockDir, h.cfg.Queue); err != nil {
 		h.log.Debug().Err(err).Msg("write the last scale decision")
 	}
+}
+
+// scaleSlots is the run slot table as scaling sees it; nil when it cannot
+// be read.
+func scaleSlots(run lock.Set) []scale.Slot {
+	recs, err := run.Records()
+	if err != nil {
+		return nil
+	}
+	out := make([]scale.Slot, len(recs))
+	for i, r := range recs {
+		out[i] = scale.Slot{Slot: r.Slot, Held: r.Held, NoRecord: r.NoRecord, Draining: ActivityOf(r).Draining}
+	}
+	return out
 }

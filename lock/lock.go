@@ -26,8 +26,12 @@
 package lock
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"strings"
 	"time"
 )
 
@@ -203,23 +207,71 @@ type Record struct {
 	// ExpiresIn is how long a lease has left on Redis' clock when Records
 	// read it. Set by Records, never published.
 	ExpiresIn time.Duration `json:"expires_in,omitempty"`
-	// JobsDone counts jobs finished by this holder.
-	JobsDone int64 `json:"jobs_done"`
-	// Job is the id of a job in progress, JobSince when it started.
-	Job      string    `json:"job,omitempty"`
-	JobSince time.Time `json:"job_since,omitzero"`
-	// Draining is set once the holder stops taking jobs (its lifetime is
-	// over, or it was told to stop): it no longer scales up.
-	Draining bool `json:"draining,omitempty"`
 
-	// Children are a persistent holder's worker processes, one per lane
-	// that has one running (docs/workers.md); empty in other modes.
-	Children []Child `json:"children,omitempty"`
+	// Activity is what the holder is doing (jobs done, the job in
+	// progress, draining, a persistent holder's children), written and
+	// read by the holder's package (holder.Activity): a JSON object whose
+	// keys sit at the record's top level, beside lock's own. lock only
+	// carries it, so what a holder does can grow without touching lock.
+	Activity json.RawMessage `json:"-"`
 }
 
-// Child is one persistent worker process of a holder, as its record shows it.
-type Child struct {
-	PID  int   `json:"pid"`
-	Jobs int64 `json:"jobs"`      // jobs it has served
-	RSS  int64 `json:"rss_bytes"` // its resident memory when the record was written
+// recordJSON is Record without its JSON methods.
+type recordJSON Record
+
+// recordKeys are the JSON keys of Record's own fields.
+var recordKeys = func() []string {
+	var keys []string
+	t := reflect.TypeOf(recordJSON{})
+	for i := 0; i < t.NumField(); i++ {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			keys = append(keys, name)
+		}
+	}
+	return keys
+}()
+
+// MarshalJSON writes r's fields and, at the same level, Activity's keys.
+func (r Record) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal(recordJSON(r))
+	if err != nil || len(r.Activity) == 0 {
+		return b, err
+	}
+	a := bytes.TrimSpace(r.Activity)
+	if len(a) < 2 || a[0] != '{' || a[len(a)-1] != '}' {
+		return nil, fmt.Errorf("lock: a record's activity is not a JSON object: %.40q", a)
+	}
+	inner := bytes.TrimSpace(a[1 : len(a)-1])
+	if len(inner) == 0 {
+		return b, nil
+	}
+	out := make([]byte, 0, len(b)+len(inner)+1)
+	out = append(append(out, b[:len(b)-1]...), ',')
+	return append(append(out, inner...), '}'), nil
+}
+
+// UnmarshalJSON reads r's fields, and every other key into Activity.
+func (r *Record) UnmarshalJSON(b []byte) error {
+	var base recordJSON
+	if err := json.Unmarshal(b, &base); err != nil {
+		return err
+	}
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(b, &all); err != nil {
+		return err
+	}
+	for _, k := range recordKeys {
+		delete(all, k)
+	}
+	*r = Record(base)
+	r.Activity = nil
+	if len(all) > 0 {
+		a, err := json.Marshal(all)
+		if err != nil {
+			return err
+		}
+		r.Activity = a
+	}
+	return nil
 }

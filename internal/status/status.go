@@ -48,7 +48,7 @@ type Slot struct {
 	Draining  bool  `json:"draining,omitempty"` // takes no more jobs: leaving
 	// Children: a persistent holder's worker processes (pid, jobs served,
 	// resident memory in bytes).
-	Children []lock.Child `json:"children,omitempty"`
+	Children []holder.Child `json:"children,omitempty"`
 }
 
 // Waiting is a standby in the fleet's line for a run lease (lock_backend
@@ -189,8 +189,9 @@ func Slots(s lock.Set) ([]Slot, error) {
 	}
 	out := make([]Slot, len(recs))
 	for i, r := range recs {
-		out[i] = Slot{Slot: r.Slot, Held: r.Held, NoRecord: r.NoRecord, PID: r.PID, Host: r.Host, Target: r.Target, JobsDone: r.JobsDone, Job: r.Job,
-			Since: TimePtr(r.Since), Until: TimePtr(r.Until), JobSince: TimePtr(r.JobSince), Fence: r.Fence, ExpiresIn: r.ExpiresIn.Milliseconds(), Draining: r.Draining, Children: r.Children}
+		a := holder.ActivityOf(r)
+		out[i] = Slot{Slot: r.Slot, Held: r.Held, NoRecord: r.NoRecord, PID: r.PID, Host: r.Host, Target: r.Target, JobsDone: a.JobsDone, Job: a.Job,
+			Since: TimePtr(r.Since), Until: TimePtr(r.Until), JobSince: TimePtr(a.JobSince), Fence: r.Fence, ExpiresIn: r.ExpiresIn.Milliseconds(), Draining: a.Draining, Children: a.Children}
 	}
 	return out, nil
 }
