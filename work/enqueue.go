@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -19,6 +20,9 @@ const (
 	maxAttemptsField = "max_attempts" // overrides the queue's max_attempts
 	timeoutField     = "timeout"      // overrides job_timeout, in milliseconds
 )
+
+// maxJobAttempts is the most a job's own max_attempts may be.
+const maxJobAttempts = 1000
 
 // Errors of Enqueue.
 var (
@@ -108,8 +112,8 @@ func UniqueFor(d time.Duration) Option {
 // MaxAttempts overrides the queue's max_attempts for this job.
 func MaxAttempts(n int) Option {
 	return func(o *jobOptions) error {
-		if n < 1 || n > 1000 {
-			return fmt.Errorf("%w: max attempts %d must be between 1 and 1000", ErrBadOption, n)
+		if n < 1 || n > maxJobAttempts {
+			return fmt.Errorf("%w: max attempts %d must be between 1 and %d", ErrBadOption, n, maxJobAttempts)
 		}
 		o.maxAttempts = n
 		return nil
@@ -499,10 +503,13 @@ func isNoScript(err error) bool {
 	return err != nil && len(err.Error()) >= 8 && err.Error()[:8] == "NOSCRIPT"
 }
 
-// jobTimeout reads a job's own timeout field (milliseconds).
+// jobTimeout reads a job's own timeout field (milliseconds; 0, written for
+// a timeout under 1 ms, means none); false when it is not a count of
+// milliseconds a Duration holds.
 func jobTimeout(v any) (time.Duration, bool) {
-	ms, err := strconv.ParseInt(fmt.Sprint(v), 10, 64)
-	if err != nil || ms <= 0 {
+	s, _ := v.(string)
+	ms, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || ms < 0 || ms > math.MaxInt64/int64(time.Millisecond) {
 		return 0, false
 	}
 	return time.Duration(ms) * time.Millisecond, true

@@ -13,8 +13,11 @@ const Group = "baton"
 // Stream entry fields. Producers set PayloadField (and may add fields of
 // their own, which baton carries through retries, give-backs and dead
 // letters); baton adds the others when it moves a job back into the stream.
-// Field names baton uses itself are reserved: a producer's field of the same
-// name is overwritten.
+// Field names baton uses itself are reserved (docs/jobs.md lists them): a
+// producer's value that baton never writes (an attempts count out of range,
+// an orig that is not a job id or is newer than its entry) makes the entry
+// malformed, and a producer's field of the same name is overwritten on a
+// move.
 const (
 	PayloadField  = "payload"
 	attemptsField = "attempts" // runs already made
@@ -184,7 +187,10 @@ var ackScript = redis.NewScript(ackLua)
 // ("failed:error", "failed:timeout", "failed:crashed"), ARGV[8..] stats
 // field/increment pairs (the run's duration histogram).
 // Returns 1 when scheduled, 0 when the entry is no longer pending for this
-// consumer, -1 when it was deleted while pending (cleared).
+// consumer, -1 when it was deleted while pending (cleared), -2 when another
+// job waits for retry under the same job id (two entries claim it: a
+// producer wrote an orig field): nothing written, the entry stays pending.
+// A record is never written over: that would lose the job it held.
 const retryLua = entryLua + `
 if not pending(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return 0 end
 local bad = writable(KEYS[2], 'zset', KEYS[3], 'hash')
@@ -194,6 +200,7 @@ if not f then
   redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
   return -1
 end
+if redis.call('HEXISTS', KEYS[3], ARGV[5]) == 1 then return -2 end
 put(f, 'attempts', ARGV[6])
 put(f, 'orig', ARGV[5])
 redis.call('HSET', KEYS[3], ARGV[5], cmsgpack.pack(f))
@@ -471,12 +478,21 @@ return out
 // ARGV[5] job id, ARGV[6] h, ARGV[7..6+2h] stats field/increment pairs (the
 // last run's duration histogram; h 0 for a job that never ran), then
 // baton's field/value pairs of the letter.
-// Returns -1 when the entry is no longer pending for this consumer, 1 when
+// Returns -1 when the entry is no longer pending for this consumer, -2
+// when another dead letter still there holds the job id (two entries claim
+// it; not when the job id is the entry's own): nothing written, 1 when
 // letters were dropped to make room, else 0.
 const deadLua = entryLua + `
 if not pending(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return -1 end
 local bad = writable(KEYS[2], 'stream', KEYS[3], 'hash')
 if bad then return bad end
+if ARGV[5] ~= ARGV[2] then
+  local held = redis.call('HGET', KEYS[3], ARGV[5])
+  if held then
+    local e = redis.pcall('XRANGE', KEYS[2], held, held)
+    if e.err == nil and #e > 0 then return -2 end
+  end
+end
 local f = fields(KEYS[1], ARGV[2], letter) or {}
 put(f, 'orig', ARGV[5])
 local l = 7 + 2 * tonumber(ARGV[6])

@@ -108,6 +108,9 @@ return out
 func (r *runner) readLevels(ctx context.Context, n int64, block time.Duration) ([]*Job, error) {
 	keys := []string{r.keys.High, r.keys.Stream, r.keys.Low}
 	v, err := runScript(ctx, r.c.Client, takeScript, keys, Group, r.c.Consumer, n).Slice()
+	if r.regrouped(ctx, err) {
+		v, err = runScript(ctx, r.c.Client, takeScript, keys, Group, r.c.Consumer, n).Slice()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -115,10 +118,18 @@ func (r *runner) readLevels(ctx context.Context, n int64, block time.Duration) (
 	if len(jobs) > 0 {
 		return jobs, nil
 	}
-	res, err := r.c.Client.XReadGroup(ctx, &redis.XReadGroupArgs{
+	// XREADGROUP fails at once (NOGROUP) while any of the three streams or
+	// its group is missing: a level never used (a queue that used only
+	// high has no low stream), a stream deleted, a group destroyed. Then
+	// all three are created and the read blocks as it should.
+	args := &redis.XReadGroupArgs{
 		Group: Group, Consumer: r.c.Consumer, Streams: append(keys, ">", ">", ">"),
 		Count: n, Block: block,
-	}).Result()
+	}
+	res, err := r.c.Client.XReadGroup(ctx, args).Result()
+	if r.regrouped(ctx, err) {
+		res, err = r.c.Client.XReadGroup(ctx, args).Result()
+	}
 	if isRedisNil(err) || (err != nil && ctx.Err() != nil) {
 		return nil, nil
 	}

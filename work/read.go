@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,7 +17,7 @@ const (
 	ReasonTimeout   = "timeout"   // the last run hit job_timeout
 	ReasonCrashed   = "crashed"   // delivered max_attempts times, never finished: it kills its holder
 	ReasonTooLarge  = "too_large" // payload over max_payload: never run
-	ReasonMalformed = "malformed" // no payload field, or a bad attempts field: never run
+	ReasonMalformed = "malformed" // no payload field, a reserved field with a value baton never writes, or a job id another job holds: never run
 	ReasonRejected  = "rejected"  // the handler said not to retry (ErrSkipRetry, reject_exit_codes)
 )
 
@@ -115,15 +116,20 @@ func (r *runner) read(ctx context.Context) {
 	}
 }
 
-// ensureGroups creates the consumer group of the normal stream, and of the
-// high and low streams that exist, when missing.
+// ensureGroups creates the normal stream and its consumer group when
+// missing, and so for the high and low streams: all of them once the
+// holder reads by level (its blocking read names all three, and fails while
+// one is missing), else those that exist.
 func (r *runner) ensureGroups(ctx context.Context) error {
 	if err := ensureGroup(ctx, r.c.Client, r.keys.Stream); err != nil {
 		return err
 	}
+	levels := r.levels.Load()
 	for _, s := range []string{r.keys.High, r.keys.Low} {
-		if n, err := r.c.Client.Exists(ctx, s).Result(); err != nil || n == 0 {
-			continue
+		if !levels {
+			if n, err := r.c.Client.Exists(ctx, s).Result(); err != nil || n == 0 {
+				continue
+			}
 		}
 		if err := ensureGroup(ctx, r.c.Client, s); err != nil {
 			return err
@@ -210,10 +216,14 @@ func (r *runner) readNew(ctx context.Context, n int64) ([]*Job, error) {
 	if r.levels.Load() {
 		return r.readLevels(ctx, n, block)
 	}
-	res, err := r.c.Client.XReadGroup(ctx, &redis.XReadGroupArgs{
+	args := &redis.XReadGroupArgs{
 		Group: Group, Consumer: r.c.Consumer, Streams: []string{r.keys.Stream, ">"},
 		Count: n, Block: block,
-	}).Result()
+	}
+	res, err := r.c.Client.XReadGroup(ctx, args).Result()
+	if r.regrouped(ctx, err) {
+		res, err = r.c.Client.XReadGroup(ctx, args).Result()
+	}
 	if isRedisNil(err) || (err != nil && ctx.Err() != nil) {
 		return nil, nil
 	}
@@ -225,6 +235,22 @@ func (r *runner) readNew(ctx context.Context, n int64) ([]*Job, error) {
 		jobs = append(jobs, r.toJob(m, 1, PriorityNormal))
 	}
 	return jobs, nil
+}
+
+// regrouped reports whether err says a stream or its group is missing
+// (the stream was deleted, Redis lost it, or the group was destroyed) and
+// it was created again just now: the read is then made again at once,
+// rather than after the reader's backoff, so that an idle holder is back in
+// its blocking read and a new job wakes it.
+func (r *runner) regrouped(ctx context.Context, err error) bool {
+	if !isNoGroup(err) || ctx.Err() != nil {
+		return false
+	}
+	if err := r.ensureGroups(ctx); err != nil {
+		r.c.Logger.Debug().Err(err).Msg("create missing stream or consumer group")
+		return false
+	}
+	return true
 }
 
 // pendingPage is how many of its own pending entries replayOne lists at once.
@@ -403,23 +429,10 @@ func (r *runner) toJob(m redis.XMessage, deliveries int, level Priority) *Job {
 		return j
 	}
 	j.Payload = []byte(p)
-	if a, ok := m.Values[attemptsField]; ok {
-		n, err := strconv.Atoi(fmt.Sprint(a))
-		if err != nil || n < 0 {
-			j.verdict, j.problem = ReasonMalformed, fmt.Sprintf("bad %q field %q", attemptsField, fmt.Sprint(a))
-			return j
-		}
-		j.Attempt += n
-	}
-	if o, ok := m.Values[jobField].(string); ok && o != "" {
-		j.ID = o
-	}
-	j.unique, _ = m.Values[uniqueField].(string)
-	if v, ok := m.Values[maxAttemptsField]; ok {
-		j.maxAttempts, _ = strconv.Atoi(fmt.Sprint(v))
-	}
-	if v, ok := m.Values[timeoutField]; ok {
-		j.Timeout, _ = jobTimeout(v)
+	if why := j.reserved(m.Values, level); why != "" {
+		// Under its own entry id: an orig it carries is not trusted.
+		j.ID, j.verdict, j.problem = j.Entry, ReasonMalformed, why
+		return j
 	}
 	switch {
 	case len(p) > r.c.MaxPayload:
@@ -429,4 +442,93 @@ func (r *runner) toJob(m redis.XMessage, deliveries int, level Priority) *Job {
 		j.Attempt--
 	}
 	return j
+}
+
+// maxRunsField is the largest attempts field read: more runs than any
+// max_attempts allows, and far from overflowing a count.
+const maxRunsField = 1<<31 - 1
+
+// reserved reads the fields baton reserves into j, and says what is wrong
+// with a value baton never writes ("" when nothing is). A producer's raw
+// XADD may carry them, and nothing it writes there may overflow a count,
+// panic, or take another job's id: such an entry is dead-lettered as
+// malformed, unrun, under its own entry id.
+func (j *Job) reserved(v map[string]any, level Priority) string {
+	bad := func(field string, val any, why string) string {
+		s := fmt.Sprint(val)
+		if len(s) > 64 {
+			s = s[:64] + "…"
+		}
+		return fmt.Sprintf("bad %q field %q: %s", field, s, why)
+	}
+	if a, ok := v[attemptsField]; ok {
+		s, _ := a.(string)
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 || n > maxRunsField {
+			return bad(attemptsField, a, fmt.Sprintf("want the runs made, 0 to %d", maxRunsField))
+		}
+		j.Attempt += int(n)
+	}
+	if o, ok := v[jobField]; ok {
+		s, _ := o.(string)
+		switch id, ok := parseStreamID(s); {
+		case s == "": // none (an id reserved in a script, or an old entry)
+		case !ok:
+			return bad(jobField, o, "want a job id such as 1700000000000-0")
+		case level == PriorityNormal && j.Entry != "" && !id.atMost(j.Entry):
+			// A job's id is issued from this stream's ids before its entry
+			// is added; a newer one could be a later job's.
+			return bad(jobField, o, "newer than the entry "+j.Entry)
+		default:
+			j.ID = s
+		}
+	}
+	j.unique, _ = v[uniqueField].(string)
+	if a, ok := v[maxAttemptsField]; ok {
+		s, _ := a.(string)
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxJobAttempts {
+			return bad(maxAttemptsField, a, fmt.Sprintf("want 1 to %d", maxJobAttempts))
+		}
+		j.maxAttempts = n
+	}
+	if t, ok := v[timeoutField]; ok {
+		d, ok := jobTimeout(t)
+		if !ok {
+			return bad(timeoutField, t, "want milliseconds")
+		}
+		j.Timeout = d
+	}
+	if l, ok := v[priorityField]; ok {
+		if s, _ := l.(string); s != "high" && s != "normal" && s != "low" {
+			return bad(priorityField, l, "want high, normal or low")
+		}
+	}
+	return ""
+}
+
+// streamPos is a stream entry id, <ms>-<seq>, read as numbers.
+type streamPos struct{ ms, seq uint64 }
+
+// parseStreamID reads a full stream id, as XADD returns them.
+func parseStreamID(s string) (streamPos, bool) {
+	ms, seq, ok := strings.Cut(s, "-")
+	if !ok {
+		return streamPos{}, false
+	}
+	a, err := strconv.ParseUint(ms, 10, 64)
+	if err != nil {
+		return streamPos{}, false
+	}
+	b, err := strconv.ParseUint(seq, 10, 64)
+	if err != nil {
+		return streamPos{}, false
+	}
+	return streamPos{a, b}, true
+}
+
+// atMost reports whether id is not newer than the entry id e.
+func (id streamPos) atMost(e string) bool {
+	o, ok := parseStreamID(e)
+	return ok && (id.ms < o.ms || id.ms == o.ms && id.seq <= o.seq)
 }

@@ -3,7 +3,9 @@ package work
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"runtime/debug"
 	"time"
 )
 
@@ -46,6 +48,7 @@ func (r *runner) settle() {
 		}
 	}
 	one := func(res result) {
+		defer r.survive(res.job)
 		j := res.job
 		switch {
 		case res.back:
@@ -114,6 +117,15 @@ func (r *runner) ack(level Priority, b *ackBatch) {
 	if len(b.ids) == 0 {
 		return
 	}
+	// Even after a panic (logged), the batch is emptied: what was not
+	// acknowledged stays pending in Redis for the slot's next holder.
+	defer func() {
+		r.survived(recover(), len(b.ids))
+		for _, id := range b.ids {
+			r.forget(entryKey{level, id.(string)})
+		}
+		b.ids, b.uniqueKeys, b.uniqueIDs, b.jobs = b.ids[:0], b.uniqueKeys[:0], b.uniqueIDs[:0], b.jobs[:0]
+	}()
 	keys := append([]string{r.keys.StreamOf(level), r.keys.Stats, r.keys.Done}, b.uniqueKeys...)
 	// One allocation of the exact size; retention 0 records nothing.
 	args := make([]any, 0, 5+len(b.ids)+2*b.hist.fields()+len(b.uniqueIDs)+len(b.jobs))
@@ -136,10 +148,6 @@ func (r *runner) ack(level Priority, b *ackBatch) {
 	} else {
 		r.st.Done.Add(n)
 	}
-	for _, id := range b.ids {
-		r.forget(entryKey{level, id.(string)})
-	}
-	b.ids, b.uniqueKeys, b.uniqueIDs, b.jobs = b.ids[:0], b.uniqueKeys[:0], b.uniqueIDs[:0], b.jobs[:0]
 }
 
 // giveBack returns entries read but never started to their stream
@@ -148,6 +156,12 @@ func (r *runner) giveBack(level Priority, back []any) {
 	if len(back) == 0 {
 		return
 	}
+	defer func() {
+		r.survived(recover(), len(back)/3)
+		for i := 0; i < len(back); i += 3 {
+			r.forget(entryKey{level, back[i].(string)})
+		}
+	}()
 	args := append([]any{Group, r.c.Consumer}, back...)
 	err := r.redisRetry(func(ctx context.Context) error {
 		return r.write(ctx, backScript, []string{r.keys.StreamOf(level)}, args...).Err()
@@ -155,8 +169,28 @@ func (r *runner) giveBack(level Priority, back []any) {
 	if err != nil {
 		r.moveFailed(err, len(back)/3, "could not give unstarted jobs back; they stay pending for this slot's next holder")
 	}
-	for i := 0; i < len(back); i += 3 {
-		r.forget(entryKey{level, back[i].(string)})
+}
+
+// survive, deferred, recovers a panic while settling j (a bug, or a
+// handler's error whose Error method panics): the holder goes on settling
+// the other jobs, and j stays pending, where the slot's next holder replays
+// it (and dead-letters it as crashed once delivered max_attempts times). A
+// panic here would otherwise end the process, and every holder after it
+// that replays the job.
+func (r *runner) survive(j *Job) {
+	if p := recover(); p != nil {
+		r.c.Logger.Error().Str("job", j.ID).Str("entry", j.Entry).Str("panic", fmt.Sprint(p)).Str("stack", string(debug.Stack())).
+			Msg("settling a job panicked; it stays pending for this slot's next holder")
+		r.forget(j.key())
+	}
+}
+
+// survived logs p, a panic recovered while settling a batch of n entries,
+// unless nil: they stay pending for the slot's next holder.
+func (r *runner) survived(p any, n int) {
+	if p != nil {
+		r.c.Logger.Error().Int("jobs", n).Str("panic", fmt.Sprint(p)).Str("stack", string(debug.Stack())).
+			Msg("settling jobs panicked; they stay pending for this slot's next holder")
 	}
 }
 
@@ -212,6 +246,16 @@ func (r *runner) fail(j *Job, err error, dur time.Duration) {
 			append([]any{Group, j.Entry, r.c.Consumer, delay.Milliseconds(), j.ID, j.Attempt, StatFailedPrefix + kind}, run...)...).Int64()
 		return err
 	})
+	if rerr == nil && n == -2 {
+		// Two entries claim one job id and the other one waits for retry
+		// under it. Writing over its record would lose it: dead-letter this
+		// one instead, under its own entry id, so that nothing of it (its
+		// letter, its index entry, a unique key) takes the other's id.
+		claimed := j.ID
+		j.ID = j.Entry
+		r.deadLetter(j, ReasonMalformed, fmt.Sprintf("%v; not retried: its %q field claims job id %s, which another job waiting for retry holds", err, jobField, claimed), run)
+		return
+	}
 	log := r.c.Logger.Warn().Str("job", j.ID).Str("entry", j.Entry).Int("attempt", j.Attempt).Err(err)
 	switch {
 	case rerr != nil:
@@ -235,12 +279,19 @@ func timedOut(err error) bool {
 }
 
 // backoff is RetryBackoff·2^(attempt−1), capped, with "equal jitter": half
-// fixed, half random, so retries of a burst spread out.
+// fixed, half random, so retries of a burst spread out. It doubles while
+// under the cap rather than shifting, so no attempt count (zero, negative,
+// huge) and no configured delay can overflow it.
 func (r *runner) backoff(attempt int) time.Duration {
-	d := r.c.RetryBackoffMax
-	if attempt-1 < 40 {
-		d = min(r.c.RetryBackoff<<(attempt-1), r.c.RetryBackoffMax)
+	d, most := max(r.c.RetryBackoff, 0), max(r.c.RetryBackoffMax, 0)
+	for i := 1; i < attempt && d > 0 && d < most; i++ {
+		if d > most/2 {
+			d = most
+			break
+		}
+		d *= 2
 	}
+	d = min(d, most)
 	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
 }
 
@@ -269,6 +320,13 @@ func (r *runner) deadLetter(j *Job, reason, why string, run []any) {
 	switch {
 	case err != nil:
 		r.moveFailed(err, 1, "could not dead-letter job "+j.ID+"; it stays pending")
+		return
+	case n == -2:
+		// Another job's dead letter holds this job id (two entries claim
+		// it): letter this one under its own entry id, never over that one.
+		claimed := j.ID
+		j.ID = j.Entry
+		r.deadLetter(j, reason, fmt.Sprintf("%s; its %q field claims job id %s, which another job's dead letter holds", why, jobField, claimed), run)
 		return
 	case n < 0:
 		return // settled elsewhere meanwhile
