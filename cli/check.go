@@ -34,6 +34,15 @@ override the file, as they do for run; flags given to check override both,
 to try a change. A line that names baton without its path warns: cron's PATH
 is /usr/bin:/bin. check never takes a slot and creates no file.
 
+The config's [[periodic]] entries are checked too (docs/periodic.md): a
+name unique in the queue, the schedule and its CRON_TZ= zone, catch_up
+(latest, none, all), catch_up_max (1-10000), overlap (allow, skip), the
+job options; a bad one exits 2 naming the entry, the key and its line, e.g.
+  config thumbs.toml:14: periodic "nightly": catch_up: "some": want latest, none or all
+With overlap = "allow", a job timeout not below the schedule's shortest
+gap between ticks is a warning (periodic-<name>): two ticks' jobs may run
+at once.
+
 In fleet mode (lock_backend = "redis") --hosts H says that H hosts each run
 the entry: the relations count all their candidates, and more are
 checked: the lease timings' order, a standby that outwaits a holder's hard
@@ -46,7 +55,7 @@ docs/fleet.md.
 Exit codes:
   0  every relation holds (warnings allowed)
   1  a relation fails: expect gaps in coverage
-  2  the config, its schedule or the crontab is invalid
+  2  the config, its schedule, a [[periodic]] entry or the crontab is invalid
 
 Example:
   baton check --config /etc/baton/thumbs.toml --crontab /etc/cron.d/baton
@@ -139,6 +148,7 @@ func runCheck(ctx context.Context, e *env, args []string) error {
 	}
 	rep.Relations = append(rep.Relations, p.extra...)
 	rep.Relations = append(rep.Relations, checkLockDir(cfg.LockDir), checkRecordedSlots(cfg.LockDir, cfg.Queue, cfg.Slots))
+	rep.Relations = append(rep.Relations, checkPeriodic(cfg)...)
 	if o.online {
 		rep.Relations = append(rep.Relations, checkOnline(ctx, cfg)...)
 	}

@@ -73,6 +73,7 @@ func commands() []command {
 		{name: "dead", summary: "list, show, requeue or purge dead letters", usage: deadUsage, flags: flagsOf(deadFlags), words: deadVerbs, run: runDead},
 		{name: "queues", summary: "list the queues in the Redis database with their jobs", usage: queuesUsage, flags: flagsOf(queuesFlags), run: runQueues},
 		{name: "job", summary: "say where a job is: waiting, running, retrying, dead", usage: jobUsage, flags: flagsOf(jobFlags), run: runJob},
+		{name: "periodic", summary: "list the periodic entries: schedule, next tick, last tick and job", usage: periodicUsage, flags: flagsOf(periodicFlags), run: runPeriodic},
 		{name: "metrics", summary: "print or serve the queue's Prometheus metrics", usage: metricsUsage, flags: flagsOf(metricsFlags), run: runMetrics},
 		{name: "web", summary: "serve a read-only dashboard of the queues, slots and dead letters", usage: webUsage, flags: flagsOf(webFlags), run: runWeb},
 		{name: "check", summary: "prove a config keeps its slots covered", usage: checkUsage, flags: flagsOf(checkFlags), run: runCheck},

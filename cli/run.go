@@ -4,14 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/baton-run/baton/holder"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/baton-run/baton/history"
+	"github.com/baton-run/baton/holder"
 	"github.com/baton-run/baton/internal/config"
+	"github.com/baton-run/baton/internal/cronfire"
 	"github.com/baton-run/baton/internal/proc"
 	"github.com/baton-run/baton/internal/rediserr"
 	"github.com/baton-run/baton/lock"
@@ -56,6 +58,14 @@ With lock_backend redis the slots are leases shared by every host of the
 queue (docs/fleet.md): slots counts fleet-wide, and a holder that cannot
 renew its lease kills its jobs and exits 1 before the lease expires.
 
+Periodic jobs: every holder also enqueues the config's [[periodic]]
+entries (name, schedule, payload; priority, timeout, max_attempts,
+catch_up, catch_up_max, overlap = allow or skip), each tick exactly once
+across all holders and hosts, claimed in Redis on Redis' clock
+(docs/periodic.md; 'baton periodic' lists them). Their jobs also get
+BATON_TICK (the scheduled time, RFC 3339) and BATON_PERIODIC (the entry's
+name). A bad entry exits 2 before any slot is taken.
+
 Every flag is also a config key (--shutdown-grace is shutdown_grace); flags
 win over the file, BATON_REDIS_URL over the file's redis_url.
 
@@ -71,6 +81,12 @@ Example:
   * * * * * /usr/local/bin/baton run --log-level warn --config /etc/baton/thumbs.toml -- /usr/local/bin/make-thumbnail
   # Python code in 4 long-lived children (examples/python/baton_worker.py)
   * * * * * /usr/local/bin/baton run --log-level warn --config /etc/baton/thumbs.toml --persistent --concurrency 4 -- /usr/bin/python3 /srv/app/worker.py
+  # a job every night at 02:30 Berlin time, enqueued by whichever holder
+  # runs then; in /etc/baton/thumbs.toml:
+  #   [[periodic]]
+  #   name = "nightly-cleanup"
+  #   schedule = "CRON_TZ=Europe/Berlin 30 2 * * *"
+  #   payload = "cleanup"
   # 1 holder kept, up to 4 while a backlog lasts
   * * * * * /usr/local/bin/baton run --log-level warn --config /etc/baton/thumbs.toml --slots 4 --min-slots 1 -- /usr/local/bin/make-thumbnail
 `
@@ -120,6 +136,10 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	if cfg.Spawn > 1 && e.Getenv(envSpawned) == "" {
 		spawn(log, cfg.Spawn-1)
 	}
+	// Cron fired: status notices when the firings stop. One syscall, no
+	// Redis; the first candidate makes the lock dir, and marks after Enter.
+	fired := e.Getenv(envSpawned) == "" && e.Getenv(envScale) == ""
+	marked := fired && cronfire.Mark(cfg.LockDir, cfg.Queue)
 	if permit, ok, err := hostCap(cfg); err != nil || !ok {
 		if err == nil {
 			log.Debug().Int("max_per_host", cfg.MaxPerHost).Msg("this host holds max_per_host slots: nothing to do")
@@ -153,6 +173,9 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		p.Standby = sbSet
 	}
 	role, slot, err := p.Enter()
+	if fired && !marked {
+		cronfire.Mark(cfg.LockDir, cfg.Queue)
+	}
 	if mis := (*lock.ConfigMismatchError)(nil); errors.As(err, &mis) {
 		return usagef("use the same value on every host; a new value is accepted once no lease granted under the old one is left (docs/fleet.md)", "%s", mis)
 	}
@@ -165,6 +188,12 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("take a slot: %w", err)
 	}
 	if role == standby.None {
+		if fired && cfg.LockBackend == "redis" {
+			// A fleet's losing candidate talked to Redis already: it
+			// publishes its host's firing, so that a host holding no slot
+			// does not look silent. (With flock slots it stays offline.)
+			publishFiring(ctx, cfg, log)
+		}
 		log.Debug().Msg("every run and standby slot is taken: nothing to do")
 		return nil
 	}
@@ -189,6 +218,22 @@ func newHolder(e *env, cfg *config.Config, log zerolog.Logger, argv []string, ru
 			Exit:  func(error) { os.Exit(ExitRuntime) },
 			Spawn: func(n int) int { return spawn(log, n, envScale+"=1") },
 		}})
+}
+
+// publishFiring publishes this host's cron firing now, on a lean client,
+// within a second; a failure is logged at debug only (the next firing
+// tries again).
+func publishFiring(ctx context.Context, cfg *config.Config, log zerolog.Logger) {
+	c, err := newClient(cfg, clientOpts{pool: 1, dial: 500 * time.Millisecond, io: 500 * time.Millisecond, lean: true})
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := cronfire.Publish(ctx, c, cfg.Queue, cfg.Host, time.Now()); err != nil {
+		log.Debug().Err(err).Msg("cannot publish cron's firing")
+	}
 }
 
 // spawn starts n more candidates with our arguments and env added to our

@@ -25,9 +25,13 @@ retirements, deaths, dead letters), how long fewer than k run slots were
 held and the mean gap between a slot's holders, and its jobs: waiting (never
 delivered), pending (running or left by a holder that died), scheduled
 (delayed by enqueue --in or --at), retrying (failed, due later), dead (see
-'baton dead') and done (all time). It also says when Redis is at maxmemory
-or may evict jobs. With lock_backend redis the slots are the fleet's leases
-(fencing token, time left), and the line of standbys waiting for a run lease
+'baton dead') and done (all time), and the [[periodic]] entries (next tick,
+last tick claimed and its job, ticks missed and skipped; a warning when a
+tick went unclaimed). It also says when Redis is at maxmemory or may evict
+jobs, and when cron has not started baton on a host for more than 2C + 30s
+(each candidate marks its firing; holders publish it: cron_fires in
+--json). With lock_backend redis the slots are the fleet's leases (fencing
+token, time left), and the line of standbys waiting for a run lease
 follows, first in line first: position, standby slot, host, pid and time
 waited (standby_line in --json). It reads the holders' records and the
 kernel's lock table (/proc/locks) and never takes a slot: a slot locked
@@ -147,6 +151,23 @@ func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 			}
 		}
 		fmt.Fprint(w, "\n\n")
+	}
+	if len(rep.Periodic) > 0 {
+		for i, p := range rep.Periodic {
+			head := "      "
+			if i == 0 {
+				head = "periodic"
+			}
+			last := "never claimed"
+			if !p.LastTick.IsZero() {
+				last = "last " + p.LastTick.Format(time.RFC3339)
+			}
+			if p.LastJob != "" {
+				last += ", job " + p.LastJob
+			}
+			fmt.Fprintf(w, "%-8s %s (%s): next %s, %s; %d missed, %d skipped\n", head, p.Name, p.Schedule, p.Next.Format(time.RFC3339), last, p.Missed, p.Skipped)
+		}
+		fmt.Fprintln(w)
 	}
 	if sc := rep.Scale; sc != nil {
 		fmt.Fprintf(w, "scale %d holders now, kept %d (min_slots), at most %d (slots)\n", sc.Holders, sc.MinSlots, sc.Slots)

@@ -10,8 +10,10 @@ import (
 
 	"github.com/baton-run/baton/history"
 	"github.com/baton-run/baton/internal/config"
+	"github.com/baton-run/baton/internal/cronfire"
 	"github.com/baton-run/baton/internal/proc"
 	"github.com/baton-run/baton/lock"
+	"github.com/baton-run/baton/periodic"
 	"github.com/baton-run/baton/work"
 )
 
@@ -50,10 +52,14 @@ func JobEnv(host string, fence int64) []string {
 //  6. the publisher (a goroutine; it runs the scaler's step too);
 //  7. the slot history (the take, then its watch goroutine);
 //  8. the metrics file writer and the per-minute sampler (goroutines);
-//  9. the job loop, work.Run, in Hold's goroutine.
+//  9. the periodic ticks (periodic.Start's goroutine: it claims the
+//     [[periodic]] entries' due ticks once a second, fenced by the lease)
+//     and the cron firings' publisher (cronfire.Start's goroutine);
+//  10. the job loop, work.Run, in Hold's goroutine.
 //
 // Once work.Run returns: the publisher and the history watch stop, the
-// sampler and the metrics writer stop, persistent children get their stop
+// cron firings' publisher and the periodic ticks stop, the sampler and the
+// metrics writer stop, persistent children get their stop
 // message, the orphans are killed, the leave is recorded, the lost-slot
 // watch and the timers stop, the slot is released, and the metrics file is
 // written once more without it.
@@ -183,9 +189,19 @@ func (h *Holder) hold(ctx context.Context, slot lock.Slot) error {
 	stopSampling := h.sample()
 	defer stopSampling()
 
-	// 9. The job loop.
+	// 9. The periodic ticks and the cron firings.
+	wcfg := h.workConfig(slot.Index(), until, handler, fenceKey, fence)
+	entries, _ := cfg.PeriodicEntries() // checked by Load
+	stopPeriodic, err := periodic.Start(periodic.Config{Client: h.rdb, Queue: cfg.Queue, Host: h.host, Entries: entries, Fence: wcfg.Fence, Logger: h.log})
+	if err != nil {
+		return err
+	}
+	defer stopPeriodic()
+	defer cronfire.Start(h.rdb, cfg.LockDir, cfg.Queue, h.host, h.log)()
+
+	// 10. The job loop.
 	h.log.Info().Time("until", until).Msg("holding run slot")
-	err := work.Run(ctx, h.workConfig(slot.Index(), until, handler, fenceKey, fence), st)
+	err = work.Run(ctx, wcfg, st)
 	stopPublish()
 	stopWatch()
 	why := leftWhy(err, sig, lifeOver.Load() || err == nil && !clk.Now().Before(until))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/history"
+	"github.com/baton-run/baton/internal/cronfire"
 	"github.com/baton-run/baton/lock"
 	"github.com/baton-run/baton/standby"
 )
@@ -30,6 +31,7 @@ func (h *Holder) Stand(ctx context.Context, p *standby.Protocol, sb lock.Slot) (
 		}
 		return nil, err
 	}
+	defer cronfire.Start(h.rdb, h.cfg.LockDir, h.cfg.Queue, h.host, log)() // its goroutine lives while this standby waits
 	// The wait starts now. Past it a standby leaves; frozen, it is healed
 	// like a holder past its hard deadline.
 	rec := h.record(lock.RoleStandby, now, h.clk.Now().Add(p.Wait))

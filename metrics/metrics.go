@@ -11,7 +11,8 @@
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //
 // It only reads: it never takes a slot, never writes to Redis. Labels are
-// bounded: queue, slot index, reason, kind, outcome, state; never job ids.
+// bounded: queue, slot index, reason, kind, outcome, state, periodic entry
+// name (the entries of the config), host; never job ids.
 package metrics
 
 import (
@@ -24,7 +25,9 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/history"
+	"github.com/baton-run/baton/internal/cronfire"
 	"github.com/baton-run/baton/lock"
+	"github.com/baton-run/baton/periodic"
 	"github.com/baton-run/baton/work"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
@@ -76,9 +79,12 @@ var (
 	memMax      = desc("redis_maxmemory_bytes", "Redis maxmemory (0: no limit).")
 	leaseLeft   = desc("lease_seconds_left", "Fleet mode: time left on each held run lease, on Redis' clock. Renewed every lease_renew, it stays near lease_ttl; lower, renewals were missed (a frozen or cut-off holder); below a third of lease_ttl its holder is past its renew deadline and has fenced itself.", "slot")
 	belowK      = desc("below_k_seconds_total", "Time during which fewer than k run slots were held, all time, as holders and standbys recorded it.")
+	lastTick    = desc("periodic_last_tick_timestamp_seconds", "The last tick claimed of each [[periodic]] entry (enqueued, missed or skipped), as a Unix time: the scheduled time, not when it was claimed.", "entry")
+	ticks       = desc("periodic_ticks_total", "Ticks of each [[periodic]] entry claimed, by outcome: enqueued, missed (too late for its catch_up), skipped (overlap = \"skip\"), all time.", "entry", "outcome")
+	cronFire    = desc("cron_last_fire_timestamp_seconds", "The last time cron started baton run on each host, as a Unix time, as the host's holders published it (every 5s). Silent past 2 C + a margin: cron stopped there.", "host")
 	gaps        = desc("slot_gap_seconds", "Gaps between a kept run slot's holders: from one's leave (or death) to the next's take, by who took it (standby, candidate), all time.", "by")
 	reasons     = []string{work.ReasonFailed, work.ReasonTimeout, work.ReasonCrashed, work.ReasonTooLarge, work.ReasonMalformed, work.ReasonRejected}
-	allDescs    = []*prometheus.Desc{up, jobs, oldest, done, retried, failed, dead, duration, slotsHeld, slotsKept, holderAge, overdue, noRecord, leaseLeft, memUsed, memMax, belowK, gaps}
+	allDescs    = []*prometheus.Desc{up, jobs, oldest, done, retried, failed, dead, duration, slotsHeld, slotsKept, holderAge, overdue, noRecord, leaseLeft, memUsed, memMax, belowK, gaps, lastTick, ticks, cronFire}
 	failedKinds = map[string][]string{ // kind → stats fields that add up to it
 		work.FailedError:   {work.StatFailedPrefix + work.FailedError, work.StatDeadPrefix + work.ReasonFailed},
 		work.FailedTimeout: {work.StatFailedPrefix + work.FailedTimeout, work.StatDeadPrefix + work.ReasonTimeout},
@@ -111,6 +117,21 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		c.queue(ch, q.Name, counts)
 		if cov, err := history.ReadCoverage(ctx, c.rdb, q.Name, q.Keep, counts.Stats); err == nil {
 			coverage(ch, q.Name, cov)
+		}
+		if fires, err := cronfire.Read(ctx, c.rdb, q.Name, 0); err == nil {
+			for _, f := range fires {
+				ch <- gauge(cronFire, float64(f.Last.UnixMilli())/1000, q.Name, f.Host)
+			}
+		}
+		if pc, err := periodic.ReadCounts(ctx, c.rdb, q.Name); err == nil {
+			for name, n := range pc {
+				if !n.LastTick.IsZero() {
+					ch <- gauge(lastTick, float64(n.LastTick.UnixMilli())/1000, q.Name, name)
+				}
+				for outcome, v := range n.Ticks {
+					ch <- counter(ticks, v, q.Name, name, outcome)
+				}
+			}
 		}
 		if mem == nil || cluster {
 			if m, err := work.ReadMemory(ctx, c.rdb, q.Name); err == nil {

@@ -121,6 +121,9 @@ func (s *server) index(w http.ResponseWriter, r *http.Request) {
 		p.Queues = append(p.Queues, queueRow{Name: n, Current: n == q, Counts: c})
 	}
 	cfg := *s.o.Config
+	if q != cfg.Queue {
+		cfg.Periodic = nil // the config's entries are its queue's
+	}
 	cfg.Queue = q
 	if strings.ContainsAny(q, "/\x00") || strings.HasPrefix(q, ".") {
 		p.NoSlots = "this queue's name cannot name lock files"

@@ -21,6 +21,7 @@ import (
 	"github.com/baton-run/baton/internal/proc"
 	"github.com/baton-run/baton/internal/redistest"
 	"github.com/baton-run/baton/lock"
+	"github.com/baton-run/baton/periodic"
 	"github.com/baton-run/baton/work"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
@@ -427,5 +428,29 @@ func TestRedisDown(t *testing.T) {
 	checkSafe(t, hd, body)
 	if code != 502 || !strings.Contains(body, "redis at redis://:xxxxx@127.0.0.1:1/0") {
 		t.Errorf("redis down: %d\n%s", code, body)
+	}
+}
+
+// The config's periodic entries, with what Redis recorded of them; not on
+// another queue's page.
+func TestDashboardPeriodic(t *testing.T) {
+	f := newFixture(t)
+	f.cfg.Periodic = []config.PeriodicEntry{{Name: "nightly", Schedule: "CRON_TZ=Europe/Berlin 30 2 * * *", Overlap: "skip"}}
+	ctx := context.Background()
+	if err := f.rdb.HSet(ctx, periodic.RecordsKey("q"), "nightly", time.Now().Add(-time.Hour).UnixMilli(), "nightly:job", "1700000000000-0",
+		"nightly:count:skipped", 3).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ts := f.server(t, Options{})
+	code, h, body := get(t, ts, "/")
+	checkSafe(t, h, body)
+	for _, want := range []string{`id="periodic-entries"`, "<td>nightly</td>", "<code>CRON_TZ=Europe/Berlin 30 2 * * *</code>", "<td>Europe/Berlin</td>",
+		`href="/job?queue=q&amp;id=1700000000000-0"`, `<td class="num">3</td>`} {
+		if code != 200 || !strings.Contains(body, want) {
+			t.Errorf("GET / (%d) lacks %q", code, want)
+		}
+	}
+	if _, _, body := get(t, ts, "/?queue=other"); strings.Contains(body, "periodic-entries") {
+		t.Error("another queue's page shows the config's periodic entries")
 	}
 }

@@ -74,10 +74,10 @@ func (x *Exec) Handle(ctx context.Context, j *Job) error {
 	stderr := &lineLog{log: log, stream: "stderr", left: limit, tail: make([]byte, 0, tailSize)}
 
 	cmd := exec.Command(x.Argv[0], x.Argv[1:]...)
-	run := x.prepare(cmd, x.Env, x.Holder, j.Queue, j.Slot,
-		"BATON_JOB_ID="+j.ID,
-		"BATON_ATTEMPT="+strconv.Itoa(j.Attempt),
-	)
+	run := x.prepare(cmd, x.Env, x.Holder, j.Queue, j.Slot, append([]string{
+		"BATON_JOB_ID=" + j.ID,
+		"BATON_ATTEMPT=" + strconv.Itoa(j.Attempt),
+	}, j.tickEnv()...)...)
 	// Our own pipes, so Wait returns when the child exits even if something it
 	// left behind still holds them; what it left is killed right after.
 	pipes, err := startPipes(cmd, j.Payload, stdout, stderr)

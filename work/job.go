@@ -46,6 +46,13 @@ type Job struct {
 	// a job that writes elsewhere can refuse a write carrying a token lower
 	// than one already seen (e.g. UPDATE ... WHERE fence <= $token).
 	Fence int64
+	// Tick is the scheduled time a periodic job was enqueued for (package
+	// periodic; BATON_TICK for exec and persistent jobs), not the time it
+	// was enqueued; zero for other jobs.
+	Tick time.Time
+	// Periodic names the [[periodic]] entry that enqueued the job
+	// (BATON_PERIODIC); "" for other jobs.
+	Periodic string
 
 	maxAttempts int    // the job's own max_attempts; 0: the queue's
 	unique      string // the job's unique key, freed when it is done or dead

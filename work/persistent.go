@@ -163,7 +163,8 @@ func (p *Persistent) run(ctx context.Context, c *child, j *Job) (alive bool, err
 	c.stdout.next(log)
 	c.stderr.next(log)
 	seq := p.seq.Add(1)
-	f := frame{Type: frameJob, ID: j.ID, Seq: seq, Attempt: j.Attempt, Queue: j.Queue, body: j.Payload}
+	f := jobFrame(j)
+	f.Seq = seq
 	bufs := f.encode()
 	before := c.queued
 	for _, b := range bufs {

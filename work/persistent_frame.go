@@ -44,6 +44,8 @@ type frame struct {
 	Error    string `json:"error,omitempty"`
 	Protocol int    `json:"protocol,omitempty"`
 	Size     int    `json:"size,omitempty"`
+	Tick     string `json:"tick,omitempty"`     // a periodic job's tick, RFC 3339
+	Periodic string `json:"periodic,omitempty"` // a periodic job's entry name
 	body     []byte
 }
 

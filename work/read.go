@@ -434,6 +434,7 @@ func (r *runner) toJob(m redis.XMessage, deliveries int, level Priority) *Job {
 		j.ID, j.verdict, j.problem = j.Entry, ReasonMalformed, why
 		return j
 	}
+	j.tickOf(m.Values)
 	switch {
 	case len(p) > r.c.MaxPayload:
 		j.verdict, j.problem = ReasonTooLarge, fmt.Sprintf("payload of %d bytes is over max_payload (%d)", len(p), r.c.MaxPayload)

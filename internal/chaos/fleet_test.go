@@ -334,7 +334,7 @@ func (f *hostFleet) fire(env, args []string) {
 // strike kill -9s (or, with pause, stops for fleetPause) the holder of a
 // random valid run lease, if the fleet started it and has not struck it
 // yet: true when it did.
-func (f *hostFleet) strike(s *lock.LeaseSet, pause bool) bool {
+func (f *hostFleet) strike(s lock.Set, pause bool) bool {
 	recs, err := s.Records()
 	if err != nil {
 		return false

@@ -172,6 +172,39 @@ type Config struct {
 	// (write, then rename) with the queue's Prometheus metrics, for
 	// node_exporter's textfile collector. Default "" (none).
 	MetricsFile string `toml:"metrics_file" group:"Logging" help:"rewrite this file with the queue's Prometheus metrics every 5s (textfile collector)"`
+	// Periodic are the queue's [[periodic]] entries: jobs every holder
+	// enqueues on a schedule, once per tick fleet-wide (docs/periodic.md).
+	// File only, no flag. Default none.
+	Periodic []PeriodicEntry `toml:"periodic"`
+}
+
+// PeriodicEntry is one [[periodic]] table of the config file, as written;
+// Config.PeriodicEntries checks and converts it.
+type PeriodicEntry struct {
+	// Name identifies the entry, unique in the queue (BATON_PERIODIC).
+	Name string `toml:"name"`
+	// Schedule is a crontab schedule (five fields, CRON_TZ=/TZ= prefix,
+	// @hourly-style names) or "@every D"; UTC without a zone.
+	Schedule string `toml:"schedule"`
+	// Payload is each job's payload; PayloadBase64 the same as base64, for
+	// bytes (one of the two at most). Default "".
+	Payload       string `toml:"payload"`
+	PayloadBase64 string `toml:"payload_base64"`
+	// Priority is high, normal or low. Default normal.
+	Priority string `toml:"priority"`
+	// Timeout overrides job_timeout for the entry's jobs. Default: job_timeout.
+	Timeout Duration `toml:"timeout"`
+	// MaxAttempts overrides max_attempts for the entry's jobs. Default: max_attempts.
+	MaxAttempts int `toml:"max_attempts"`
+	// CatchUp is what happens to ticks missed while no holder ran: latest
+	// (enqueue the most recent one), none or all. Default latest.
+	CatchUp string `toml:"catch_up"`
+	// CatchUpMax bounds the missed ticks catch_up = "all" enqueues. Default 100.
+	CatchUpMax int `toml:"catch_up_max"`
+	// Overlap is allow (a tick is enqueued whatever the previous tick's job
+	// is doing) or skip (a tick is skipped, and counted, while the previous
+	// tick's job is waiting, scheduled, running or retrying). Default allow.
+	Overlap string `toml:"overlap"`
 }
 
 // Groups of keys, in the order --help shows them. Each key's group is its

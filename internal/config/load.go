@@ -31,6 +31,9 @@ type Error struct {
 	Key    string // TOML key, e.g. "slots"
 	Source string // "flag --slots" or "env BATON_REDIS_URL" when not from File
 	Msg    string
+
+	entry    int    // for a [[periodic]] entry's key: the entry's 1-based position
+	entryKey string // and the key within it
 }
 
 func (e *Error) Error() string {
@@ -169,6 +172,8 @@ func (f *Flags) Load(getenv func(string) string) (*Config, error) {
 				e.Source = "env " + EnvRedisURL
 			case e.Key == "redis_sentinel_password" && sentEnv:
 				e.Source = "env " + EnvSentinelPassword
+			case f.path != "" && e.entry > 0:
+				e.File, e.Line = f.path, lineOfEntry(src, "periodic", e.entry, e.entryKey)
 			case f.path != "":
 				e.File, e.Line = f.path, lineOf(src, e.Key)
 			}
@@ -318,6 +323,33 @@ func lineOf(src []byte, name string) int {
 	return 0
 }
 
+var tableLine = regexp.MustCompile(`^\s*\[\[?\s*([A-Za-z0-9_.-]+)\s*\]`)
+
+// lineOfEntry returns the 1-based line that sets key in the n-th (1-based)
+// [[table]] of src, or that table's header line when it does not set it.
+func lineOfEntry(src []byte, table string, n int, name string) int {
+	sc := bufio.NewScanner(bytes.NewReader(src))
+	seen, header := 0, 0
+	for l := 1; sc.Scan(); l++ {
+		if m := tableLine.FindSubmatch(sc.Bytes()); m != nil {
+			if seen == n && header > 0 {
+				return header
+			}
+			if string(m[1]) == table && bytes.Contains(sc.Bytes(), []byte("[[")) {
+				seen++
+				if seen == n {
+					header = l
+				}
+			}
+			continue
+		}
+		if m := keyLine.FindSubmatch(sc.Bytes()); seen == n && header > 0 && m != nil && string(m[1]) == name {
+			return l
+		}
+	}
+	return header
+}
+
 func keyAtLine(src []byte, row int) string {
 	lines := bytes.Split(src, []byte("\n"))
 	if row < 1 || row > len(lines) {
@@ -341,6 +373,9 @@ func forEachKey(c *Config, fn func(key)) {
 	t := v.Type()
 	for i := 0; i < t.NumField(); i++ {
 		sf := t.Field(i)
+		if sf.Tag.Get("group") == "" {
+			continue // a table ([[periodic]]): no flag, checked apart
+		}
 		name := sf.Tag.Get("toml")
 		fn(key{name: name, flag: kebab(name), help: sf.Tag.Get("help"), group: sf.Tag.Get("group"), index: i, ptr: v.Field(i).Addr().Interface()})
 	}

@@ -133,6 +133,9 @@ func (c *Config) Validate() error {
 	if _, err := cron.ParseStandard(c.Schedule); err != nil {
 		return bad("schedule", "%q: %v", c.Schedule, err)
 	}
+	if _, err := c.PeriodicEntries(); err != nil {
+		return err
+	}
 	return nil
 }
 

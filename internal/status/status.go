@@ -11,14 +11,18 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 
 	"github.com/baton-run/baton/history"
 	"github.com/baton-run/baton/holder"
 	"github.com/baton-run/baton/internal/config"
+	"github.com/baton-run/baton/internal/cronfire"
 	"github.com/baton-run/baton/lock"
+	"github.com/baton-run/baton/periodic"
 	"github.com/baton-run/baton/scale"
+	"github.com/baton-run/baton/standby"
 	"github.com/baton-run/baton/work"
 	"github.com/redis/go-redis/v9"
 )
@@ -96,6 +100,18 @@ type Report struct {
 	// the next hand-over that reaches them drops.
 	Line      []Waiting `json:"standby_line,omitempty"`
 	LineStale int       `json:"standby_line_stale,omitempty"`
+	// Periodic are the config's [[periodic]] entries as Redis records them
+	// (periodic.List); absent without entries.
+	Periodic []periodic.Status `json:"periodic,omitempty"`
+	// PeriodicHosts are the entries' fingerprints the holders of each
+	// host noted in the last minute; they differ while hosts run different
+	// [[periodic]] entries (a rolling deploy).
+	PeriodicHosts []periodic.HostEntries `json:"periodic_hosts,omitempty"`
+	// CronFires are each host's last cron firing, as its holders published
+	// it, and whether the host went silent (no firing for more than
+	// CronSilentAfter).
+	CronFires       []cronfire.Fire `json:"cron_fires,omitempty"`
+	CronSilentAfter time.Duration   `json:"cron_silent_after,omitempty"`
 	// Warnings are what looks wrong: a queue with no keys (a typo?), jobs
 	// waiting with no holder visible here.
 	Warnings []string `json:"warnings,omitempty"`
@@ -153,6 +169,19 @@ func Read(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient) (r
 		if jerr == nil {
 			rep.Coverage, rep.Events, jerr = slotHistory(ctx, rdb, cfg, rep.Jobs.Stats)
 		}
+		if entries, err := cfg.PeriodicEntries(); jerr == nil && err == nil && len(entries) > 0 {
+			if rep.Periodic, err = periodic.List(ctx, rdb, cfg.Queue, entries); err != nil {
+				jerr = err
+			} else if rep.PeriodicHosts, err = periodic.ReadHosts(ctx, rdb, cfg.Queue, time.Minute); err != nil {
+				jerr = err
+			}
+		}
+		if jerr == nil {
+			rep.CronSilentAfter = CronSilentAfter(cfg)
+			if rep.CronFires, err = cronfire.Read(ctx, rdb, cfg.Queue, rep.CronSilentAfter); err != nil {
+				jerr = err
+			}
+		}
 		if jerr == nil && cfg.RateLimit != "" {
 			r, err := work.RecentRate(ctx, rdb, cfg.Queue)
 			if err != nil {
@@ -166,6 +195,17 @@ func Read(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient) (r
 	}
 	rep.Warnings = Warnings(cfg, rep, others)
 	return rep, jerr, nil
+}
+
+// CronSilentAfter is how long a host may go without a cron firing before
+// status calls it silent: twice the schedule's longest gap C, plus
+// cronfire.Margin.
+func CronSilentAfter(cfg *config.Config) time.Duration {
+	c := time.Minute
+	if s, err := standby.ParseSchedule(cfg.Schedule); err == nil {
+		c = s.Gap()
+	}
+	return 2*c + cronfire.Margin
 }
 
 // slotHistory reads the coverage totals and the last events.
@@ -269,6 +309,33 @@ func Warnings(cfg *config.Config, rep *Report, others []string) []string {
 			w = append(w, fmt.Sprintf("%s waiting or pending and no holder in %s: is cron running 'baton run'? "+
 				"Holders run by another user use another default lock dir (/tmp/baton-<uid>), and holders on other hosts are not visible here",
 				Jobs(j.Waiting+j.Pending), cfg.LockDir))
+		}
+	}
+	if hs := rep.PeriodicHosts; len(hs) > 1 {
+		byPrint := map[string][]string{}
+		for _, h := range hs {
+			byPrint[h.Fingerprint] = append(byPrint[h.Fingerprint], h.Host)
+		}
+		if len(byPrint) > 1 {
+			var groups []string
+			for p, hosts := range byPrint {
+				groups = append(groups, strings.Join(hosts, ", ")+" ("+p+")")
+			}
+			sort.Strings(groups)
+			w = append(w, "the hosts run different [[periodic]] entries: "+strings.Join(groups, "; ")+
+				"; each tick of an entry name is still enqueued once, with the payload and options of the host that claims it")
+		}
+	}
+	for _, f := range rep.CronFires {
+		if f.Silent {
+			w = append(w, fmt.Sprintf("cron has not started baton on host %s since %s (%s ago; more than 2C + %s = %s for schedule %q): is its crontab line still there, is cron running?",
+				f.Host, f.Last.Format(time.RFC3339), time.Since(f.Last).Round(time.Second), cronfire.Margin, rep.CronSilentAfter, cfg.Schedule))
+		}
+	}
+	for _, p := range rep.Periodic {
+		if !p.Unclaimed.IsZero() {
+			w = append(w, fmt.Sprintf("periodic entry %q: its tick of %s is not claimed (%s late): no holder of the queue was running; the next one applies catch_up %s",
+				p.Name, p.Unclaimed.Format(time.RFC3339), time.Since(p.Unclaimed).Round(time.Second), p.CatchUp))
 		}
 	}
 	return w
