@@ -191,13 +191,11 @@ func (h *Holder) hold(ctx context.Context, slot lock.Slot) error {
 
 	// 9. The periodic ticks and the cron firings.
 	wcfg := h.workConfig(slot.Index(), until, handler, fenceKey, fence)
-	entries, _ := cfg.PeriodicEntries() // checked by Load
-	stopPeriodic, err := periodic.Start(periodic.Config{Client: h.rdb, Queue: cfg.Queue, Host: h.host, Entries: entries, Fence: wcfg.Fence, Logger: h.log})
+	stopTicks, err := h.startTicks(wcfg.Fence)
 	if err != nil {
 		return err
 	}
-	defer stopPeriodic()
-	defer cronfire.Start(h.rdb, cfg.LockDir, cfg.Queue, h.host, h.log)()
+	defer stopTicks()
 
 	// 10. The job loop.
 	h.log.Info().Time("until", until).Msg("holding run slot")
@@ -214,6 +212,21 @@ func (h *Holder) hold(ctx context.Context, slot lock.Slot) error {
 		return nil
 	}
 	return err
+}
+
+// startTicks starts the periodic ticks (periodic.Start: claims of the
+// [[periodic]] entries' due ticks, fenced by the lease) and the cron
+// firings' publisher (cronfire.Start), each in its own goroutine; stop
+// stops the publisher, then the ticks, and waits for both.
+func (h *Holder) startTicks(fence *work.Fence) (stop func(), err error) {
+	cfg := h.cfg
+	entries, _ := cfg.PeriodicEntries() // checked by Load
+	stopPeriodic, err := periodic.Start(periodic.Config{Client: h.rdb, Queue: cfg.Queue, Host: h.host, Entries: entries, Fence: fence, Logger: h.log})
+	if err != nil {
+		return nil, err
+	}
+	stopFirings := cronfire.Start(h.rdb, cfg.LockDir, cfg.Queue, h.host, h.log)
+	return func() { stopFirings(); stopPeriodic() }, nil
 }
 
 // Lifetime is a holder's lifetime L = lifetime + r·jitter, r in [0, 1).
