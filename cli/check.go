@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/baton-run/baton/holder"
 	"io"
 	"slices"
 	"strings"
@@ -285,7 +286,7 @@ func quantities(c *config.Config, s *standby.Schedule) standby.Quantities {
 		C: s.Gap(), Spawn: c.Spawn, Lines: s.MinLines(), PeakLines: s.PeakLines(),
 		Slots: c.MinSlots, StandbySlots: c.StandbySlots,
 		Lifetime: c.Lifetime.D(), Jitter: c.Jitter.D(), StandbyWait: c.StandbyWait.D(),
-		Poll: c.PollInterval.D(), Grace: c.ShutdownGrace.D(), HardMargin: hardMargin,
+		Poll: c.PollInterval.D(), Grace: c.ShutdownGrace.D(), HardMargin: holder.HardMargin,
 		JobTimeout: c.JobTimeout.D(), Visibility: c.VisibilityTimeout.D(), MaxJobs: c.MaxJobs,
 	}
 	if c.LockBackend == "redis" {

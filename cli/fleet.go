@@ -1,20 +1,19 @@
 package cli
 
 import (
+	"github.com/baton-run/baton/holder"
 	"time"
 
 	"github.com/baton-run/baton/internal/config"
-	qstatus "github.com/baton-run/baton/internal/status"
 	"github.com/baton-run/baton/lock"
 	"github.com/redis/go-redis/v9"
 )
 
 // slotSets builds the run set and, when standby_slots > 0, the standby set
-// (nil otherwise) of cfg's lock backend: flock files in lock_dir, or Redis
-// leases shared by every host of the queue. The lease sets share one small
-// client of their own, apart from the job loop's, so that renewals never
-// queue behind job traffic; it connects on first use and lives as long as
-// the process.
+// (nil otherwise) of cfg's lock backend (holder.SlotSets), once per process:
+// the lease sets share one small client of their own, apart from the job
+// loop's, so that renewals never queue behind job traffic; it connects on
+// first use and lives as long as the process.
 func slotSets(cfg *config.Config) (run, sb lock.Set, err error) {
 	var rdb redis.UniversalClient // nil: flock files
 	if cfg.LockBackend == "redis" {
@@ -24,7 +23,7 @@ func slotSets(cfg *config.Config) (run, sb lock.Set, err error) {
 		}
 		rdb = c
 	}
-	return qstatus.SlotSets(cfg, rdb)
+	return holder.SlotSets(cfg, rdb)
 }
 
 // leaseClient is the lease sets' client. Each lease call bounds itself
@@ -50,28 +49,4 @@ func hostCap(cfg *config.Config) (lock.Slot, bool, error) {
 		return nil, false, err
 	}
 	return s.TryAcquire()
-}
-
-// consumerName is the Redis consumer of a run slot (slot: its name,
-// run-i): host/run-i with flock files, host being the configured host
-// (host, BATON_HOST; default the hostname), as the slot is this machine's;
-// fleet/run-i with leases (the slot is the fleet's, so another host replays
-// a lost host's pending entries). run names its consumer with it and job
-// finds a job's slot by it.
-func consumerName(cfg *config.Config, slot string) string {
-	if cfg.LockBackend == "redis" {
-		return "fleet/" + slot
-	}
-	return cfg.Host + "/" + slot
-}
-
-// envFence gives jobs their holder's fencing token (lock_backend redis).
-const envFence = "BATON_FENCE"
-
-// fenceOf is slot's lease key and fencing token; "" and 0 for a flock slot.
-func fenceOf(slot lock.Slot) (string, int64) {
-	if f, ok := slot.(lock.Fencer); ok {
-		return f.Fence()
-	}
-	return "", 0
 }

@@ -3,13 +3,12 @@ package cli
 import (
 	"context"
 	"fmt"
-	"strconv"
+	"github.com/baton-run/baton/holder"
 	"time"
 
 	"github.com/baton-run/baton/internal/config"
 	"github.com/baton-run/baton/internal/proc"
 	qstatus "github.com/baton-run/baton/internal/status"
-	"github.com/baton-run/baton/lock"
 	"github.com/baton-run/baton/work"
 	"github.com/spf13/pflag"
 )
@@ -93,7 +92,7 @@ type jobHolder struct {
 }
 
 // localHolder is the holder running loc, from the record of the slot its
-// consumer names (consumerName): a flock slot of this host, or in fleet
+// consumer names (holder.Consumer): a flock slot of this host, or in fleet
 // mode a lease of any host. Zero when that slot is not held.
 func localHolder(cfg *config.Config, loc *work.Location) (h jobHolder) {
 	if loc.State != work.StateRunning {
@@ -104,7 +103,7 @@ func localHolder(cfg *config.Config, loc *work.Location) (h jobHolder) {
 		return h
 	}
 	i := 0
-	for i < run.Size() && consumerName(cfg, lock.RoleRun+"-"+strconv.Itoa(i)) != loc.Consumer {
+	for i < run.Size() && holder.Consumer(cfg, i) != loc.Consumer {
 		i++
 	}
 	if i == run.Size() {
@@ -115,8 +114,8 @@ func localHolder(cfg *config.Config, loc *work.Location) (h jobHolder) {
 		return h
 	}
 	h.PID = recs[i].PID
-	if recs[i].Job == loc.ID {
-		h.JobSince = recs[i].JobSince
+	if a := holder.ActivityOf(recs[i]); a.Job == loc.ID {
+		h.JobSince = a.JobSince
 	}
 	if cfg.LockBackend == "redis" {
 		h.Host = recs[i].Host

@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/baton-run/baton/holder"
 	"math"
 	"text/tabwriter"
 	"time"
@@ -49,7 +50,7 @@ func simulateScale(e *env, cfg *config.Config, o *simulateOpts, horizon time.Dur
 	if horizon > 24*time.Hour {
 		horizon = 24 * time.Hour // 10ms steps: a day is plenty for a burst
 	}
-	c := scale.SimConfig{Policy: policy(cfg), Arrivals: as, JobTime: o.jobTime, Concurrency: cfg.Concurrency,
+	c := scale.SimConfig{Policy: holder.ScalePolicy(cfg), Arrivals: as, JobTime: o.jobTime, Concurrency: cfg.Concurrency,
 		Startup: o.startup, Lifetime: cfg.Lifetime.D(), Jitter: cfg.Jitter.D(), Horizon: horizon, Seed: o.seed}
 	on, err := scale.Simulate(c, true)
 	if err != nil {
@@ -66,7 +67,7 @@ func simulateScale(e *env, cfg *config.Config, o *simulateOpts, horizon time.Dur
 	}
 	rep := scaleSimReport{Arrivals: o.arrivals, JobTime: o.jobTime.String(), Concurrency: cfg.Concurrency, MinSlots: cfg.MinSlots, Slots: cfg.Slots,
 		Autoscale: simMode(on, window), Off: simMode(off, window)}
-	if !policy(cfg).Enabled() {
+	if !holder.ScalePolicy(cfg).Enabled() {
 		fmt.Fprintln(e.Stderr, "baton: simulate: min_slots = slots: nothing scales; try --min-slots 1")
 	}
 	if o.asJSON {

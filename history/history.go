@@ -211,7 +211,7 @@ func (r *Recorder) Watch(slot string, dead func() int64, onErr func(error)) (sto
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	every := time.Second
-	if _, files := r.Run.(*lock.FileSet); !files {
+	if r.Run == nil || r.Run.Capabilities().Remote {
 		every = LookEvery
 	}
 	go func() {

@@ -78,6 +78,22 @@ func (s *FileSet) Foreign() (Record, bool) {
 // Size implements Set.
 func (s *FileSet) Size() int { return s.n }
 
+// Lowest implements Set: the same files, the same target.
+func (s *FileSet) Lowest(k int) (Set, error) {
+	l, err := NewFileSet(s.dir, s.queue, s.role, k)
+	if err != nil {
+		return nil, err
+	}
+	return l.WithTarget(s.target), nil
+}
+
+// Capabilities implements Set: flock files heal overdue holders, wake
+// waiters (inotify), give standbys a guarded view, and may be shared by
+// another deployment.
+func (s *FileSet) Capabilities() Capabilities {
+	return Capabilities{Evicter: s, Watcher: s, Guarded: s, Shared: s}
+}
+
 // Dir is the lock directory.
 func (s *FileSet) Dir() string { return s.dir }
 
@@ -284,6 +300,19 @@ func (sl *fileSlot) Index() int            { return sl.i }
 func (sl *fileSlot) Name() string          { return sl.set.role + "-" + strconv.Itoa(sl.i) }
 func (sl *fileSlot) Lost() <-chan struct{} { return sl.lost }
 func (sl *fileSlot) Inherited() *Record    { return sl.prev }
+
+// Fence implements Slot: a flock slot has no fence.
+func (sl *fileSlot) Fence() (string, int64) { return "", 0 }
+
+// LostReason implements Slot.
+func (sl *fileSlot) LostReason() string {
+	select {
+	case <-sl.lost:
+		return "lock file replaced by one another process holds"
+	default:
+		return ""
+	}
+}
 
 // open opens the beacon, a writable descriptor of the locked file that is
 // closed, after the lock is dropped, exactly when the holder releases or

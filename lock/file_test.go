@@ -92,7 +92,7 @@ func TestRecords(t *testing.T) {
 	sl := take(t, s)
 	st, _ := proc.StartTime(os.Getpid())
 	since := time.Now().Truncate(time.Second)
-	if err := sl.Publish(Record{PID: os.Getpid(), Start: st, Host: "h", Since: since, JobsDone: 7, Job: "1-0"}); err != nil {
+	if err := sl.Publish(Record{PID: os.Getpid(), Start: st, Host: "h", Since: since, Activity: json.RawMessage(`{"jobs_done":7,"job":"1-0"}`)}); err != nil {
 		t.Fatal(err)
 	}
 	rs, err := s.Records()
@@ -100,7 +100,7 @@ func TestRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	me, other := rs[sl.Index()], rs[1-sl.Index()]
-	if !me.Held || me.JobsDone != 7 || me.Job != "1-0" || me.Role != RoleRun || !me.Since.Equal(since) || other.Held {
+	if !me.Held || string(me.Activity) != `{"job":"1-0","jobs_done":7}` || me.Role != RoleRun || !me.Since.Equal(since) || other.Held {
 		t.Fatalf("records: %+v", rs)
 	}
 	// A record left by a process that is gone, or whose pid was reused,

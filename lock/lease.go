@@ -19,6 +19,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// LeaseOptions' defaults, and the lease_ttl and lease_renew keys'
+// (internal/config.Default).
+const (
+	DefaultLeaseTTL   = 15 * time.Second
+	DefaultLeaseRenew = 2 * time.Second
+)
+
 // LeaseOptions are a lease set's timings and the holder's identity.
 type LeaseOptions struct {
 	// Host names this machine in lease records (BATON_HOST). Default: the hostname.
@@ -135,10 +142,10 @@ func NewLeaseSet(rdb redis.UniversalClient, queue, role string, n int, opt Lease
 		opt.Host, _ = os.Hostname()
 	}
 	if opt.TTL <= 0 {
-		opt.TTL = 15 * time.Second
+		opt.TTL = DefaultLeaseTTL
 	}
 	if opt.Renew <= 0 {
-		opt.Renew = 2 * time.Second
+		opt.Renew = DefaultLeaseRenew
 	}
 	if opt.Deadline <= 0 {
 		opt.Deadline = DeadlineFor(opt.TTL)
@@ -156,6 +163,20 @@ func NewLeaseSet(rdb redis.UniversalClient, queue, role string, n int, opt Lease
 
 // Size implements Set.
 func (s *LeaseSet) Size() int { return s.n }
+
+// Lowest implements Set: the same leases.
+func (s *LeaseSet) Lowest(k int) (Set, error) {
+	c := *s
+	c.n, c.keys = k, s.keys[:k:k]
+	return &c, nil
+}
+
+// Capabilities implements Set: leases take a run or a standby slot in one
+// call, hand run slots to the line of standbys, and are read in Redis.
+// Nobody evicts a lease: it expires.
+func (s *LeaseSet) Capabilities() Capabilities {
+	return Capabilities{Pair: s, Handover: s, Fleet: s, Remote: true}
+}
 
 // Options are the set's timings and host, defaults filled in.
 func (s *LeaseSet) Options() LeaseOptions { return s.opt }

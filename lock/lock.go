@@ -26,8 +26,12 @@
 package lock
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"strings"
 	"time"
 )
 
@@ -53,6 +57,48 @@ type Set interface {
 	Size() int
 	// Records reads every slot's holder record, index order, without locking.
 	Records() ([]Record, error)
+	// Lowest is the set of the k lowest-numbered slots, k in [1, Size()]
+	// (the function Lowest checks it).
+	Lowest(k int) (Set, error)
+	// Capabilities are what the backend can do beyond this interface.
+	Capabilities() Capabilities
+}
+
+// Capabilities are a Set's optional powers, as its backend reports them: a
+// caller asks for one here and never discovers it by a type assertion, so
+// a third backend says what it can do by filling this in. A nil field is a
+// power the backend does not have.
+type Capabilities struct {
+	// Pair tries a run slot or a standby slot in one call (leases).
+	Pair Pair
+	// Handover puts standbys in a line and hands them run slots (leases);
+	// without it they poll, and Watcher and Guarded help them.
+	Handover Handover
+	// Evicter heals holders proven overdue (flock files; leases expire).
+	Evicter Evicter
+	// Watcher wakes a waiter when a slot may have freed (inotify).
+	Watcher Watcher
+	// Guarded is a cheap view of the set for a waiting standby.
+	Guarded Guarded
+	// Shared: the set's slots may be shared with another deployment (a
+	// lock dir); Foreign names a live holder of another one.
+	Shared Shared
+	// Fleet reads what only a fleet's leases have: the grant pause after a
+	// Redis restart, the line of standbys.
+	Fleet Fleet
+	// Remote: Records is a network call, to make sparingly.
+	Remote bool
+}
+
+// Shared is a Set whose slots another deployment may take (FileSet.Foreign).
+type Shared interface {
+	Foreign() (Record, bool)
+}
+
+// Fleet is what status reads of a fleet's leases (LeaseSet.PausedFor, Line).
+type Fleet interface {
+	PausedFor() (time.Duration, error)
+	Line() (line []InLine, stale int, err error)
 }
 
 // Lowest is the set of s's k lowest-numbered slots: the same slots (the
@@ -64,19 +110,7 @@ func Lowest(s Set, k int) (Set, error) {
 	if k < 1 || k > s.Size() {
 		return nil, fmt.Errorf("lock: %d lowest of %d slots", k, s.Size())
 	}
-	switch x := s.(type) {
-	case *FileSet:
-		l, err := NewFileSet(x.dir, x.queue, x.role, k)
-		if err != nil {
-			return nil, err
-		}
-		return l.WithTarget(x.target), nil
-	case *LeaseSet:
-		c := *x
-		c.n, c.keys = k, x.keys[:k:k]
-		return &c, nil
-	}
-	return nil, fmt.Errorf("lock: lowest slots of a %T", s)
+	return s.Lowest(k)
 }
 
 // Slot is one held permit.
@@ -91,6 +125,11 @@ type Slot interface {
 	// Lost is closed if the slot is lost while held: its lock file was
 	// unlinked or replaced and could not be restored.
 	Lost() <-chan struct{}
+	// LostReason says why Lost closed ("" while held).
+	LostReason() string
+	// Fence is the slot's lease key and the fencing token of this tenure
+	// (Fencer); "" and 0 for a slot without fencing (a flock file).
+	Fence() (key string, token int64)
 	// Inherited is the record of a previous holder that died holding the
 	// slot (a clean release removes it), or nil.
 	Inherited() *Record
@@ -168,23 +207,71 @@ type Record struct {
 	// ExpiresIn is how long a lease has left on Redis' clock when Records
 	// read it. Set by Records, never published.
 	ExpiresIn time.Duration `json:"expires_in,omitempty"`
-	// JobsDone counts jobs finished by this holder.
-	JobsDone int64 `json:"jobs_done"`
-	// Job is the id of a job in progress, JobSince when it started.
-	Job      string    `json:"job,omitempty"`
-	JobSince time.Time `json:"job_since,omitzero"`
-	// Draining is set once the holder stops taking jobs (its lifetime is
-	// over, or it was told to stop): it no longer scales up.
-	Draining bool `json:"draining,omitempty"`
 
-	// Children are a persistent holder's worker processes, one per lane
-	// that has one running (docs/workers.md); empty in other modes.
-	Children []Child `json:"children,omitempty"`
+	// Activity is what the holder is doing (jobs done, the job in
+	// progress, draining, a persistent holder's children), written and
+	// read by the holder's package (holder.Activity): a JSON object whose
+	// keys sit at the record's top level, beside lock's own. lock only
+	// carries it, so what a holder does can grow without touching lock.
+	Activity json.RawMessage `json:"-"`
 }
 
-// Child is one persistent worker process of a holder, as its record shows it.
-type Child struct {
-	PID  int   `json:"pid"`
-	Jobs int64 `json:"jobs"`      // jobs it has served
-	RSS  int64 `json:"rss_bytes"` // its resident memory when the record was written
+// recordJSON is Record without its JSON methods.
+type recordJSON Record
+
+// recordKeys are the JSON keys of Record's own fields.
+var recordKeys = func() []string {
+	var keys []string
+	t := reflect.TypeOf(recordJSON{})
+	for i := 0; i < t.NumField(); i++ {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			keys = append(keys, name)
+		}
+	}
+	return keys
+}()
+
+// MarshalJSON writes r's fields and, at the same level, Activity's keys.
+func (r Record) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal(recordJSON(r))
+	if err != nil || len(r.Activity) == 0 {
+		return b, err
+	}
+	a := bytes.TrimSpace(r.Activity)
+	if len(a) < 2 || a[0] != '{' || a[len(a)-1] != '}' {
+		return nil, fmt.Errorf("lock: a record's activity is not a JSON object: %.40q", a)
+	}
+	inner := bytes.TrimSpace(a[1 : len(a)-1])
+	if len(inner) == 0 {
+		return b, nil
+	}
+	out := make([]byte, 0, len(b)+len(inner)+1)
+	out = append(append(out, b[:len(b)-1]...), ',')
+	return append(append(out, inner...), '}'), nil
+}
+
+// UnmarshalJSON reads r's fields, and every other key into Activity.
+func (r *Record) UnmarshalJSON(b []byte) error {
+	var base recordJSON
+	if err := json.Unmarshal(b, &base); err != nil {
+		return err
+	}
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(b, &all); err != nil {
+		return err
+	}
+	for _, k := range recordKeys {
+		delete(all, k)
+	}
+	*r = Record(base)
+	r.Activity = nil
+	if len(all) > 0 {
+		a, err := json.Marshal(all)
+		if err != nil {
+			return err
+		}
+		r.Activity = a
+	}
+	return nil
 }

@@ -6,7 +6,7 @@
 //
 // Most callers need Decide:
 //
-//	d := scale.Decide(pol, scale.State{Waiting: 20000, Slots: records, Self: 0})
+//	d := scale.Decide(pol, scale.State{Waiting: 20000, Slots: table, Self: 0})
 //	if d.Action == scale.Up { /* start d.N candidates that take run slots only */ }
 //
 // Guarantees, for any slot table and any interleaving of holders:
@@ -26,8 +26,6 @@ package scale
 import (
 	"fmt"
 	"time"
-
-	"github.com/baton-run/baton/lock"
 )
 
 // Policy is the scaling configuration of one queue.
@@ -50,11 +48,18 @@ type State struct {
 	Known            bool
 	Waiting, Pending int64         // never delivered; delivered and not acknowledged
 	Oldest           time.Duration // how long the oldest waiting job has waited
-	Slots            []lock.Record // the run slot table, index order (lock.Set.Records)
+	Slots            []Slot        // the run slot table, index order
 	Self             int           // this holder's run slot
 	Draining         bool          // this holder takes no more jobs (lifetime over, told to stop)
 	Idle             time.Duration // since this holder last ran a job (or since it started)
 	SinceUp          time.Duration // since this holder's last scale-up round; large when none
+}
+
+// Slot is one run slot as a holder's record shows it (lock.Record, with
+// Draining from the holder's activity).
+type Slot struct {
+	Slot                     int
+	Held, NoRecord, Draining bool
 }
 
 // Action is what a Decision asks of the holder.
@@ -155,7 +160,7 @@ func NeedsBacklog(p Policy, s State) bool {
 // scalerOf is the holder that scales: the lowest-numbered run slot whose
 // holder has published a record and is not draining; self when there is
 // none (self may not have published yet).
-func scalerOf(slots []lock.Record, self int) int {
+func scalerOf(slots []Slot, self int) int {
 	for _, r := range slots {
 		if r.Slot == self {
 			return self

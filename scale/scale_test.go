@@ -8,14 +8,12 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/baton-run/baton/lock"
 )
 
 // table builds a run slot table of n slots; held lists the held ones, and
 // draining those of them that are draining.
-func table(n int, held []int, draining ...int) []lock.Record {
-	rs := make([]lock.Record, n)
+func table(n int, held []int, draining ...int) []Slot {
+	rs := make([]Slot, n)
 	for i := range rs {
 		rs[i].Slot = i
 	}
@@ -151,14 +149,14 @@ func TestNeverBelowKInterleaved(t *testing.T) {
 				live = append(live, i)
 			}
 		}
-		seen := map[int][]lock.Record{}
+		seen := map[int][]Slot{}
 		left := 0
 		for len(live) > 0 {
 			j := rng.IntN(len(live))
 			self := live[j]
 			switch next[self] {
 			case 0:
-				seen[self] = append([]lock.Record(nil), rs...)
+				seen[self] = append([]Slot(nil), rs...)
 			case 1:
 				if Decide(p, State{Known: true, Self: self, Slots: seen[self], Idle: time.Hour}).Action == Leave {
 					rs[self].Draining = true // announced: others no longer count it
@@ -166,7 +164,7 @@ func TestNeverBelowKInterleaved(t *testing.T) {
 				}
 			case 2:
 				if rs[self].Draining {
-					rs[self] = lock.Record{Slot: self} // gone
+					rs[self] = Slot{Slot: self} // gone
 				}
 				live = append(live[:j], live[j+1:]...)
 			}

@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/baton-run/baton/lock"
 )
 
 // Arrival is one part of an arrival pattern: Jobs jobs at At (a burst), or,
@@ -206,9 +204,9 @@ func Simulate(c SimConfig, scale bool) (SimResult, error) {
 			continue
 		}
 		// once a second, every holder decides on the same table
-		table := make([]lock.Record, len(holders))
+		table := make([]Slot, len(holders))
 		for i, h := range holders {
-			table[i] = lock.Record{Slot: i, Held: h != nil}
+			table[i] = Slot{Slot: i, Held: h != nil}
 			if h != nil && h.until >= 0 && t >= h.until {
 				table[i].Draining = true
 			}
@@ -246,7 +244,7 @@ func Simulate(c SimConfig, scale bool) (SimResult, error) {
 			case Leave:
 				if !busy {
 					holders[i] = nil
-					table[i] = lock.Record{Slot: i}
+					table[i] = Slot{Slot: i}
 					res.Left++
 				}
 			}

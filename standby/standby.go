@@ -86,7 +86,7 @@ type Protocol struct {
 // taken and one's holder is overdue, it kills that holder and tries again.
 // A run set that is a lock.Pair (fleet leases) tries both in one call.
 func (p *Protocol) Enter() (Role, lock.Slot, error) {
-	if pr, ok := p.Run.(lock.Pair); ok && p.Standby != nil {
+	if pr := p.Run.Capabilities().Pair; pr != nil && p.Standby != nil {
 		s, role, err := pr.TryAcquireOr(p.Standby)
 		switch {
 		case role == lock.RoleRun:
@@ -138,7 +138,7 @@ func (p *Protocol) Enter() (Role, lock.Slot, error) {
 // the fleet's line instead: a retiring holder hands its run slot to the
 // standby that joined first, on any host, and wakes it (awaitHandOver).
 func (p *Protocol) Promote(ctx context.Context, sb lock.Slot) (lock.Slot, bool, error) {
-	if h, ok := p.Run.(lock.Handover); ok {
+	if h := p.Run.Capabilities().Handover; h != nil {
 		return p.awaitHandOver(ctx, sb, h)
 	}
 	defer sb.Release()
@@ -151,7 +151,7 @@ func (p *Protocol) Promote(ctx context.Context, sb lock.Slot) (lock.Slot, bool, 
 	// A guarded view of the run set makes the take itself cheap: it checks
 	// the kernel's locks now, not as the slot frees (lock.Guarded).
 	run := p.Run
-	if g, ok := run.(lock.Guarded); ok {
+	if g := run.Capabilities().Guarded; g != nil {
 		if v, stopGuard, err := g.Guarded(); err == nil {
 			run = v
 			defer stopGuard()
@@ -337,14 +337,17 @@ func (p *Protocol) Heal() bool {
 
 // healSet heals one set; false when it cannot evict.
 func (p *Protocol) healSet(s lock.Set) bool {
-	ev, ok := s.(lock.Evicter)
-	return ok && p.evict(ev, ev.Overdue(time.Now(), HealMargin))
+	if s == nil {
+		return false
+	}
+	ev := s.Capabilities().Evicter
+	return ev != nil && p.evict(ev, ev.Overdue(time.Now(), HealMargin))
 }
 
 // heal evicts the overdue holders among rs, records of the run set.
 func (p *Protocol) heal(rs []lock.Record) bool {
-	ev, ok := p.Run.(lock.Evicter)
-	return ok && p.evict(ev, rs)
+	ev := p.Run.Capabilities().Evicter
+	return ev != nil && p.evict(ev, rs)
 }
 
 func (p *Protocol) evict(ev lock.Evicter, rs []lock.Record) bool {
@@ -394,7 +397,7 @@ func (w *waiter) olderStandby() bool {
 
 // watch starts watching s when it can; a nil channel when it cannot.
 func watch(s lock.Set) (<-chan struct{}, func()) {
-	if w, ok := s.(lock.Watcher); ok {
+	if w := s.Capabilities().Watcher; w != nil {
 		if ch, stop, err := w.Watch(); err == nil {
 			return ch, stop
 		}

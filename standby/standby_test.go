@@ -43,6 +43,13 @@ func (s trackedSet) TryAcquire() (lock.Slot, bool, error) {
 	return sl, ok, err
 }
 
+// Capabilities reports trackedSet's own Guarded.
+func (s trackedSet) Capabilities() lock.Capabilities {
+	c := s.FileSet.Capabilities()
+	c.Guarded = s
+	return c
+}
+
 // Guarded keeps the guarded view tracked: Promote takes through it.
 func (s trackedSet) Guarded() (lock.Set, func(), error) {
 	v, stop, err := s.FileSet.Guarded()
@@ -248,6 +255,13 @@ type countingSet struct {
 func (c countingSet) TryAcquire() (lock.Slot, bool, error) {
 	c.tries.Add(1)
 	return c.trackedSet.TryAcquire()
+}
+
+// Capabilities reports countingSet's own Guarded.
+func (c countingSet) Capabilities() lock.Capabilities {
+	caps := c.FileSet.Capabilities()
+	caps.Guarded = c
+	return caps
 }
 
 // Guarded counts the tries through the guarded view too.

@@ -3,6 +3,7 @@ package web
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -120,7 +121,7 @@ func newFixture(tb testing.TB) *fixture {
 	now := time.Now()
 	start, _ := proc.StartTime(os.Getpid())
 	if err := slot.Publish(lock.Record{PID: os.Getpid(), Start: start, Host: "testhost", Role: lock.RoleRun, Since: now.Add(-time.Minute),
-		Until: now.Add(4 * time.Minute), JobsDone: 8}); err != nil {
+		Until: now.Add(4 * time.Minute), Activity: json.RawMessage(`{"jobs_done":8}`)}); err != nil {
 		tb.Fatal(err)
 	}
 	// The slot's history: taken, one of k=2 held since.

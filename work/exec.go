@@ -23,8 +23,8 @@ import (
 // Exec is the CLI's default Handler: it runs a command once per job with the
 // payload on stdin, never in argv or a shell string.
 //
-// The child gets BATON_JOB_ID, BATON_ATTEMPT, BATON_QUEUE, BATON_SLOT, and,
-// when Holder is set, BATON_HOLDER and BATON_RUN; baton's own variables
+// The child gets Env, BATON_JOB_ID, BATON_ATTEMPT, BATON_QUEUE, BATON_SLOT,
+// and, when Holder is set, BATON_HOLDER and BATON_RUN; baton's own variables
 // (BATON_REDIS_URL, which may hold a password, and BATON_SPAWNED) are
 // removed from the environment it inherits. It runs in its own process group
 // with Pdeathsig=SIGKILL, so it dies with its holder even on kill -9; on
@@ -47,6 +47,10 @@ type Exec struct {
 	// Holder is the holder's token (proc.NewToken), given to every job as
 	// BATON_HOLDER: it proves which processes are this holder's. "": none.
 	Holder string
+	// Env is added to every job's environment (NAME=value each, replacing
+	// an inherited value of the same name): the holder's BATON_HOST and
+	// BATON_FENCE (holder.JobEnv).
+	Env []string
 
 	kin // the jobs' environment, process groups and run marks
 }
@@ -70,7 +74,7 @@ func (x *Exec) Handle(ctx context.Context, j *Job) error {
 	stderr := &lineLog{log: log, stream: "stderr", left: limit, tail: make([]byte, 0, tailSize)}
 
 	cmd := exec.Command(x.Argv[0], x.Argv[1:]...)
-	run := x.prepare(cmd, x.Holder, j.Queue, j.Slot, append([]string{
+	run := x.prepare(cmd, x.Env, x.Holder, j.Queue, j.Slot, append([]string{
 		"BATON_JOB_ID=" + j.ID,
 		"BATON_ATTEMPT=" + strconv.Itoa(j.Attempt),
 	}, j.tickEnv()...)...)

@@ -24,8 +24,9 @@ var ownEnv = []string{"BATON_REDIS_URL", "BATON_REDIS_SENTINEL_PASSWORD", "BATON
 // it tells which child an adopted orphan came from.
 const envRun = "BATON_RUN"
 
-// jobEnv is os.Environ without baton's own variables.
-func jobEnv() []string {
+// jobEnv is os.Environ without baton's own variables, nor those that env
+// sets, followed by env (NAME=value each).
+func jobEnv(env []string) []string {
 	var out []string
 next:
 	for _, kv := range os.Environ() {
@@ -34,9 +35,14 @@ next:
 				continue next
 			}
 		}
+		for _, set := range env {
+			if name, _, _ := strings.Cut(set, "="); strings.HasPrefix(kv, name+"=") {
+				continue next
+			}
+		}
 		out = append(out, kv)
 	}
-	return out
+	return append(out, env...)
 }
 
 // kin is what the exec and persistent handlers share about the processes
@@ -52,12 +58,13 @@ type kin struct {
 	live   map[string]struct{} // "BATON_RUN=n" of running children
 }
 
-// prepare sets cmd's environment (baton's own minus its secrets, plus
-// BATON_QUEUE, BATON_SLOT, extra, and, when holder is set, BATON_HOLDER and
-// a fresh BATON_RUN) and its own process group with Pdeathsig=SIGKILL. It
-// returns the run mark ("" without a holder).
-func (k *kin) prepare(cmd *exec.Cmd, holder, queue, slot string, extra ...string) (run string) {
-	k.once.Do(func() { k.env = jobEnv() })
+// prepare sets cmd's environment (baton's own minus its secrets, plus the
+// handler's Env, BATON_QUEUE, BATON_SLOT, extra, and, when holder is set,
+// BATON_HOLDER and a fresh BATON_RUN) and its own process group with
+// Pdeathsig=SIGKILL. It returns the run mark ("" without a holder). The
+// environment up to Env is built once, on the first call.
+func (k *kin) prepare(cmd *exec.Cmd, base []string, holder, queue, slot string, extra ...string) (run string) {
+	k.once.Do(func() { k.env = jobEnv(base) })
 	env := make([]string, len(k.env), len(k.env)+len(extra)+4)
 	copy(env, k.env)
 	env = append(env, "BATON_QUEUE="+queue, "BATON_SLOT="+slot)

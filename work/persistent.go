@@ -28,7 +28,7 @@ import (
 // job at a time over the worker protocol (docs/workers.md): frames on fds
 // 3 (baton to child) and 4 (child to baton); stdout and stderr are logged
 // like an exec job's. Children are started like exec jobs (own process
-// group, Pdeathsig=SIGKILL, BATON_QUEUE, BATON_SLOT, BATON_HOLDER and
+// group, Pdeathsig=SIGKILL, Env, BATON_QUEUE, BATON_SLOT, BATON_HOLDER and
 // BATON_RUN, baton's secrets removed), plus BATON_PROTOCOL.
 //
 // Self-defence: a job that runs past its timeout (Job.Timeout, else
@@ -62,6 +62,10 @@ type Persistent struct {
 	// Holder is the holder's token (proc.NewToken), given to every child as
 	// BATON_HOLDER: it proves which processes are this holder's. "": none.
 	Holder string
+	// Env is added to every child's environment (NAME=value each, replacing
+	// an inherited value of the same name): the holder's BATON_HOST and
+	// BATON_FENCE (holder.JobEnv).
+	Env []string
 
 	kin                 // the children's environment, process groups and run marks
 	fails atomic.Int32  // failed starts in a row, across lanes
@@ -417,7 +421,7 @@ func (p *Persistent) start(queue, slot string) (*child, error) {
 		c.limit = max(1, n+rand.IntN(n/5+1)-n/10)
 	}
 	cmd := exec.Command(p.Argv[0], p.Argv[1:]...)
-	c.run = p.prepare(cmd, p.Holder, queue, slot, envProtocol+"="+strconv.Itoa(ProtocolVersion))
+	c.run = p.prepare(cmd, p.Env, p.Holder, queue, slot, envProtocol+"="+strconv.Itoa(ProtocolVersion))
 	pipes, err := startPipes(cmd, nil, c.stdout, c.stderr)
 	if err != nil {
 		return nil, err

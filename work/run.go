@@ -25,7 +25,8 @@ type Config struct {
 	// after it is counted as a timeout (retried; dead letter "timeout" after
 	// the last attempt). A job's own timeout (Job.Timeout) overrides it. A
 	// handler that ignores its context is stopped by the caller's hard
-	// deadline. 0: none. The exec handler enforces timeouts itself
+	// deadline. 0: none (baton run's job_timeout defaults to
+	// DefaultJobTimeout). The exec handler enforces timeouts itself
 	// (Exec.Timeout or Job.Timeout: SIGTERM, then SIGKILL).
 	JobTimeout time.Duration
 	// Concurrency is jobs at once. Default 1.
@@ -102,12 +103,28 @@ var (
 // back to the stream unrun, no attempt counted.
 var errUnstarted = errors.New("job not started")
 
+// Config's defaults, for a field left zero. baton's config keys of the
+// same names start from them (internal/config.Default), and there is no
+// other copy. JobTimeout has none here (0: no limit); job_timeout's default
+// is DefaultJobTimeout, which baton run passes.
+const (
+	DefaultJobTimeout      = time.Minute
+	DefaultGrace           = 30 * time.Second
+	DefaultRedisDownExit   = 30 * time.Second
+	DefaultMaxAttempts     = 5
+	DefaultRetryBackoff    = time.Second
+	DefaultRetryBackoffMax = 10 * time.Minute
+	DefaultDeadMax         = 10000
+	DefaultRetentionMax    = 100000
+	DefaultMaxPayload      = 1 << 20
+)
+
 func (c *Config) defaults() {
 	if c.Concurrency < 1 {
 		c.Concurrency = 1
 	}
 	if c.Grace <= 0 {
-		c.Grace = 30 * time.Second
+		c.Grace = DefaultGrace
 	}
 	if c.Batch < 1 {
 		c.Batch = 128
@@ -116,28 +133,28 @@ func (c *Config) defaults() {
 		c.Block = time.Second
 	}
 	if c.RedisDownExit <= 0 {
-		c.RedisDownExit = 30 * time.Second
+		c.RedisDownExit = DefaultRedisDownExit
 	}
 	if c.MaxAttempts < 1 {
-		c.MaxAttempts = 5
+		c.MaxAttempts = DefaultMaxAttempts
 	}
 	if c.RetryBackoff <= 0 {
-		c.RetryBackoff = time.Second
+		c.RetryBackoff = DefaultRetryBackoff
 	}
 	if c.RetryBackoffMax < c.RetryBackoff {
-		c.RetryBackoffMax = max(10*time.Minute, c.RetryBackoff)
+		c.RetryBackoffMax = max(DefaultRetryBackoffMax, c.RetryBackoff)
 	}
 	if c.DeadMax < 1 {
-		c.DeadMax = 10000
+		c.DeadMax = DefaultDeadMax
 	}
 	if c.Retention < time.Millisecond {
 		c.Retention = 0
 	}
 	if c.RetentionMax < 1 {
-		c.RetentionMax = 100000
+		c.RetentionMax = DefaultRetentionMax
 	}
 	if c.MaxPayload < 1 {
-		c.MaxPayload = 1 << 20
+		c.MaxPayload = DefaultMaxPayload
 	}
 }
 

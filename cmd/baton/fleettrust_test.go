@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-run/baton/holder"
 	"github.com/baton-run/baton/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -33,7 +34,7 @@ func TestFleetSlowLinkKeepsLease(t *testing.T) {
 	if _, errOut, code := r.baton("enqueue", "x"); code != 0 {
 		t.Fatal(errOut)
 	}
-	eventually(t, 10*time.Second, "the job starts", func() bool { return r.leases("default", 1)[0].Job != "" })
+	eventually(t, 10*time.Second, "the job starts", func() bool { return holder.ActivityOf(r.leases("default", 1)[0]).Job != "" })
 	px.Delay(800 * time.Millisecond) // each way: a 1.6s round trip
 	eventually(t, 30*time.Second, "the job ends and is acknowledged", func() bool {
 		if ok, code := h.exited(); ok {

@@ -38,6 +38,7 @@ import (
 
 	"github.com/baton-run/baton/cli"
 	"github.com/baton-run/baton/history"
+	"github.com/baton-run/baton/holder"
 	"github.com/baton-run/baton/internal/proc"
 	"github.com/baton-run/baton/internal/redistest"
 	"github.com/baton-run/baton/lock"
@@ -391,7 +392,7 @@ func chaosRun(t *testing.T, jobs int, persistent bool) {
 				var kids []int
 				recs, _ := runSet.Records()
 				for _, r := range recs {
-					for _, c := range r.Children {
+					for _, c := range holder.ActivityOf(r).Children {
 						if !fr.isFrozen(r.PID) {
 							kids = append(kids, c.PID)
 						}

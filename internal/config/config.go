@@ -14,6 +14,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/baton-run/baton/lock"
+	"github.com/baton-run/baton/work"
 )
 
 // Config is one queue's settings. Every field is one TOML key and one flag;
@@ -225,8 +228,8 @@ func Default() Config {
 		Slots:             1,
 		StandbySlots:      -1, // resolved to Slots by Load
 		LockBackend:       "file",
-		LeaseTTL:          Duration{15 * time.Second},
-		LeaseRenew:        Duration{2 * time.Second},
+		LeaseTTL:          Duration{lock.DefaultLeaseTTL},
+		LeaseRenew:        Duration{lock.DefaultLeaseRenew},
 		MinSlots:          -1, // resolved to Slots by Load
 		ScaleUpBacklog:    100,
 		ScaleUpAge:        Duration{10 * time.Second},
@@ -238,17 +241,17 @@ func Default() Config {
 		StandbyWait:       Duration{15 * time.Minute},
 		PollInterval:      Duration{500 * time.Millisecond},
 		Concurrency:       1,
-		JobTimeout:        Duration{time.Minute},
-		ShutdownGrace:     Duration{30 * time.Second},
+		JobTimeout:        Duration{work.DefaultJobTimeout},
+		ShutdownGrace:     Duration{work.DefaultGrace},
 		VisibilityTimeout: Duration{10 * time.Minute},
-		MaxAttempts:       5,
+		MaxAttempts:       work.DefaultMaxAttempts,
 		RejectExitCodes:   []int{65},
-		RetryBackoff:      Duration{time.Second},
-		RetryBackoffMax:   Duration{10 * time.Minute},
-		DeadMax:           10000,
-		RetentionMax:      100000,
-		MaxPayload:        1 << 20,
-		RedisDownExit:     Duration{30 * time.Second},
+		RetryBackoff:      Duration{work.DefaultRetryBackoff},
+		RetryBackoffMax:   Duration{work.DefaultRetryBackoffMax},
+		DeadMax:           work.DefaultDeadMax,
+		RetentionMax:      work.DefaultRetentionMax,
+		MaxPayload:        work.DefaultMaxPayload,
+		RedisDownExit:     Duration{work.DefaultRedisDownExit},
 		Schedule:          "* * * * *",
 		LogLevel:          "info",
 		LogFormat:         "auto",

@@ -12,11 +12,11 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/baton-run/baton/history"
+	"github.com/baton-run/baton/holder"
 	"github.com/baton-run/baton/internal/config"
 	"github.com/baton-run/baton/internal/cronfire"
 	"github.com/baton-run/baton/lock"
@@ -52,7 +52,7 @@ type Slot struct {
 	Draining  bool  `json:"draining,omitempty"` // takes no more jobs: leaving
 	// Children: a persistent holder's worker processes (pid, jobs served,
 	// resident memory in bytes).
-	Children []lock.Child `json:"children,omitempty"`
+	Children []holder.Child `json:"children,omitempty"`
 }
 
 // Waiting is a standby in the fleet's line for a run lease (lock_backend
@@ -121,55 +121,6 @@ type Report struct {
 // EventsShown is how many of the last slot events Read reads.
 const EventsShown = 10
 
-// SlotSets are the run and standby slot sets cfg describes: flock files in
-// lock_dir, or, with lock_backend redis, the fleet's leases through rdb
-// (nil: the lock dir's files). sb is nil when standby_slots is 0. baton run
-// takes its slots from them too.
-func SlotSets(cfg *config.Config, rdb redis.UniversalClient) (run, sb lock.Set, err error) {
-	if cfg.LockBackend == "redis" && rdb != nil {
-		opt := lock.LeaseOptions{Host: cfg.Host, TTL: cfg.LeaseTTL.D(), Renew: cfg.LeaseRenew.D(), Agree: FleetSettings(cfg)}
-		lr, err := lock.NewLeaseSet(rdb, cfg.Queue, lock.RoleRun, cfg.Slots, opt)
-		if err != nil || cfg.StandbySlots == 0 {
-			return lr, nil, err
-		}
-		ls, err := lock.NewLeaseSet(rdb, cfg.Queue, lock.RoleStandby, cfg.StandbySlots, opt)
-		if err != nil {
-			return nil, nil, err
-		}
-		lr.HandOverTo(ls, cfg.MinSlots) // a retiring holder of a kept slot hands its lease to the oldest standby
-		return lr, ls, nil
-	}
-	// Holders name the Redis database they work in: another deployment
-	// sharing this lock dir and queue name is told apart (Foreign).
-	target := cfg.RedisTarget()
-	fr, err := lock.NewFileSet(cfg.LockDir, cfg.Queue, lock.RoleRun, cfg.Slots)
-	if err != nil || cfg.StandbySlots == 0 {
-		return withTarget(fr, target), nil, err
-	}
-	fs, err := lock.NewFileSet(cfg.LockDir, cfg.Queue, lock.RoleStandby, cfg.StandbySlots)
-	return withTarget(fr, target), withTarget(fs, target), err
-}
-
-// withTarget is s naming target, nil for nil (a nil *FileSet must not
-// become a non-nil Set).
-func withTarget(s *lock.FileSet, target string) lock.Set {
-	if s == nil {
-		return nil
-	}
-	return s.WithTarget(target)
-}
-
-// FleetSettings are the settings every host of a fleet must share on one
-// queue (lock.LeaseOptions.Agree), by their config names.
-func FleetSettings(cfg *config.Config) []lock.Setting {
-	return []lock.Setting{
-		{Name: "slots", Value: strconv.Itoa(cfg.Slots)},
-		{Name: "standby_slots", Value: strconv.Itoa(cfg.StandbySlots)},
-		{Name: "lease_ttl", Value: cfg.LeaseTTL.D().String()},
-		{Name: "lease_renew", Value: cfg.LeaseRenew.D().String()},
-	}
-}
-
 // Read reads cfg's queue once: its slots from the lock dir, and, when rdb
 // is not nil, its jobs and Redis's memory. jerr is Redis failing (the slots
 // are still in rep, with rep.Error set); err is the lock dir failing.
@@ -181,7 +132,7 @@ func Read(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient) (r
 	if cfg.LockBackend == "redis" && rdb == nil {
 		return rep, nil, nil
 	}
-	runSet, sbSet, err := SlotSets(cfg, rdb)
+	runSet, sbSet, err := holder.SlotSets(cfg, rdb)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -193,14 +144,14 @@ func Read(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient) (r
 			return nil, nil, err
 		}
 	}
-	if ls, ok := runSet.(*lock.LeaseSet); ok {
-		if p, err := ls.PausedFor(); err == nil && p > 0 {
+	if f := runSet.Capabilities().Fleet; f != nil {
+		if p, err := f.PausedFor(); err == nil && p > 0 {
 			until := time.Now().Add(p)
 			rep.LeasesPausedUntil = &until
 		}
 	}
-	if ls, ok := sbSet.(*lock.LeaseSet); ok {
-		if rep.Line, rep.LineStale, err = line(ls); err != nil {
+	if sbSet != nil && sbSet.Capabilities().Fleet != nil {
+		if rep.Line, rep.LineStale, err = line(sbSet.Capabilities().Fleet); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -278,14 +229,15 @@ func Slots(s lock.Set) ([]Slot, error) {
 	}
 	out := make([]Slot, len(recs))
 	for i, r := range recs {
-		out[i] = Slot{Slot: r.Slot, Held: r.Held, NoRecord: r.NoRecord, PID: r.PID, Host: r.Host, Target: r.Target, JobsDone: r.JobsDone, Job: r.Job,
-			Since: TimePtr(r.Since), Until: TimePtr(r.Until), JobSince: TimePtr(r.JobSince), Fence: r.Fence, ExpiresIn: r.ExpiresIn.Milliseconds(), Draining: r.Draining, Children: r.Children}
+		a := holder.ActivityOf(r)
+		out[i] = Slot{Slot: r.Slot, Held: r.Held, NoRecord: r.NoRecord, PID: r.PID, Host: r.Host, Target: r.Target, JobsDone: a.JobsDone, Job: a.Job,
+			Since: TimePtr(r.Since), Until: TimePtr(r.Until), JobSince: TimePtr(a.JobSince), Fence: r.Fence, ExpiresIn: r.ExpiresIn.Milliseconds(), Draining: a.Draining, Children: a.Children}
 	}
 	return out, nil
 }
 
 // line reads the fleet's line of standbys (sb: the standby leases).
-func line(sb *lock.LeaseSet) ([]Waiting, int, error) {
+func line(sb lock.Fleet) ([]Waiting, int, error) {
 	l, stale, err := sb.Line()
 	if err != nil {
 		return nil, 0, err

@@ -1,4 +1,4 @@
-package cli
+package holder
 
 import (
 	"context"
@@ -9,35 +9,24 @@ import (
 	"github.com/baton-run/baton/lock"
 	"github.com/baton-run/baton/scale"
 	"github.com/baton-run/baton/work"
-	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
 )
 
-// envScale marks a candidate started by a holder to scale up: it takes a
-// free run slot or exits, never a standby slot.
-const envScale = "BATON_SCALE"
-
-// policy is cfg's scaling policy.
-func policy(cfg *config.Config) scale.Policy {
+// ScalePolicy is cfg's scaling policy.
+func ScalePolicy(cfg *config.Config) scale.Policy {
 	return scale.Policy{Keep: cfg.MinSlots, Slots: cfg.Slots, Backlog: int64(cfg.ScaleUpBacklog), Age: cfg.ScaleUpAge.D(),
 		Every: cfg.ScaleUpEvery.D(), IdleExit: cfg.IdleExit.D()}
 }
 
-// scaler takes one holder's scale decision once a second, from the publish
-// loop's goroutine, which owns every field.
+// scaler takes one holder's scale decision once a second, from the
+// publisher's goroutine, which owns every field.
 type scaler struct {
+	h     *Holder
 	pol   scale.Policy
-	run   lock.Set // all N run slots
-	rdb   redis.UniversalClient
-	dir   string // lock_dir: the last decision goes there
-	queue string
 	self  int
 	st    *work.Stats
 	until time.Time       // the end of the lifetime: draining after it
 	sig   context.Context // done when told to stop
 	leave func()          // stops taking jobs: the holder drains and leaves
-	spawn func(n int) int // starts n scale-up candidates, returns how many started
-	log   zerolog.Logger
 
 	jobs   int64     // Done + Failed + Dead at the last step
 	active time.Time // when the holder last had a job
@@ -46,25 +35,19 @@ type scaler struct {
 }
 
 // newScaler returns nil when min_slots = slots: nothing to scale.
-func (h *holder) newScaler(slot lock.Slot, st *work.Stats, until time.Time, sig context.Context, leave func()) *scaler {
-	pol := policy(h.cfg)
-	if !pol.Enabled() {
+func (h *Holder) newScaler(slot lock.Slot, st *work.Stats, until time.Time, sig context.Context, leave func()) *scaler {
+	pol := ScalePolicy(h.cfg)
+	if !pol.Enabled() || h.o.Run == nil {
 		return nil
 	}
-	run, _, err := slotSets(h.cfg)
-	if err != nil {
-		return nil
-	}
-	now := time.Now()
-	return &scaler{pol: pol, run: run, rdb: h.rdb, dir: h.cfg.LockDir, queue: h.cfg.Queue, self: slot.Index(), st: st, until: until, sig: sig,
-		leave: leave, log: h.log, active: now,
-		spawn: func(n int) int { return spawn(h.log, n, envScale+"=1") }}
+	return &scaler{h: h, pol: pol, self: slot.Index(), st: st, until: until, sig: sig, leave: leave, active: h.clk.Now()}
 }
 
-// step takes one decision and acts on it; next is the record about to be
-// published: it carries the draining flag and the last scale decision.
-func (s *scaler) step(next *lock.Record) {
-	now := time.Now()
+// step takes one decision and acts on it; next is the activity about to be
+// published: it carries the draining flag.
+func (s *scaler) step(next *Activity) {
+	h := s.h
+	now := h.clk.Now()
 	jobs := s.st.Done.Load() + s.st.Failed.Load() + s.st.Dead.Load()
 	if jobs != s.jobs || s.st.Recent.Load() != nil {
 		s.jobs, s.active = jobs, now
@@ -75,12 +58,12 @@ func (s *scaler) step(next *lock.Record) {
 		return
 	}
 	state := scale.State{Self: s.self, Idle: now.Sub(s.active), SinceUp: now.Sub(s.up)}
-	state.Slots, _ = s.run.Records()
+	state.Slots = scaleSlots(h.o.Run)
 	if !scale.NeedsBacklog(s.pol, state) {
 		return // another holder scales, and this one is not idle: no read
 	}
 	ctx, cancel := context.WithTimeout(s.sig, 500*time.Millisecond)
-	if c, err := work.ReadCounts(ctx, s.rdb, s.queue); err == nil {
+	if c, err := work.ReadCounts(ctx, h.rdb, h.cfg.Queue); err == nil {
 		state.Known, state.Waiting, state.Pending, state.Oldest = true, c.Waiting, c.Pending, c.OldestWaiting
 	}
 	cancel()
@@ -88,18 +71,35 @@ func (s *scaler) step(next *lock.Record) {
 	switch d.Action {
 	case scale.Up:
 		s.up = now
-		n := s.spawn(d.N)
-		s.log.Info().Int("candidates", n).Int64("waiting", state.Waiting).Dur("oldest_waiting", state.Oldest).Str("reason", d.Reason).Msg("scale up")
+		n := 0
+		if h.o.Hooks.Spawn != nil {
+			n = h.o.Hooks.Spawn(d.N)
+		}
+		h.log.Info().Int("candidates", n).Int64("waiting", state.Waiting).Dur("oldest_waiting", state.Oldest).Str("reason", d.Reason).Msg("scale up")
 	case scale.Leave:
 		s.left = true
 		next.Draining = true
-		s.log.Info().Str("reason", d.Reason).Msg("scale down: idle above min_slots, leaving")
+		h.log.Info().Str("reason", d.Reason).Msg("scale down: idle above min_slots, leaving")
 		s.leave()
 	default:
 		return
 	}
 	last := scale.Last{Decision: d.String(), Slot: s.self, PID: os.Getpid(), At: now, Waiting: state.Waiting, Oldest: state.Oldest.String()}
-	if err := last.Write(s.dir, s.queue); err != nil {
-		s.log.Debug().Err(err).Msg("write the last scale decision")
+	if err := last.Write(h.cfg.LockDir, h.cfg.Queue); err != nil {
+		h.log.Debug().Err(err).Msg("write the last scale decision")
 	}
+}
+
+// scaleSlots is the run slot table as scaling sees it; nil when it cannot
+// be read.
+func scaleSlots(run lock.Set) []scale.Slot {
+	recs, err := run.Records()
+	if err != nil {
+		return nil
+	}
+	out := make([]scale.Slot, len(recs))
+	for i, r := range recs {
+		out[i] = scale.Slot{Slot: r.Slot, Held: r.Held, NoRecord: r.NoRecord, Draining: ActivityOf(r).Draining}
+	}
+	return out
 }
