@@ -1,0 +1,103 @@
+package standby
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/baton-run/baton/internal/clock"
+	"github.com/baton-run/baton/lock"
+)
+
+type promoted struct {
+	s   lock.Slot
+	ok  bool
+	err error
+}
+
+// standOnFake starts Promote for a standby beside a held run slot, on a
+// fake clock, and returns once Promote armed its timers.
+func standOnFake(t *testing.T, p *Protocol, fake *clock.Fake) (held lock.Slot, done chan promoted) {
+	t.Helper()
+	_, held, _ = p.Enter()
+	r, sb, err := p.Enter()
+	if r != Standby || err != nil {
+		t.Fatalf("second candidate: %v %v", r, err)
+	}
+	done = make(chan promoted, 1)
+	go func() {
+		s, ok, err := p.Promote(context.Background(), sb)
+		done <- promoted{s, ok, err}
+	}()
+	// The deadline and the poll tick (the first tick fires at once).
+	waitFor(t, func() bool { return fake.Waiters() >= 2 })
+	return held, done
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("condition not met in 10s")
+		}
+	}
+}
+
+// A standby leaves when standby_wait has passed on its clock, and not
+// before, with no slot freed.
+func TestPromoteWaitOnClock(t *testing.T) {
+	run, sb := sets(t, 1, 1)
+	fake := clock.NewFake(time.Unix(1e9, 0))
+	p := &Protocol{Run: run, Standby: sb, Poll: 10 * time.Second, Wait: 15 * time.Minute, Clock: fake}
+	_, done := standOnFake(t, p, fake)
+	// Polls every 10s for 15 minutes of fake time, in steps of a poll.
+	for range 89 {
+		fake.Advance(10 * time.Second)
+	}
+	fake.Advance(10*time.Second - time.Millisecond)
+	select {
+	case r := <-done:
+		t.Fatalf("left %v before standby_wait: %+v", time.Millisecond, r)
+	case <-time.After(5 * time.Millisecond):
+	}
+	fake.Advance(time.Millisecond)
+	select {
+	case r := <-done:
+		if r.ok || r.err != nil || r.s != nil {
+			t.Fatalf("at standby_wait: %+v, want (nil, false, nil)", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("still standing by 10s after standby_wait passed on its clock")
+	}
+	if r, _, _ := p.Enter(); r != Standby {
+		t.Fatalf("standby slot not released at standby_wait: %v", r)
+	}
+}
+
+// A run slot freed before the wait ends promotes the standby at once, with
+// no time passing on its clock, and the free time it reports is its clock's.
+func TestPromoteOnClockWhenSlotFrees(t *testing.T) {
+	run, sb := sets(t, 1, 1)
+	start := time.Unix(1e9, 0)
+	fake := clock.NewFake(start)
+	p := &Protocol{Run: run, Standby: sb, Poll: time.Hour, Wait: 15 * time.Minute, Clock: fake}
+	var freeSince time.Time
+	p.Took = func(_ int, at time.Time) { freeSince = at }
+	held, done := standOnFake(t, p, fake)
+	fake.Advance(14 * time.Minute)
+	_ = held.Release() // the inotify wake-up is real
+	select {
+	case r := <-done:
+		if !r.ok || r.err != nil || r.s.Index() != 0 {
+			t.Fatalf("promote: %+v", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("not promoted 10s after the run slot freed")
+	}
+	if want := start.Add(14 * time.Minute); !freeSince.Equal(want) {
+		t.Fatalf("free since %v, want the fake clock's %v", freeSince, want)
+	}
+	if r, _, _ := p.Enter(); r != Standby {
+		t.Fatalf("after promotion a candidate got %v, want standby", r)
+	}
+}
