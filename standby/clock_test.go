@@ -2,10 +2,12 @@ package standby
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/baton-run/baton/internal/clock"
+	"github.com/baton-run/baton/internal/proc"
 	"github.com/baton-run/baton/lock"
 )
 
@@ -99,5 +101,65 @@ func TestPromoteOnClockWhenSlotFrees(t *testing.T) {
 	}
 	if r, _, _ := p.Enter(); r != Standby {
 		t.Fatalf("after promotion a candidate got %v, want standby", r)
+	}
+}
+
+// judgeSet is a real FileSet whose Evicter judges overdue holders (Overdue
+// is the FileSet's) but records the evictions asked for instead of killing:
+// the holder here is the test process.
+type judgeSet struct {
+	trackedSet
+	asked chan time.Time // the now of each Evict call
+}
+
+func (s judgeSet) Capabilities() lock.Capabilities {
+	c := s.trackedSet.Capabilities()
+	c.Evicter = s
+	return c
+}
+
+func (s judgeSet) Evict(r lock.Record, now time.Time, margin time.Duration) (int, error) {
+	s.asked <- now
+	return 0, nil
+}
+
+// The heal checks judge a holder overdue by the Protocol's clock: past its
+// Deadline + HealMargin there, whatever the wall clock says.
+func TestHealOnClock(t *testing.T) {
+	run, _ := sets(t, 1, 1)
+	start := time.Unix(1e9, 0) // long past on the wall clock
+	fake := clock.NewFake(start)
+	js := judgeSet{run, make(chan time.Time, 10)}
+	sl, ok, err := js.TryAcquire()
+	if !ok || err != nil {
+		t.Fatalf("take the run slot: %v %v", ok, err)
+	}
+	pstart, err := proc.StartTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := start.Add(10 * time.Minute)
+	if err := sl.Publish(lock.Record{PID: os.Getpid(), Start: pstart, Since: start, Deadline: deadline}); err != nil {
+		t.Fatal(err)
+	}
+	p := &Protocol{Run: js, Clock: fake}
+	asked := func() (time.Time, bool) {
+		select {
+		case at := <-js.asked:
+			return at, true
+		default:
+			return time.Time{}, false
+		}
+	}
+	p.Heal()
+	fake.Advance(10*time.Minute + HealMargin)
+	p.Heal()
+	if at, ok := asked(); ok {
+		t.Fatalf("evicted at %v, not past deadline %v + HealMargin on the clock", at, deadline)
+	}
+	fake.Advance(time.Millisecond)
+	p.Heal()
+	if at, ok := asked(); !ok || !at.Equal(fake.Now()) {
+		t.Fatalf("past deadline + HealMargin on the clock: asked %v at %v, want at %v", ok, at, fake.Now())
 	}
 }
