@@ -32,15 +32,15 @@ func standOnFake(t *testing.T, p *Protocol, fake *clock.Fake) (held lock.Slot, d
 		done <- promoted{s, ok, err}
 	}()
 	// The deadline and the poll tick (the first tick fires at once).
-	waitFor(t, func() bool { return fake.Waiters() >= 2 })
+	waitFor(t, "Promote armed its deadline and poll timers on the clock", func() bool { return fake.Waiters() >= 2 })
 	return held, done
 }
 
-func waitFor(t *testing.T, cond func() bool) {
+func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	for end := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
 		if time.Now().After(end) {
-			t.Fatal("condition not met in 10s")
+			t.Fatalf("not in 10s: %s", what)
 		}
 	}
 }
