@@ -20,6 +20,9 @@ import (
 func (h *Holder) Stand(ctx context.Context, p *standby.Protocol, sb lock.Slot) (lock.Slot, error) {
 	log := h.log.With().Str("slot", sb.Name()).Str("role", lock.RoleStandby).Logger()
 	h.setName("baton:standby")
+	if p.Clock == nil {
+		p.Clock = h.clk // the wait ends on the holder's clock, as the record says
+	}
 	now := h.clk.Now()
 	if err := sb.Publish(h.record(lock.RoleStandby, now, now.Add(p.Wait))); err != nil {
 		log.Warn().Err(err).Msg("publish slot record")

@@ -33,6 +33,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/baton-run/baton/internal/clock"
 	"github.com/baton-run/baton/lock"
 )
 
@@ -80,6 +81,17 @@ type Protocol struct {
 	// closes its lock, or a poll), or, when it freed after the last look,
 	// that look's time; zero when no look read the records.
 	Took func(slot int, freeSince time.Time)
+	// Clock is the time of Wait, Poll and the heal checks (nil:
+	// clock.Real), so that tests run a standby_wait without sleeping.
+	Clock clock.Clock
+}
+
+// clock is p.Clock, or the wall clock.
+func (p *Protocol) clock() clock.Clock {
+	if p.Clock == nil {
+		return clock.Real
+	}
+	return p.Clock
 }
 
 // Enter tries a run slot, then a standby slot. When every slot of a set is
@@ -157,12 +169,16 @@ func (p *Protocol) Promote(ctx context.Context, sb lock.Slot) (lock.Slot, bool, 
 			defer stopGuard()
 		}
 	}
-	w := waiter{p: p, run: run, sb: sb, since: time.Now()}
-	deadline := time.NewTimer(p.Wait)
+	clk := p.clock()
+	w := waiter{p: p, run: run, sb: sb, since: clk.Now()}
+	deadline := clk.NewTimer(p.Wait)
 	defer deadline.Stop()
-	tick := time.NewTimer(0) // try at once: a slot may have freed while we set up
+	tick := clk.NewTimer(0) // try at once: a slot may have freed while we set up
 	defer tick.Stop()
-	var soon <-chan time.Time // another look, while a run slot looks free
+	pause := clk.NewTimer(time.Hour)
+	pause.Stop()
+	defer pause.Stop()
+	var soon <-chan time.Time // another look, while a run slot looks free: pause.C()
 	quiet := false            // after a miss: wake-ups wait for soon
 	for {
 		polled := false
@@ -173,14 +189,14 @@ func (p *Protocol) Promote(ctx context.Context, sb lock.Slot) (lock.Slot, bool, 
 		select {
 		case <-ctx.Done():
 			return nil, false, ctx.Err()
-		case <-deadline.C:
+		case <-deadline.C():
 			return nil, false, nil
 		case <-sb.Lost():
 			return nil, false, nil
 		case <-woken:
 		case <-soon:
 			soon, quiet = nil, false
-		case <-tick.C:
+		case <-tick.C():
 			tick.Reset(jitter(p.Poll))
 			polled = true
 		}
@@ -206,7 +222,8 @@ func (p *Protocol) Promote(ctx context.Context, sb lock.Slot) (lock.Slot, bool, 
 			//    other slot's event would make us try again;
 			//  - we defer to an older standby: it may leave without the
 			//    slot (a second slot freed, it timed out, it is stuck).
-			soon, quiet = time.After(w.pause()), try
+			pause.Reset(w.pause())
+			soon, quiet = pause.C(), try
 		}
 	}
 }
@@ -229,9 +246,10 @@ func (p *Protocol) awaitHandOver(ctx context.Context, sb lock.Slot, h lock.Hando
 			_ = s.Release()
 		}
 	}
-	deadline := time.NewTimer(p.Wait)
+	clk := p.clock()
+	deadline := clk.NewTimer(p.Wait)
 	defer deadline.Stop()
-	tick := time.NewTimer(0) // join the line at once
+	tick := clk.NewTimer(0) // join the line at once
 	defer tick.Stop()
 	for {
 		select {
@@ -241,11 +259,11 @@ func (p *Protocol) awaitHandOver(ctx context.Context, sb lock.Slot, h lock.Hando
 		case <-sb.Lost():
 			handOn()
 			return nil, false, nil
-		case <-deadline.C:
+		case <-deadline.C():
 			s, ok, err := w.Leave()
 			return s, ok && err == nil, nil
 		case <-w.Woken():
-		case <-tick.C:
+		case <-tick.C():
 			tick.Reset(jitter(p.Poll))
 		}
 		// An error (Redis away for a moment) is tried again at the next
@@ -302,7 +320,7 @@ func (w *waiter) turn(polled bool) (try, free bool) {
 			return true, false
 		}
 	}
-	now := time.Now()
+	now := w.p.clock().Now()
 	w.looked = now
 	stuck := false // a slot looked free at every look for two polls
 	for i, r := range rs {
@@ -341,7 +359,7 @@ func (p *Protocol) healSet(s lock.Set) bool {
 		return false
 	}
 	ev := s.Capabilities().Evicter
-	return ev != nil && p.evict(ev, ev.Overdue(time.Now(), HealMargin))
+	return ev != nil && p.evict(ev, ev.Overdue(p.clock().Now(), HealMargin))
 }
 
 // heal evicts the overdue holders among rs, records of the run set.
@@ -351,7 +369,7 @@ func (p *Protocol) heal(rs []lock.Record) bool {
 }
 
 func (p *Protocol) evict(ev lock.Evicter, rs []lock.Record) bool {
-	now, healed := time.Now(), false
+	now, healed := p.clock().Now(), false
 	for _, r := range rs {
 		if !r.Overdue(now, HealMargin) {
 			continue

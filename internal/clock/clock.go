@@ -1,7 +1,7 @@
 // Package clock is the time source of code whose subject is time
-// (a holder's lifetime, its hard deadline, its periodic publishing), so that
-// its tests run hours of lifetime without sleeping: Real is the wall clock,
-// Fake moves only when told (Advance).
+// (a holder's lifetime, its hard deadline, its periodic publishing, a
+// standby's wait), so that its tests run hours of lifetime without
+// sleeping: Real is the wall clock, Fake moves only when told (Advance).
 package clock
 
 import (
@@ -14,15 +14,23 @@ type Clock interface {
 	Now() time.Time
 	// AfterFunc calls f in its own goroutine once d has passed.
 	AfterFunc(d time.Duration, f func()) Timer
+	// NewTimer sends the time on C once d has passed, as time.NewTimer.
+	NewTimer(d time.Duration) Timer
 	// NewTicker sends the time on C every d (dropping ticks a slow
 	// reader misses, as time.Ticker does).
 	NewTicker(d time.Duration) Ticker
 }
 
-// Timer is an armed AfterFunc.
+// Timer is an armed AfterFunc or NewTimer, as a *time.Timer.
 type Timer interface {
-	// Stop disarms it: false when f already ran or was started.
+	// C is where a NewTimer sends; nil for an AfterFunc.
+	C() <-chan time.Time
+	// Stop disarms it: false when it already fired (f ran or was started).
+	// A value not yet received is dropped, as with Go 1.23's timers.
 	Stop() bool
+	// Reset re-arms it for d from now (dropping a value not yet
+	// received): false when it had fired or was stopped.
+	Reset(d time.Duration) bool
 }
 
 // Ticker is a running NewTicker.
@@ -37,8 +45,15 @@ var Real Clock = realClock{}
 type realClock struct{}
 
 func (realClock) Now() time.Time                            { return time.Now() }
-func (realClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+func (realClock) AfterFunc(d time.Duration, f func()) Timer { return realTimer{time.AfterFunc(d, f)} }
+func (realClock) NewTimer(d time.Duration) Timer            { return realTimer{time.NewTimer(d)} }
 func (realClock) NewTicker(d time.Duration) Ticker          { return realTicker{time.NewTicker(d)} }
+
+type realTimer struct{ t *time.Timer }
+
+func (t realTimer) C() <-chan time.Time        { return t.t.C }
+func (t realTimer) Stop() bool                 { return t.t.Stop() }
+func (t realTimer) Reset(d time.Duration) bool { return t.t.Reset(d) }
 
 type realTicker struct{ t *time.Ticker }
 
@@ -55,7 +70,8 @@ type Fake struct {
 // NewFake is a fake clock at now.
 func NewFake(now time.Time) *Fake { return &Fake{now: now} }
 
-// fakeWaiter is an armed timer (f set) or ticker (c set, period > 0).
+// fakeWaiter is an armed AfterFunc (fn set), NewTimer (c set) or ticker
+// (c set, period > 0).
 type fakeWaiter struct {
 	f       *Fake
 	at      time.Time
@@ -78,6 +94,14 @@ func (f *Fake) AfterFunc(d time.Duration, fn func()) Timer {
 	defer f.mu.Unlock()
 	w := &fakeWaiter{f: f, at: f.now.Add(d), fn: fn}
 	f.waiters = append(f.waiters, w)
+	return w
+}
+
+// NewTimer sends on C once d of fake time has passed; at once when d <= 0,
+// as time.NewTimer(0) fires without the time moving.
+func (f *Fake) NewTimer(d time.Duration) Timer {
+	w := &fakeWaiter{f: f, c: make(chan time.Time, 1), stopped: true}
+	w.Reset(d)
 	return w
 }
 
@@ -118,7 +142,7 @@ func (f *Fake) Advance(d time.Duration) {
 			next.at = next.at.Add(next.period)
 		} else {
 			next.stopped = true
-			go next.fn()
+			next.fire()
 		}
 	}
 	f.now = end
@@ -146,12 +170,62 @@ func (f *Fake) Waiters() int {
 	return n
 }
 
+// fire sends on c or starts fn; f.mu is held.
+func (w *fakeWaiter) fire() {
+	if w.fn != nil {
+		go w.fn()
+		return
+	}
+	select {
+	case w.c <- w.f.now:
+	default:
+	}
+}
+
+// C is where a NewTimer sends; nil for an AfterFunc.
+func (w *fakeWaiter) C() <-chan time.Time { return w.c }
+
 func (w *fakeWaiter) Stop() bool {
 	w.f.mu.Lock()
 	defer w.f.mu.Unlock()
 	was := !w.stopped
 	w.stopped = true
+	w.drain()
 	return was
+}
+
+// Reset re-arms w for d from the fake now; d <= 0 fires it at once.
+func (w *fakeWaiter) Reset(d time.Duration) bool {
+	f := w.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	was := !w.stopped
+	w.drain()
+	w.at = f.now.Add(d)
+	if d <= 0 {
+		w.stopped = true
+		w.fire()
+		return was
+	}
+	w.stopped = false
+	for _, o := range f.waiters {
+		if o == w {
+			return was // still listed: Stop does not unlist until Advance
+		}
+	}
+	f.waiters = append(f.waiters, w)
+	return was
+}
+
+// drain drops a value sent and not received, as Go 1.23's timers do; f.mu is held.
+func (w *fakeWaiter) drain() {
+	if w.c == nil || w.period > 0 {
+		return
+	}
+	select {
+	case <-w.c:
+	default:
+	}
 }
 
 // fakeTicker is a ticking fakeWaiter.
