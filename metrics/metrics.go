@@ -60,6 +60,7 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 
 var (
 	up          = desc("up", "1 when the queue's Redis answered this scrape, else 0.")
+	paused      = desc("queue_paused", "1 while the queue is paused (baton pause): no holder starts a job; running jobs finish.")
 	jobs        = desc("jobs", "Jobs by where they are now: waiting, pending (running or left by a dead holder), scheduled, retrying, dead.", "state")
 	oldest      = desc("oldest_waiting_seconds", "How long the oldest waiting job has waited (0 when none waits).")
 	done        = desc("jobs_done_total", "Jobs acknowledged, all time.")
@@ -77,8 +78,8 @@ var (
 	leaseLeft   = desc("lease_seconds_left", "Fleet mode: time left on each held run lease, on Redis' clock. Renewed every lease_renew, it stays near lease_ttl; lower, renewals were missed (a frozen or cut-off holder); below a third of lease_ttl its holder is past its renew deadline and has fenced itself.", "slot")
 	belowK      = desc("below_k_seconds_total", "Time during which fewer than k run slots were held, all time, as holders and standbys recorded it.")
 	gaps        = desc("slot_gap_seconds", "Gaps between a kept run slot's holders: from one's leave (or death) to the next's take, by who took it (standby, candidate), all time.", "by")
-	reasons     = []string{work.ReasonFailed, work.ReasonTimeout, work.ReasonCrashed, work.ReasonTooLarge, work.ReasonMalformed, work.ReasonRejected}
-	allDescs    = []*prometheus.Desc{up, jobs, oldest, done, retried, failed, dead, duration, slotsHeld, slotsKept, holderAge, overdue, noRecord, leaseLeft, memUsed, memMax, belowK, gaps}
+	reasons     = []string{work.ReasonFailed, work.ReasonTimeout, work.ReasonCrashed, work.ReasonTooLarge, work.ReasonMalformed, work.ReasonRejected, work.ReasonCancelled}
+	allDescs    = []*prometheus.Desc{up, paused, jobs, oldest, done, retried, failed, dead, duration, slotsHeld, slotsKept, holderAge, overdue, noRecord, leaseLeft, memUsed, memMax, belowK, gaps}
 	failedKinds = map[string][]string{ // kind → stats fields that add up to it
 		work.FailedError:   {work.StatFailedPrefix + work.FailedError, work.StatDeadPrefix + work.ReasonFailed},
 		work.FailedTimeout: {work.StatFailedPrefix + work.FailedTimeout, work.StatDeadPrefix + work.ReasonTimeout},
@@ -130,6 +131,7 @@ func (c *Collector) queue(ch chan<- prometheus.Metric, q string, n *work.Counts)
 		ch <- gauge(jobs, float64(v), q, state)
 	}
 	ch <- gauge(oldest, n.OldestWaiting.Seconds(), q)
+	ch <- gauge(paused, b2f(n.Paused != nil), q)
 	ch <- counter(done, n.Stats[work.StatDone], q)
 	ch <- counter(retried, n.Stats[work.StatRetried], q)
 	for kind, fields := range failedKinds {

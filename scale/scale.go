@@ -53,6 +53,7 @@ type State struct {
 	Slots            []lock.Record // the run slot table, index order (lock.Set.Records)
 	Self             int           // this holder's run slot
 	Draining         bool          // this holder takes no more jobs (lifetime over, told to stop)
+	Paused           bool          // the queue is paused (baton pause): its backlog calls for no one, and no one leaves
 	Idle             time.Duration // since this holder last ran a job (or since it started)
 	SinceUp          time.Duration // since this holder's last scale-up round; large when none
 }
@@ -114,6 +115,11 @@ func Decide(p Policy, s State) Decision {
 		held++
 	}
 	scaler := scalerOf(s.Slots, s.Self)
+	if s.Known && s.Paused {
+		// Its backlog waits by design: scaling up would start holders that
+		// start nothing, and leaving would churn the slots.
+		return stay("queue paused: its backlog calls for no holder")
+	}
 	if d, ok := leave(p, s, below); ok {
 		return d
 	}
