@@ -61,7 +61,8 @@ or still running when the wait ended (shutdown_grace + 5s).
 {{flags}}
 Example:
   baton cancel --config /etc/baton/thumbs.toml 1795277752922-0
-  baton job --queue thumbs --json 1795277752922-0 | jq -r .id | baton cancel --queue thumbs -
+  baton cancel --queue thumbs --reason "bad batch" --from ids.txt
+  grep -o '^[0-9]*-[0-9]*' ids.log | baton cancel --queue thumbs -
 `
 
 // controlKeys are the settings of pause, resume and cancel.
@@ -92,7 +93,7 @@ func runPause(ctx context.Context, e *env, args []string) error {
 		return usagef("the queue is a flag: baton pause --queue "+fs.Arg(0), "pause: unexpected argument %q", fs.Arg(0))
 	}
 	if fs.Changed("for") && o.d <= 0 {
-		return usagef("give a positive duration, e.g. --for 15m; without --for the pause lasts until baton resume", "pause: --for %s is not positive", o.d)
+		return usagef("", "pause: --for %s is not positive (give e.g. --for 15m; without --for the pause lasts until baton resume)", o.d)
 	}
 	cfg, rdb, err := loadAndConnect(ctx, e, o.cf, 1)
 	if err != nil {

@@ -467,3 +467,37 @@ func TestCancelRacesFinish(t *testing.T) {
 		t.Errorf("no race: %d cancelled, %d finished", cancelled, finished)
 	}
 }
+
+// TestPausedQueueDoesNotScaleUp: an autoscaled holder on a paused queue
+// with a backlog far over scale_up_backlog starts no candidate; once the
+// queue is resumed it does.
+func TestPausedQueueDoesNotScaleUp(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	q := "scaled"
+	r.fresh(q)
+	t.Cleanup(func() { r.killHolders(q) })
+	if _, errOut, code := r.baton("pause", "--queue", q); code != 0 {
+		t.Fatalf("pause: %s", errOut)
+	}
+	r.enqueueN(q, 200)
+	job := r.script("job.sh", "cat >/dev/null; sleep 0.05\n")
+	p := r.start(append(scaleArgs(q, 3, 1), "--", job)...)
+	eventually(t, 10*time.Second, "the holder sees the pause", func() bool { return strings.Contains(p.log(), "queue paused") })
+	s := r.sample(q, 3)
+	seen := time.Now()
+	eventually(t, 20*time.Second, "a few scaling rounds pass", func() bool {
+		return time.Since(seen) > 3*time.Second // scaling rounds are once a second
+	})
+	s.stop()
+	if s.max > 1 {
+		t.Fatalf("%d run slots held for a paused queue's backlog", s.max)
+	}
+	if strings.Contains(p.log(), "scale up") {
+		t.Fatalf("scaled up for a paused queue:\n%s", p.log())
+	}
+	if _, errOut, code := r.baton("resume", "--queue", q); code != 0 {
+		t.Fatalf("resume: %s", errOut)
+	}
+	eventually(t, 20*time.Second, "scale-up after resume", func() bool { return strings.Contains(p.log(), "scale up") })
+}
