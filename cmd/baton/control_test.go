@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-run/baton/internal/redistest"
 	"github.com/baton-run/baton/work"
 )
 
@@ -500,4 +501,38 @@ func TestPausedQueueDoesNotScaleUp(t *testing.T) {
 		t.Fatalf("resume: %s", errOut)
 	}
 	eventually(t, 20*time.Second, "scale-up after resume", func() bool { return strings.Contains(p.log(), "scale up") })
+}
+
+// TestPauseSurvivesRedisRestart: with AOF, a pause (and its --for expiry)
+// is still there after Redis restarts; a holder started then starts
+// nothing until resume.
+func TestPauseSurvivesRedisRestart(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, redistest.Appendonly)
+	log := filepath.Join(r.dir, "jobs.log")
+	job := r.jobScript(log, "0")
+	if _, errOut, code := r.baton("pause", "--for", "1h", "--reason", "restart"); code != 0 {
+		t.Fatalf("pause: %s", errOut)
+	}
+	r.redis.Restart()
+	r.fresh("default")
+	p, err := work.ReadPause(context.Background(), r.client(), "default")
+	if err != nil || p == nil || p.Reason != "restart" || p.Until.IsZero() {
+		t.Fatalf("pause after the restart: %+v %v; want it, with its expiry", p, err)
+	}
+	r.enqueue("default", 2)
+	h := r.start("run", "--lifetime", "1m", "--", job)
+	eventually(t, 20*time.Second, "the holder sees the pause", func() bool { return strings.Contains(h.log(), "queue paused") })
+	seen := time.Now()
+	eventually(t, 10*time.Second, "a few keeper rounds", func() bool { return time.Since(seen) > 1500*time.Millisecond })
+	if s, _ := starts(t, log); len(s) > 0 {
+		t.Fatalf("%d jobs started on a queue paused before the restart", len(s))
+	}
+	if _, errOut, code := r.baton("resume"); code != 0 {
+		t.Fatalf("resume: %s", errOut)
+	}
+	eventually(t, 10*time.Second, "the jobs run after resume", func() bool {
+		s, _ := starts(t, log)
+		return len(s) == 2
+	})
 }
