@@ -308,9 +308,7 @@ func TestCancelEachState(t *testing.T) {
 	if b, _ := os.ReadFile(termed); !strings.Contains(string(b), "term") {
 		t.Errorf("the job never got SIGTERM")
 	}
-	eventually(t, 5*time.Second, "the job's process group is gone", func() bool {
-		return syscall.Kill(-jobPID, 0) != nil
-	})
+	eventually(t, 5*time.Second, "the job's process group is gone", func() bool { return !groupAlive(jobPID) })
 	if d := r.deadOf(eq, running); d == nil || d.Reason != work.ReasonCancelled {
 		t.Fatalf("running job's letter: %+v", d)
 	}
@@ -535,4 +533,75 @@ func TestPauseSurvivesRedisRestart(t *testing.T) {
 		s, _ := starts(t, log)
 		return len(s) == 2
 	})
+}
+
+// TestCancelAndPauseInFleet: with lock_backend redis, holders on two
+// simulated hosts; a cancel (from neither) stops the running job on
+// whichever host runs it, through its fenced dead script, and a pause
+// stops both hosts.
+func TestCancelAndPauseInFleet(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	pidf := filepath.Join(r.dir, "pids")
+	long := r.script("long.sh", "cat >/dev/null; echo $$ >> "+pidf+"\nsleep 60\n")
+	ids := r.enqueue("default", 2)
+	for _, h := range []string{"h1", "h2"} {
+		r.start(r.fleetArgs(h, "--slots", "2", "--lifetime", "1m", "--shutdown-grace", "0s", "--", long)...)
+	}
+	// Both jobs are delivered (one may be read ahead, unstarted, by the
+	// host running the other) and at least one runs.
+	eventually(t, 20*time.Second, "both jobs delivered, one running", func() bool {
+		for _, id := range ids {
+			if loc, err := work.Locate(context.Background(), r.client(), "default", id); err != nil || loc.State != work.StateRunning {
+				return false
+			}
+		}
+		b, _ := os.ReadFile(pidf)
+		return len(strings.Fields(string(b))) >= 1
+	})
+	if _, errOut, code := r.baton("pause"); code != 0 {
+		t.Fatalf("pause: %s", errOut)
+	}
+	out, errOut, code := r.baton(append([]string{"cancel"}, ids...)...)
+	// The running one is stopped; one read ahead and unstarted went back
+	// to the stream when the pause came, and is taken out as waiting.
+	if code != 0 || strings.Count(out, " cancelled: ") != 2 || !strings.Contains(out, "stopped while running") {
+		t.Fatalf("cancel in a fleet: exit %d\n%s%s", code, out, errOut)
+	}
+	b, _ := os.ReadFile(pidf)
+	for _, f := range strings.Fields(string(b)) {
+		pid, _ := strconv.Atoi(f)
+		eventually(t, 5*time.Second, "the job's process group is gone", func() bool { return !groupAlive(pid) })
+	}
+	for _, id := range ids {
+		if d := r.deadOf("default", id); d == nil || d.Reason != work.ReasonCancelled {
+			t.Fatalf("job %s: letter %+v", id, d)
+		}
+	}
+	// Paused: a new job waits on both hosts.
+	r.enqueue("default", 1)
+	seen := time.Now()
+	eventually(t, 10*time.Second, "a few keeper rounds", func() bool { return time.Since(seen) > 1500*time.Millisecond })
+	if b2, _ := os.ReadFile(pidf); len(b2) != len(b) {
+		t.Fatalf("a job started on a paused fleet queue")
+	}
+}
+
+// groupAlive reports whether process group pgid has a member that is not
+// a zombie (one reparented to a holder is reaped a moment later).
+func groupAlive(pgid int) bool {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp ...: comm may hold spaces, so split after ')'.
+		i := strings.LastIndexByte(string(b), ')')
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) > 2 && f[2] == strconv.Itoa(pgid) && f[0] != "Z" {
+			return true
+		}
+	}
+	return false
 }
