@@ -499,6 +499,12 @@ func TestPausedQueueDoesNotScaleUp(t *testing.T) {
 		t.Fatalf("resume: %s", errOut)
 	}
 	eventually(t, 20*time.Second, "scale-up after resume", func() bool { return strings.Contains(p.log(), "scale up") })
+	// Let the candidates drain the queue and leave (idle_exit 1s), so that
+	// none is still starting when the test's lock dir is removed.
+	eventually(t, 60*time.Second, "the queue drained", func() bool { return r.status("--queue", q).Jobs.Done == 200 })
+	eventually(t, 30*time.Second, "back to the kept holder", func() bool {
+		return len(heldSlots(r.slotTable(q, "run", 3))) == 1
+	})
 }
 
 // TestPauseSurvivesRedisRestart: with AOF, a pause (and its --for expiry)
