@@ -22,10 +22,11 @@ const deadUsage = `Usage: baton dead list [--json] [--limit N]
        baton dead purge ID... | --all
 
 Dead letters are jobs that will not run again: they failed max_attempts
-times (failed, timeout), killed their holder every time (crashed), or could
-not run at all (too_large, malformed). list shows them oldest first without
-their payloads; show prints one with its payload; requeue puts jobs back in
-the queue with their attempts starting over; purge deletes them.
+times (failed, timeout), killed their holder every time (crashed), could
+not run at all (too_large, malformed), or were cancelled (baton cancel).
+list shows them oldest first without their payloads; show prints one with
+its payload; requeue puts jobs back in the queue with their attempts
+starting over; purge deletes them.
 
 {{flags}}
 Example:

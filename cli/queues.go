@@ -13,7 +13,8 @@ import (
 const queuesUsage = `Usage: baton queues [flags]
 
 List every queue in the Redis database with its jobs: waiting, pending,
-scheduled, retrying, dead and done, so a mistyped queue name is obvious.
+scheduled, retrying, dead and done, and who paused it, when and why (baton
+pause), so a mistyped queue name is obvious.
 It only reads (SCAN, never KEYS).
 
 {{flags}}
@@ -68,9 +69,13 @@ func runQueues(ctx context.Context, e *env, args []string) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(e.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tWAITING\tPENDING\tSCHEDULED\tRETRYING\tDEAD\tDONE")
+	fmt.Fprintln(tw, "QUEUE\tWAITING\tPENDING\tSCHEDULED\tRETRYING\tDEAD\tDONE\tPAUSED")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\n", r.Queue, r.Waiting, r.Pending, r.Scheduled, r.Retrying, r.Dead, r.Done)
+		p := "-"
+		if r.Paused != nil {
+			p = r.Paused.String()
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", r.Queue, r.Waiting, r.Pending, r.Scheduled, r.Retrying, r.Dead, r.Done, p)
 	}
 	return tw.Flush()
 }

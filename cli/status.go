@@ -123,7 +123,11 @@ func readStatus(ctx context.Context, cfg *config.Config) (rep *statusReport, jer
 }
 
 func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
-	fmt.Fprintf(w, "queue %s on %s\n", rep.Queue, cfg.RedisName())
+	if j := rep.Jobs; j != nil && j.Paused != nil {
+		fmt.Fprintf(w, "queue %s on %s: PAUSED (%s); no job starts until 'baton resume'\n", rep.Queue, cfg.RedisName(), j.Paused)
+	} else {
+		fmt.Fprintf(w, "queue %s on %s\n", rep.Queue, cfg.RedisName())
+	}
 	if j := rep.Jobs; j != nil {
 		fmt.Fprintf(w, "jobs  %d waiting, %d pending, %d scheduled, %d retrying, %d dead, %d done\n", j.Waiting, j.Pending, j.Scheduled, j.Retrying, j.Dead, j.Done)
 		if b := j.ByPriority; b != nil {

@@ -64,7 +64,7 @@ func (s *scaler) step(next *Activity) {
 	}
 	ctx, cancel := context.WithTimeout(s.sig, 500*time.Millisecond)
 	if c, err := work.ReadCounts(ctx, h.rdb, h.cfg.Queue); err == nil {
-		state.Known, state.Waiting, state.Pending, state.Oldest = true, c.Waiting, c.Pending, c.OldestWaiting
+		state.Known, state.Waiting, state.Pending, state.Oldest, state.Paused = true, c.Waiting, c.Pending, c.OldestWaiting, c.Paused != nil
 	}
 	cancel()
 	d := scale.Decide(s.pol, state)

@@ -51,6 +51,7 @@ type State struct {
 	Slots            []Slot        // the run slot table, index order
 	Self             int           // this holder's run slot
 	Draining         bool          // this holder takes no more jobs (lifetime over, told to stop)
+	Paused           bool          // the queue is paused (baton pause): its backlog calls for no one, and no one leaves
 	Idle             time.Duration // since this holder last ran a job (or since it started)
 	SinceUp          time.Duration // since this holder's last scale-up round; large when none
 }
@@ -119,6 +120,11 @@ func Decide(p Policy, s State) Decision {
 		held++
 	}
 	scaler := scalerOf(s.Slots, s.Self)
+	if s.Known && s.Paused {
+		// Its backlog waits by design: scaling up would start holders that
+		// start nothing, and leaving would churn the slots.
+		return stay("queue paused: its backlog calls for no holder")
+	}
 	if d, ok := leave(p, s, below); ok {
 		return d
 	}

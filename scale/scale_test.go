@@ -59,6 +59,8 @@ func TestDecide(t *testing.T) {
 		{"idle above k, not long enough", pol, State{Known: true, Self: 3, Slots: table(4, []int{0, 3}), Idle: 29 * time.Second}, Stay, 0, "no backlog"},
 		{"idle but jobs wait", pol, State{Known: true, Waiting: 5, Self: 3, Slots: table(4, []int{0, 3}), Idle: time.Hour}, Stay, 0, "no backlog"},
 		{"k = 2 needs two below", Policy{Keep: 2, Slots: 4, Backlog: 100, IdleExit: time.Second}, State{Known: true, Self: 3, Slots: table(4, []int{1, 3}), Idle: time.Hour}, Stay, 0, "no backlog"},
+		{"paused queue's backlog starts no one", pol, State{Known: true, Paused: true, Waiting: 20000, Slots: table(4, []int{0}), SinceUp: long}, Stay, 0, "paused"},
+		{"idle on a paused queue stays", pol, State{Known: true, Paused: true, Self: 3, Slots: table(4, []int{0, 3}), Idle: time.Hour}, Stay, 0, "paused"},
 		{"k = 2, two below", Policy{Keep: 2, Slots: 4, Backlog: 100, IdleExit: time.Second}, State{Known: true, Self: 3, Slots: table(4, []int{1, 2, 3}), Idle: time.Hour}, Leave, 0, "2 holders below"},
 	}
 	for _, tt := range tests {

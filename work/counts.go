@@ -24,6 +24,8 @@ type Counts struct {
 	// ByPriority splits Waiting by priority ("high", "normal", "low") once
 	// the queue has used priorities; nil before.
 	ByPriority map[string]int64 `json:"waiting_by_priority,omitempty"`
+	// Paused is the queue's pause, nil when it is not paused.
+	Paused *Pause `json:"paused,omitempty"`
 	// Stats are the queue's totals (the Stat* fields), all time.
 	Stats map[string]int64 `json:"-"`
 }
@@ -36,7 +38,8 @@ func ReadCounts(ctx context.Context, rdb redis.Cmdable, q string) (*Counts, erro
 	var xlen [3]*redis.IntCmd
 	var groups [3]*redis.XInfoGroupsCmd
 	var scheduled, retrying, dead *redis.IntCmd
-	var stats *redis.MapStringStringCmd
+	var stats, paused *redis.MapStringStringCmd
+	var pausedTTL *redis.DurationCmd
 	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, level := range readOrder {
 			xlen[level] = p.XLen(ctx, k.StreamOf(level))
@@ -46,9 +49,12 @@ func ReadCounts(ctx context.Context, rdb redis.Cmdable, q string) (*Counts, erro
 		retrying = p.ZCard(ctx, k.Retry)
 		dead = p.XLen(ctx, k.Dead)
 		stats = p.HGetAll(ctx, k.Stats)
+		paused = p.HGetAll(ctx, k.Paused)
+		pausedTTL = p.PTTL(ctx, k.Paused)
 		return nil
 	})
-	c := &Counts{Scheduled: scheduled.Val(), Retrying: retrying.Val(), Dead: dead.Val(), Stats: map[string]int64{}}
+	c := &Counts{Scheduled: scheduled.Val(), Retrying: retrying.Val(), Dead: dead.Val(), Stats: map[string]int64{},
+		Paused: pauseOf(paused.Val(), pausedTTL.Val())}
 	var waiting [3]int64
 	for _, level := range readOrder {
 		if err := xlen[level].Err(); err != nil {

@@ -23,7 +23,7 @@ var (
 type DeadLetter struct {
 	ID       string    `json:"id"`     // the letter's own id in the dead-letter stream
 	JobID    string    `json:"job_id"` // the job's id for life: the id enqueue returned
-	Reason   string    `json:"reason"` // failed, timeout, crashed, too_large, malformed
+	Reason   string    `json:"reason"` // failed, timeout, crashed, too_large, malformed, rejected, cancelled
 	Attempts int       `json:"attempts"`
 	Error    string    `json:"error"` // the last error: a tail of the job's stderr, bounded
 	Entry    string    `json:"entry"` // the job's last stream entry id

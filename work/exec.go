@@ -57,9 +57,10 @@ type Exec struct {
 
 var _ Handler = (*Exec)(nil)
 
-// Handle runs the command for j and waits for it. When Timeout passes the
-// group gets SIGTERM, then SIGKILL after Grace; when ctx ends (the holder's
-// grace is over) it gets SIGKILL at once: there is no time left to give.
+// Handle runs the command for j and waits for it. When Timeout passes, or
+// the job is cancelled (ctx's cause ErrCancelled), the group gets SIGTERM,
+// then SIGKILL after Grace; when ctx ends otherwise (the holder's grace is
+// over) it gets SIGKILL at once: there is no time left to give.
 func (x *Exec) Handle(ctx context.Context, j *Job) error {
 	grace := x.Grace
 	if grace <= 0 {
@@ -155,8 +156,13 @@ func (x *Exec) supervise(ctx context.Context, pgid int, limit, grace time.Durati
 	case <-exited:
 		return
 	case <-ctx.Done():
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		return
+		if !errors.Is(context.Cause(ctx), ErrCancelled) {
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			return
+		}
+		// Cancelled (baton cancel): the job gets its grace, as at a timeout.
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		ctx = context.WithoutCancel(ctx)
 	case <-timeout:
 		timedOut.Store(true)
 		_ = syscall.Kill(-pgid, syscall.SIGTERM)

@@ -17,6 +17,7 @@ package work
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 )
 
@@ -58,6 +59,9 @@ type Job struct {
 	unique      string // the job's unique key, freed when it is done or dead
 	verdict     string // a dead-letter reason decided on reading: do not run
 	problem     string // why, for the dead letter
+
+	cancelled atomic.Bool // cancelled (baton cancel); set by the keeper, after cancelWhy
+	cancelWhy string      // the cancel's reason, for the dead letter; the keeper's, then read-only
 }
 
 // Handler runs one job. A nil error acknowledges it; an error schedules a

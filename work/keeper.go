@@ -3,7 +3,10 @@ package work
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // keepEvery is how often the keeper looks for due retries.
@@ -37,9 +40,29 @@ func (r *runner) keep(stop <-chan struct{}) {
 }
 
 // moveDue moves due retries and scheduled jobs into the streams, and
-// learns from the same call whether the queue has high or low jobs.
+// learns from the same call whether the queue has high or low jobs. The
+// same round trip (a pipeline) reads the queue's pause and its cancels of
+// running jobs: pause and cancel cost the hot path nothing per job.
 func (r *runner) moveDue(ctx context.Context) {
-	v, err := runScript(ctx, r.c.Client, dueScript, r.keys.due(), 100).Int64Slice()
+	var due *redis.Cmd
+	var pause *redis.MapStringStringCmd
+	var cancels *redis.MapStringStringCmd
+	_, _ = r.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		due = dueScript.EvalSha(ctx, p, r.keys.due(), 100)
+		pause = p.HGetAll(ctx, r.keys.Paused)
+		cancels = p.HGetAll(ctx, r.keys.Cancel)
+		return nil
+	})
+	if pause.Err() == nil {
+		r.pauseSeen(pause.Val())
+	}
+	if cancels.Err() == nil && len(cancels.Val()) > 0 {
+		r.cancelSeen(cancels.Val())
+	}
+	if err := due.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		due = runScript(ctx, r.c.Client, dueScript, r.keys.due(), 100) // loads it
+	}
+	v, err := due.Int64Slice()
 	if err == nil && len(v) != 3 {
 		err = fmt.Errorf("due script replied %v", v)
 	}

@@ -47,6 +47,8 @@ type Keys struct {
 	Rate          string // baton:{q}:rate: the rate limiter's state
 	RateLog       string // baton:{q}:rate:log: jobs granted per second, the last few seconds
 	Done          string // baton:{q}:done: sorted set of done job ids, scored by when done (ms); written only when retention > 0
+	Paused        string // baton:{q}:paused: hash (by, host, at, reason) while the queue is paused; a PX expiry with pause --for
+	Cancel        string // baton:{q}:cancel: hash job id → why, cancels of running jobs for their holders; expires an hour after the last
 }
 
 // KeysFor returns the keys of queue q.
@@ -55,7 +57,7 @@ func KeysFor(q string) Keys {
 	return Keys{Stream: base, High: base + ":high", Low: base + ":low", Retry: base + ":retry", RetryJobs: base + ":retry:jobs",
 		Scheduled: base + ":scheduled", ScheduledJobs: base + ":scheduled:jobs",
 		Dead: base + ":dead", DeadIndex: base + ":dead:ids", Stats: base + ":stats", Rate: base + ":rate", RateLog: base + ":rate:log",
-		Done: base + ":done"}
+		Done: base + ":done", Paused: base + ":paused", Cancel: base + ":cancel"}
 }
 
 // Unique is the key that holds the id of the job queued under a unique key.

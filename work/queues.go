@@ -62,7 +62,7 @@ func queueOf(key string) (string, bool) {
 	}
 	q, part := rest[:i], rest[i+1:]
 	switch part {
-	case "", ":high", ":low", ":retry", ":scheduled", ":dead", ":stats":
+	case "", ":high", ":low", ":retry", ":scheduled", ":dead", ":stats", ":paused":
 		return q, q != ""
 	}
 	return "", false

@@ -19,6 +19,7 @@ const (
 	ReasonTooLarge  = "too_large" // payload over max_payload: never run
 	ReasonMalformed = "malformed" // no payload field, a reserved field with a value baton never writes, or a job id another job holds: never run
 	ReasonRejected  = "rejected"  // the handler said not to retry (ErrSkipRetry, reject_exit_codes)
+	ReasonCancelled = "cancelled" // cancelled (baton cancel, Cancel): taken out waiting, or stopped running; never retried
 )
 
 // read feeds the workers: first this consumer's own pending entries, then,
@@ -44,6 +45,16 @@ func (r *runner) read(ctx context.Context) {
 		}
 		if limit > 0 {
 			free = min(free, limit-count)
+		}
+		if r.paused.Load() {
+			// Paused: read nothing until the keeper sees the resume (and
+			// pokes), or stop; the timer is a backstop only.
+			select {
+			case <-r.space:
+			case <-r.stopped:
+			case <-time.After(keepEvery):
+			}
+			continue
 		}
 		if free <= 0 || !replay && !r.refill(free) {
 			select {
@@ -142,7 +153,7 @@ func (r *runner) ensureGroups(ctx context.Context) error {
 // must not run.
 func (r *runner) dispatch(j *Job) {
 	r.mu.Lock()
-	r.active[j.key()] = struct{}{}
+	r.active[j.key()] = j
 	r.mu.Unlock()
 	r.inflight.Add(1)
 	if j.verdict != "" {

@@ -91,6 +91,10 @@ var (
 	// job died under it: the job is retried, and dead-lettered as "crashed"
 	// after the last attempt.
 	ErrCrashed = errors.New("worker died mid-job")
+	// ErrCancelled is the cause of a handler context cancelled because the
+	// job was cancelled (baton cancel, Cancel): the job is dead-lettered as
+	// "cancelled" whatever the handler returns, and never retried.
+	ErrCancelled = errors.New("job cancelled")
 	// ErrHandlerDown, wrapped in a handler's error, says the handler cannot
 	// run any job (a persistent child that will not start): the job goes
 	// back to the stream unrun, reading stops, the other running jobs
@@ -186,7 +190,7 @@ func Run(ctx context.Context, c Config, st *Stats) error {
 		results: make(chan result, max(c.Batch, c.Concurrency)),
 		space:   make(chan struct{}, 1),
 		stopped: make(chan struct{}),
-		active:  map[entryKey]struct{}{},
+		active:  map[entryKey]*Job{},
 
 		claimFrom: [3]string{"0-0", "0-0", "0-0"},
 	}
@@ -228,9 +232,12 @@ type runner struct {
 	announce  bool        // the first replay is not yet logged at info; the reader's own
 	inherited bool        // replaying what the slot's previous holder left (not what a lost reply left); the reader's own
 
-	mu     sync.Mutex
-	active map[entryKey]struct{} // entries read and not yet settled; guarded by mu
-	down   atomic.Int64          // unix ns when Redis started failing, 0 when fine
+	mu      sync.Mutex
+	active  map[entryKey]*Job // entries read and not yet settled; guarded by mu
+	workers []*worker         // one per worker goroutine, for the keeper's cancels; guarded by mu
+
+	paused atomic.Bool  // the queue is paused: start nothing; set by the keeper
+	down   atomic.Int64 // unix ns when Redis started failing, 0 when fine
 
 	stopOnce sync.Once
 	stopped  chan struct{} // closed when reading must stop
@@ -261,6 +268,11 @@ func (r *runner) run(ctx context.Context) error {
 	}
 	if used, err := levelsInUse(ctx, r.c.Client, r.keys); err == nil {
 		r.levels.Store(used)
+	}
+	// Before the first read: a holder that starts on a paused queue starts
+	// nothing (and says so once); the keeper follows the pause from here.
+	if h, err := r.c.Client.HGetAll(ctx, r.keys.Paused).Result(); err == nil {
+		r.pauseSeen(h)
 	}
 	// Handlers get their own context: a drain must not cancel running jobs,
 	// only the end of the grace period does.
@@ -343,22 +355,53 @@ func (r *runner) run(ctx context.Context) error {
 	return nil
 }
 
-// work runs jobs until the reader closes the channel. Once draining it
-// starts nothing new: entries read but not started go back to the stream.
+// work runs jobs until the reader closes the channel. Once draining, or
+// while the queue is paused, it starts nothing new: entries read but not
+// started go back to the stream. A cancelled job is dead-lettered as such,
+// unrun or stopped (its context cancelled with cause ErrCancelled). The
+// worker's context is made once and only made again after a cancel, so a
+// job costs no context of its own.
 func (r *runner) work(ctx context.Context) {
+	w := &worker{}
+	w.renew(ctx)
+	r.mu.Lock()
+	r.workers = append(r.workers, w)
+	r.mu.Unlock()
 	for j := range r.jobs {
-		if r.draining() {
+		if j.cancelled.Load() {
+			r.results <- result{job: j, dead: ReasonCancelled}
+			r.finished()
+			continue
+		}
+		if r.draining() || r.paused.Load() {
 			r.results <- result{job: j, back: true}
 			r.finished()
 			continue
 		}
 		j.Started = time.Now()
 		r.st.Recent.Store(j)
-		err := r.handle(ctx, j)
+		w.mu.Lock()
+		w.job = j
+		if j.cancelled.Load() { // marked between the check above and now
+			w.cancel(ErrCancelled)
+		}
+		jctx := w.ctx
+		w.mu.Unlock()
+		err := r.handle(jctx, j)
+		w.mu.Lock()
+		w.job = nil
+		if jctx.Err() != nil && ctx.Err() == nil {
+			w.renew(ctx)
+		}
+		w.mu.Unlock()
 		r.st.Recent.CompareAndSwap(j, nil)
 		took := time.Since(j.Started)
 		r.observe(took)
 		switch {
+		case j.cancelled.Load():
+			// Stopped, or finished while the cancel reached it: either
+			// way the cancel wins, once, and a late result changes nothing.
+			r.results <- result{job: j, dead: ReasonCancelled, dur: took}
 		case errors.Is(err, ErrHandlerDown):
 			// Not the job's fault: it goes back unrun, and the holder leaves.
 			r.stop("handler", err)
@@ -374,6 +417,21 @@ func (r *runner) work(ctx context.Context) {
 		}
 		r.finished()
 	}
+}
+
+// worker is one worker goroutine's job and context, for the keeper to
+// cancel the job it runs.
+type worker struct {
+	mu     sync.Mutex
+	job    *Job                    // running now, or nil; guarded by mu
+	ctx    context.Context         // the jobs' context until a cancel; written under mu by the worker
+	cancel context.CancelCauseFunc // cancels ctx; guarded by mu
+}
+
+// renew makes the worker's context again, under parent; the caller holds
+// mu or owns w alone.
+func (w *worker) renew(parent context.Context) {
+	w.ctx, w.cancel = context.WithCancelCause(parent)
 }
 
 // ownsTimeouts is a Handler that enforces job timeouts itself (Exec:

@@ -53,6 +53,8 @@ func (r *runner) settle() {
 		switch {
 		case res.back:
 			back[j.Priority] = append(back[j.Priority], j.Entry, j.Attempt-1, j.ID)
+		case res.dead == ReasonCancelled:
+			r.cancelled(j, res.dur)
 		case res.dead != "":
 			r.deadLetter(j, res.dead, j.problem, nil) // never ran: no duration
 		case res.err == nil:

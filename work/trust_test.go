@@ -250,7 +250,7 @@ func TestHeartbeatNeverTakesAnEntryBack(t *testing.T) {
 	if err := rdb.XClaim(ctx, &redis.XClaimArgs{Stream: stream, Group: Group, Consumer: "b", Messages: ids[:1]}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	r := &runner{c: Config{Client: rdb, Consumer: "a"}, keys: KeysFor("q"), active: map[entryKey]struct{}{{PriorityNormal, ids[0]}: {}, {PriorityNormal, ids[1]}: {}}}
+	r := &runner{c: Config{Client: rdb, Consumer: "a"}, keys: KeysFor("q"), active: map[entryKey]*Job{{PriorityNormal, ids[0]}: {}, {PriorityNormal, ids[1]}: {}}}
 	if err := r.heartbeat(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +285,7 @@ func TestPartialAckLeavesHistogramToTheOtherHolder(t *testing.T) {
 	rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: Group, Consumer: "b", Messages: ids[1:]})
 	rdb.XAck(ctx, k.Stream, Group, ids[1]) // b ran it too, and settled it first
 	r := &runner{c: Config{Client: rdb, Consumer: "a", Logger: testLogger(), RedisDownExit: time.Second}, keys: k,
-		st: new(Stats), active: map[entryKey]struct{}{}, space: make(chan struct{}, 1)}
+		st: new(Stats), active: map[entryKey]*Job{}, space: make(chan struct{}, 1)}
 	var b ackBatch
 	for _, id := range ids {
 		b.ids = append(b.ids, id)

@@ -33,8 +33,15 @@ const testHandler = "BATON_TEST_HANDLER"
 func TestMain(m *testing.M) {
 	if os.Getenv(asBaton) == "1" {
 		var o cli.Options
-		if os.Getenv(testHandler) == "hang" {
+		switch os.Getenv(testHandler) {
+		case "hang":
 			o.Handler = work.HandlerFunc(func(context.Context, *work.Job) error { select {} })
+		case "until-cancelled": // waits for its context, and writes its cause to the file the payload names
+			o.Handler = work.HandlerFunc(func(ctx context.Context, j *work.Job) error {
+				<-ctx.Done()
+				_ = os.WriteFile(string(j.Payload), []byte(context.Cause(ctx).Error()), 0o644)
+				return context.Cause(ctx)
+			})
 		}
 		os.Exit(cli.Main(context.Background(), os.Args[1:], o))
 	}
