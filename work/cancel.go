@@ -175,17 +175,7 @@ local function bury(f, runs, last)
   end
   local id = redis.call('XADD', KEYS[2], '*', unpack(f))
   if not held then redis.call('HSET', KEYS[3], job, id) end
-  if over > 0 then
-    for _, e in ipairs(redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', over)) do
-      local g = e[2]
-      for i = 1, #g, 2 do
-        if g[i] == 'orig' and redis.call('HGET', KEYS[3], g[i + 1]) == e[1] then
-          redis.call('HDEL', KEYS[3], g[i + 1])
-        end
-      end
-      redis.call('XDEL', KEYS[2], e[1])
-    end
-  end
+  trim(KEYS[2], KEYS[3], over)
   redis.pcall('HINCRBY', KEYS[4], 'dead', 1)
   redis.pcall('HINCRBY', KEYS[4], 'dead:cancelled', 1)
   return id

@@ -117,6 +117,20 @@ local function pending(stream, group, id, consumer)
   end
   return #redis.call('XPENDING', stream, group, id, id, 1) > 0
 end
+-- trim drops the n oldest dead letters of dead (dead_max), and their
+-- entries in the dead index where it still names them.
+local function trim(dead, index, n)
+  if n <= 0 then return end
+  for _, e in ipairs(redis.call('XRANGE', dead, '-', '+', 'COUNT', n)) do
+    local g = e[2]
+    for i = 1, #g, 2 do
+      if g[i] == 'orig' and redis.call('HGET', index, g[i + 1]) == e[1] then
+        redis.call('HDEL', index, g[i + 1])
+      end
+    end
+    redis.call('XDEL', dead, e[1])
+  end
+end
 `
 
 // ackScript acknowledges and deletes entries in one step, so an entry is never
@@ -361,17 +375,7 @@ for i = l, #ARGV, 2 do put(f, ARGV[i], ARGV[i + 1]) end
 local over = redis.call('XLEN', KEYS[2]) + 1 - tonumber(ARGV[4])
 local id = redis.call('XADD', KEYS[2], '*', unpack(f))
 redis.call('HSET', KEYS[3], ARGV[5], id)
-if over > 0 then
-  for _, e in ipairs(redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', over)) do
-    local g = e[2]
-    for i = 1, #g, 2 do
-      if g[i] == 'orig' and redis.call('HGET', KEYS[3], g[i + 1]) == e[1] then
-        redis.call('HDEL', KEYS[3], g[i + 1])
-      end
-    end
-    redis.call('XDEL', KEYS[2], e[1])
-  end
-end
+trim(KEYS[2], KEYS[3], over)
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
 if KEYS[5] ~= KEYS[1] then release(KEYS[5], ARGV[5]) end

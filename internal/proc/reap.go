@@ -262,24 +262,7 @@ func KillDescendants(within time.Duration) int {
 // candidates' trees, adding them to signalled; it returns how many it found
 // alive. Call with reg locked, so no candidate is being registered.
 func killBelow(pid int, signalled map[int]bool) int {
-	seen := map[int]bool{}
-	for pass := 0; pass < 5; pass++ {
-		ds, err := descendantsExcept(pid, isDetached)
-		if err != nil {
-			break
-		}
-		fresh := 0
-		for _, d := range ds {
-			if !seen[d.PID] {
-				seen[d.PID] = true
-				fresh++
-				_ = syscall.Kill(d.PID, syscall.SIGSTOP)
-			}
-		}
-		if fresh == 0 {
-			break
-		}
-	}
+	seen := stopDescendants(pid, isDetached)
 	for p := range seen {
 		if syscall.Kill(p, syscall.SIGKILL) == nil {
 			signalled[p] = true

@@ -131,12 +131,10 @@ func KillTreeExcept(pid int, start uint64, spare func(int) bool) int {
 	return len(killTree(pid, start, spare))
 }
 
-// killTree is KillTreeExcept, returning the pids it signalled.
-func killTree(pid int, start uint64, spare func(int) bool) []int {
-	if !Alive(pid, start) {
-		return nil
-	}
-	_ = syscall.Kill(pid, syscall.SIGSTOP)
+// stopDescendants stops pid's live descendants but spared ones' trees and
+// returns them: passes until one finds none new (a process forking as it
+// is stopped shows up in the next), five at most.
+func stopDescendants(pid int, spare func(int) bool) map[int]bool {
 	seen := map[int]bool{}
 	for pass := 0; pass < 5; pass++ {
 		ds, err := descendantsExcept(pid, spare)
@@ -155,6 +153,16 @@ func killTree(pid int, start uint64, spare func(int) bool) []int {
 			break
 		}
 	}
+	return seen
+}
+
+// killTree is KillTreeExcept, returning the pids it signalled.
+func killTree(pid int, start uint64, spare func(int) bool) []int {
+	if !Alive(pid, start) {
+		return nil
+	}
+	_ = syscall.Kill(pid, syscall.SIGSTOP)
+	seen := stopDescendants(pid, spare)
 	var out []int
 	for p := range seen {
 		if syscall.Kill(p, syscall.SIGKILL) == nil {
