@@ -147,7 +147,7 @@ func TestFindingTheRightQueue(t *testing.T) {
 		t.Fatalf("enqueue: %s", errOut)
 	}
 	out, errOut, code := r.baton("queues")
-	if code != 0 || !regexp.MustCompile(`(?m)^thumbs +2 +0 +0 +0 +0 +0$`).MatchString(out) {
+	if code != 0 || !regexp.MustCompile(`(?m)^thumbs +2 +0 +0 +0 +0 +0 +-$`).MatchString(out) {
 		t.Fatalf("queues exit %d: %s%s\nwant thumbs with 2 waiting", code, out, errOut)
 	}
 	out, _, code = r.baton("status", "--queue", "thumb")
