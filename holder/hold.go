@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -125,7 +126,7 @@ func (h *Holder) hold(ctx context.Context, slot lock.Slot) error {
 	defer life.Stop()
 
 	// 4. The lost-slot watch.
-	stopLost := h.watchLost(sig, slot)
+	stopLost := h.watchLost(slot)
 	defer stopLost()
 
 	// 5. The handler, its jobs' environment given explicitly.
@@ -174,14 +175,16 @@ func (h *Holder) hold(ctx context.Context, slot lock.Slot) error {
 	if persist != nil {
 		children = func() []Child { return recordChildren(persist.Children()) }
 	}
-	stopPublish := h.publish(slot, rec, st, children, step)
+	stopPublish := sync.OnceFunc(h.publish(slot, rec, st, children, step))
+	defer stopPublish() // on an early return; the normal one stops it below
 
 	// 7. The slot history.
 	h.took(slot)
 	h.mu.Lock()
 	h.leave = func(why string) { h.left(slot, why, st.Done.Load(), 500*time.Millisecond) }
 	h.mu.Unlock()
-	stopWatch := h.watchSlots(slot.Name(), st.Dead.Load)
+	stopWatch := sync.OnceFunc(h.watchSlots(slot.Name(), st.Dead.Load))
+	defer stopWatch()
 
 	// 8. The metrics file and the samples.
 	stopMetrics := h.writeMetrics()
@@ -207,6 +210,9 @@ func (h *Holder) hold(ctx context.Context, slot lock.Slot) error {
 		why = history.WhyIdle
 	}
 	leave = func() { h.left(slot, why, st.Done.Load(), 2*time.Second) }
+	h.mu.Lock()
+	h.leave = nil // recorded here now: a late Abort records no second leave
+	h.mu.Unlock()
 	h.log.Info().Int64("jobs_done", st.Done.Load()).Int64("jobs_failed", st.Failed.Load()).Int64("jobs_dead", st.Dead.Load()).Msg("leaving run slot")
 	if errors.Is(err, context.Canceled) {
 		return nil
@@ -288,12 +294,14 @@ func (h *Holder) sample() (stop func()) {
 	})
 }
 
-// watchLost watches slot in a goroutine that stop (or sig) ends, and stop
-// waits for. Lost: another process holds the slot now and, being its
-// consumer, replays its pending entries; running them here too would run
-// them twice at once. Everything stops now; they stay pending.
-func (h *Holder) watchLost(sig context.Context, slot lock.Slot) (stop func()) {
-	ctx, cancel := context.WithCancel(sig)
+// watchLost watches slot in a goroutine that stop ends, and stop waits
+// for. Lost: another process holds the slot now and, being its consumer,
+// replays its pending entries; running them here too would run them twice
+// at once. Everything stops now; they stay pending. It watches until the
+// holder leaves, through a drain too: a lease that cannot be renewed while
+// jobs drain for shutdown_grace expires, and its next holder replays them.
+func (h *Holder) watchLost(slot lock.Slot) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -335,6 +335,36 @@ func TestLostSlotKillsJobsAndExits(t *testing.T) {
 	wait(t, done, "Hold's return")
 }
 
+// A lease lost while the holder drains (the first signal came, its job
+// still runs for up to shutdown_grace) still kills the job and exits: the
+// lease expires meanwhile and the slot's next holder replays the job, so
+// running it here too would run it twice at once. The watch used to end
+// with the signal.
+func TestLostSlotWhileDraining(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, func(c *config.Config) {
+		c.LockBackend = "redis"
+		c.LeaseTTL, c.LeaseRenew = config.Duration{Duration: 900 * time.Millisecond}, config.Duration{Duration: 50 * time.Millisecond}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	pid, slot, done, _ := startSleeper(t, r, ctx)
+	cancel() // drain: the job runs on, within shutdown_grace (10s here)
+	select {
+	case err := <-done:
+		t.Fatalf("left with a job running: %v", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	key, _ := holder.Fence(slot)
+	if err := r.rdb.Del(context.Background(), key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if why := wait(t, r.exits, "exit on the lost slot while draining"); !errors.Is(why, holder.ErrSlotLost) {
+		t.Fatalf("exit because %v, want ErrSlotLost", why)
+	}
+	gone(t, pid)
+	wait(t, done, "Hold's return")
+}
+
 // The first signal (ctx cancelled) drains: the running job finishes and is
 // acknowledged. The second (Abort) kills the running jobs and records the
 // leave; the caller exits.

@@ -107,7 +107,7 @@ func cancelOne(ctx context.Context, rdb redis.Cmdable, q string, o CancelOptions
 		}
 		v, err := runScript(ctx, rdb, cancelScript,
 			[]string{stream, k.Dead, k.DeadIndex, k.Stats, ukey, k.Cancel, k.Retry, k.RetryJobs, k.Scheduled, k.ScheduledJobs},
-			Group, id, entry, o.DeadMax, o.Reason, cancelKeep.Milliseconds(), time.Now().UnixMilli()).StringSlice()
+			Group, id, entry, o.DeadMax, o.Reason, cancelKeep.Milliseconds(), time.Now().UnixMilli(), k.Unique("")).StringSlice()
 		if err != nil {
 			return res, err
 		}
@@ -140,7 +140,8 @@ func cancelOne(ctx context.Context, rdb redis.Cmdable, q string, o CancelOptions
 // scheduled jobs; ARGV[1] group, ARGV[2] job id, ARGV[3] its entry id (""
 // when not in the stream), ARGV[4] dead_max, ARGV[5] why, ARGV[6] how long
 // cancel requests are kept (ms), ARGV[7] now (unix ms, the letter's
-// failed_at).
+// failed_at), ARGV[8] the prefix of the queue's unique keys (Keys.Unique:
+// the normal stream's, whatever the job's level).
 // Returns {state, letter id} when dead-lettered (state: retrying,
 // scheduled, waiting); {"running", consumer} when requested; {"gone"} when
 // the job is not where the caller saw it, or its unique key is not
@@ -149,7 +150,7 @@ var cancelScript = redis.NewScript(entryLua + `
 local job, entry = ARGV[2], ARGV[3]
 local function ukey(f)
   for i = 1, #f, 2 do
-    if f[i] == 'unique' then return KEYS[1] .. ':unique:' .. f[i + 1] end
+    if f[i] == 'unique' then return ARGV[8] .. f[i + 1] end
   end
   return nil
 end
@@ -315,7 +316,9 @@ func (r *runner) cancelSeen(req map[string]string) {
 }
 
 // cancelled dead-letters a cancelled job (stopped, or never started), then
-// takes its request out of the cancel requests.
+// takes its request out of the cancel requests, only once the letter is
+// written: a job left pending (Redis down, a fenced write) is cancelled by
+// the holder that replays it.
 func (r *runner) cancelled(j *Job, ran time.Duration) {
 	why := j.cancelWhy
 	if why == "" {
@@ -324,10 +327,13 @@ func (r *runner) cancelled(j *Job, ran time.Duration) {
 	if ran > 0 {
 		why += fmt.Sprintf(" (stopped after %s)", ran.Round(time.Millisecond))
 	}
-	r.deadLetter(j, ReasonCancelled, why, nil)
+	id := j.ID // deadLetter may letter it under its entry id
+	if !r.deadLetter(j, ReasonCancelled, why, nil) {
+		return // still pending: the request stays for the slot's next holder
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := r.c.Client.HDel(ctx, r.keys.Cancel, j.ID).Err(); err != nil {
-		r.c.Logger.Debug().Err(err).Str("job", j.ID).Msg("clear the cancel request")
+	if err := r.c.Client.HDel(ctx, r.keys.Cancel, id).Err(); err != nil {
+		r.c.Logger.Debug().Err(err).Str("job", id).Msg("clear the cancel request")
 	}
 }

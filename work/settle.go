@@ -298,8 +298,10 @@ func (r *runner) backoff(attempt int) time.Duration {
 }
 
 // deadLetter moves j to the dead letters with why it died; run are the
-// stats pairs of its last run's duration (nil when it never ran).
-func (r *runner) deadLetter(j *Job, reason, why string, run []any) {
+// stats pairs of its last run's duration (nil when it never ran). It
+// reports whether the job left the stream: lettered here, or settled
+// elsewhere meanwhile; false when it stays pending.
+func (r *runner) deadLetter(j *Job, reason, why string, run []any) bool {
 	defer r.forget(j.key())
 	if len(why) > maxErrorLen {
 		why = "…" + why[len(why)-maxErrorLen:]
@@ -322,21 +324,21 @@ func (r *runner) deadLetter(j *Job, reason, why string, run []any) {
 	switch {
 	case err != nil:
 		r.moveFailed(err, 1, "could not dead-letter job "+j.ID+"; it stays pending")
-		return
+		return false
 	case n == -2:
 		// Another job's dead letter holds this job id (two entries claim
 		// it): letter this one under its own entry id, never over that one.
 		claimed := j.ID
 		j.ID = j.Entry
-		r.deadLetter(j, reason, fmt.Sprintf("%s; its %q field claims job id %s, which another job's dead letter holds", why, jobField, claimed), run)
-		return
+		return r.deadLetter(j, reason, fmt.Sprintf("%s; its %q field claims job id %s, which another job's dead letter holds", why, jobField, claimed), run)
 	case n < 0:
-		return // settled elsewhere meanwhile
+		return true // settled elsewhere meanwhile
 	case n == 1:
 		log.Warn().Int("dead_max", r.c.DeadMax).Msg("dead letters full: dropped the oldest")
 	}
 	r.st.Dead.Add(1)
 	log.Error().Str("job", j.ID).Str("entry", j.Entry).Str("reason", reason).Int("attempts", j.Attempt).Str("error", why).Msg("job dead-lettered")
+	return true
 }
 
 // redisRetry runs fn until it succeeds, fails permanently, or Redis has
