@@ -20,8 +20,8 @@ with their reasons and payloads, and job lookups. It never takes a slot.
 
 It listens on loopback only unless --allow-remote is given, and then
 serves any Host header; put it behind a TLS proxy with authentication.
-Requeueing and purging dead letters need --allow-actions and a token of at
-least 16 bytes (--token, or better the environment variable
+Requeueing and purging dead letters, pausing and resuming the queue and
+cancelling a job need --allow-actions and a token of at least 16 bytes (--token, or better the environment variable
 BATON_WEB_TOKEN: a flag shows in ps), typed into the page's forms; every
 action is logged. See docs/observability.md.
 
@@ -47,7 +47,7 @@ func webFlags() (*pflag.FlagSet, *webOpts) {
 	o := &webOpts{cf: config.Bind(fs, append([]string{"log_level", "log_format"}, readKeys...)...)}
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "serve the dashboard on this address (host:port) until SIGTERM or SIGINT")
 	fs.BoolVar(&o.allowRemote, "allow-remote", false, "allow a --listen address beyond loopback (and any Host header)")
-	fs.BoolVar(&o.allowActions, "allow-actions", false, "allow requeueing and purging dead letters, with the token")
+	fs.BoolVar(&o.allowActions, "allow-actions", false, "allow requeue and purge of dead letters, pause, resume and cancel, with the token")
 	fs.StringVar(&o.token, "token", "", "the actions' token, at least 16 bytes (default: env BATON_WEB_TOKEN)")
 	return fs, o
 }

@@ -14,36 +14,48 @@ import (
 // maxActionIDs bounds the ids one action names.
 const maxActionIDs = 1000
 
-// action checks a POST and returns its queue and ids; it has answered the
-// request (and logged why) when ok is false. Refusals say why: 403 for
-// actions off, a wrong token or a cross-origin post, 400 for a bad form.
+// action checks a POST about dead letters and returns its queue and ids;
+// it has answered the request (and logged why) when ok is false.
 func (s *server) action(w http.ResponseWriter, r *http.Request, name string) (ctx context.Context, q string, ids []string, all, ok bool) {
+	ctx, q, ok = s.allowed(w, r, name)
+	if !ok {
+		return nil, "", nil, false, false
+	}
+	ids, all = r.PostForm["id"], r.PostFormValue("all") == "1"
+	if (len(ids) == 0) == !all || len(ids) > maxActionIDs {
+		s.o.Log.Warn().Str("action", name).Str("remote", r.RemoteAddr).Str("queue", q).Msg("web: refused an action: give dead-letter ids, or all, not both")
+		s.fail(w, http.StatusBadRequest, fmt.Errorf("%s: give dead-letter ids (at most %d), or all=1, not both or neither", name, maxActionIDs))
+		return nil, "", nil, false, false
+	}
+	return ctx, q, ids, all, true
+}
+
+// allowed checks any action's POST (the form, actions on, the token, the
+// origin, the queue) and returns its queue; it has answered the request
+// (and logged why) when ok is false. Refusals say why: 403 for actions
+// off, a wrong token or a cross-origin post, 400 for a bad form, 404 for
+// an unknown queue.
+func (s *server) allowed(w http.ResponseWriter, r *http.Request, name string) (ctx context.Context, q string, ok bool) {
 	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
 	log := s.o.Log.With().Str("action", name).Str("remote", r.RemoteAddr).Logger()
 	if err := r.ParseForm(); err != nil {
 		log.Warn().Err(err).Msg("web: refused an action: bad form")
 		s.fail(w, http.StatusBadRequest, fmt.Errorf("%s: %w", name, err))
-		return nil, "", nil, false, false
+		return nil, "", false
 	}
 	if err := s.authorize(r); err != nil {
 		log.Warn().Str("queue", r.PostFormValue("queue")).Str("reason", err.Error()).Msg("web: refused an action")
 		s.fail(w, http.StatusForbidden, fmt.Errorf("%s refused: %w", name, err))
-		return nil, "", nil, false, false
+		return nil, "", false
 	}
 	ctx = r.Context()
 	q, _, err := s.queueOf(ctx, r, nil)
 	if err != nil {
 		log.Warn().Err(err).Msg("web: refused an action")
 		s.fail(w, http.StatusNotFound, err)
-		return nil, "", nil, false, false
+		return nil, "", false
 	}
-	ids, all = r.PostForm["id"], r.PostFormValue("all") == "1"
-	if (len(ids) == 0) == !all || len(ids) > maxActionIDs {
-		log.Warn().Str("queue", q).Msg("web: refused an action: give dead-letter ids, or all, not both")
-		s.fail(w, http.StatusBadRequest, fmt.Errorf("%s: give dead-letter ids (at most %d), or all=1, not both or neither", name, maxActionIDs))
-		return nil, "", nil, false, false
-	}
-	return ctx, q, ids, all, true
+	return ctx, q, true
 }
 
 // requeue puts dead letters back in the queue (POST queue, id..., token).

@@ -183,6 +183,9 @@ func (s *server) index(w http.ResponseWriter, r *http.Request) {
 // doneText is the banner after an action (?done=requeued&n=2), built from
 // known words only, never from the query's text.
 func doneText(r *http.Request) string {
+	if t := controlDone(r); t != "" {
+		return t
+	}
 	n, err := strconv.Atoi(r.FormValue("n"))
 	if err != nil || n < 0 {
 		return ""
@@ -211,9 +214,10 @@ func (s *server) about(w http.ResponseWriter, r *http.Request) (ctx context.Cont
 
 type jobPage struct {
 	page
-	ID  string
-	Loc *work.Location
-	Err string
+	Done string // the action just done (a cancel), for the banner
+	ID   string
+	Loc  *work.Location
+	Err  string
 }
 
 func (s *server) job(w http.ResponseWriter, r *http.Request) {
@@ -222,7 +226,7 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	p := jobPage{page: s.page("baton · job "+id, q), ID: id}
+	p := jobPage{page: s.page("baton · job "+id, q), ID: id, Done: controlDone(r)}
 	status := http.StatusOK
 	if id == "" {
 		p.Err, status = "give a job id (the one baton enqueue printed, like 1700000000000-0)", http.StatusBadRequest

@@ -11,10 +11,11 @@
 //	h, err := web.New(web.Options{Config: cfg, Redis: rdb, Log: log})
 //	http.Serve(ln, h)
 //
-// Requeueing and purging dead letters are refused unless Options.Actions is
-// set, and then need Options.Token in each POST (compared in constant
-// time); every action, and every refused one, is logged. Nothing else
-// writes: the dashboard never takes a slot (invariant 6).
+// Requeueing and purging dead letters, pausing and resuming a queue and
+// cancelling a job are refused unless Options.Actions is set, and then need
+// Options.Token in each POST (compared in constant time); every action,
+// and every refused one, is logged. Nothing else writes: the dashboard
+// never takes a slot (invariant 6).
 package web
 
 import (
@@ -58,7 +59,8 @@ type Options struct {
 	Config *config.Config
 	// Redis is the database the queues live in.
 	Redis redis.UniversalClient
-	// Actions allows requeueing and purging dead letters, with Token.
+	// Actions allows requeueing and purging dead letters, pausing and
+	// resuming a queue and cancelling jobs, with Token.
 	Actions bool
 	// Token is the secret each action must carry (form field token, or
 	// Authorization: Bearer); at least MinTokenLen bytes when Actions is set.
@@ -106,7 +108,7 @@ func New(o Options) (http.Handler, error) {
 	}
 	s := &server{o: o, tokenHash: sha256.Sum256([]byte(o.Token)), pages: map[string]*template.Template{}}
 	for _, p := range []string{"index", "job", "dead", "error"} {
-		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/"+p+".html")
+		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/control.html", "templates/"+p+".html")
 		if err != nil {
 			return nil, fmt.Errorf("web: template %s: %w", p, err)
 		}
@@ -123,6 +125,9 @@ func New(o Options) (http.Handler, error) {
 	mux.HandleFunc("GET /dead", s.dead)
 	mux.HandleFunc("POST /dead/requeue", s.requeue)
 	mux.HandleFunc("POST /dead/purge", s.purge)
+	mux.HandleFunc("POST /queue/pause", s.pause)
+	mux.HandleFunc("POST /queue/resume", s.resume)
+	mux.HandleFunc("POST /job/cancel", s.cancel)
 	mux.Handle("GET /static/", s.static)
 	return s.guard(mux), nil
 }
