@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/internal/config"
+	"github.com/baton-run/baton/internal/progress"
 	"github.com/baton-run/baton/work"
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/pflag"
@@ -56,7 +57,9 @@ work.ErrCancelled). It is dead-lettered as cancelled, never retried, and
 cancel waits for that. A job that finishes before the cancel reaches it
 stays done: one outcome, never both. Exit 0 when every job was cancelled;
 1 when one was done, dead or unknown (an id of another queue is unknown),
-or still running when the wait ended (shutdown_grace + 5s).
+or still running when the wait ended (shutdown_grace + 5s). On a
+terminal, many ids show a progress line on stderr and a summary (--quiet:
+neither).
 
 {{flags}}
 Example:
@@ -167,6 +170,7 @@ func resumeFlags() (*pflag.FlagSet, *config.Flags) {
 type cancelOpts struct {
 	jsonOpts
 	reason, from string
+	quiet        bool
 }
 
 // cancelFlags builds cancel's flag set.
@@ -176,6 +180,7 @@ func cancelFlags() (*pflag.FlagSet, *cancelOpts) {
 	o.bind(fs, config.Bind(fs, append(controlKeys, "dead_max", "shutdown_grace")...), "print one JSON object per id, one per line")
 	fs.StringVar(&o.reason, "reason", "", "why, kept in the dead letter")
 	fs.StringVar(&o.from, "from", "", "read more ids from this file, one per line ('-': stdin)")
+	fs.BoolVarP(&o.quiet, "quiet", "q", false, "no progress line (shown on a terminal for many ids)")
 	return fs, o
 }
 
@@ -200,6 +205,11 @@ func runCancel(ctx context.Context, e *env, args []string) error {
 	if o.reason != "" {
 		why += ": " + o.reason
 	}
+	// On a terminal, many ids show their progress on stderr.
+	m := progress.Start(rawStderr(e), !o.quiet, progress.Options{Label: "cancel", Noun: "ids", Total: int64(len(ids))})
+	defer m.Finish()
+	out := *e
+	out.Stdout = m.Writer(e.Stdout)
 	failed := 0
 	for i, id := range ids {
 		wctx, cancel := context.WithTimeout(ctx, cfg.ShutdownGrace.D()+5*time.Second)
@@ -214,13 +224,14 @@ func runCancel(ctx context.Context, e *env, args []string) error {
 		if r.Outcome != work.CancelDone {
 			failed++
 		}
+		m.Add(1)
 		if o.asJSON {
-			if err := writeJSON(e, r); err != nil {
+			if err := writeJSON(&out, r); err != nil {
 				return err
 			}
 			continue
 		}
-		fmt.Fprintln(e.Stdout, describeCancel(&r))
+		fmt.Fprintln(out.Stdout, describeCancel(&r))
 	}
 	if failed > 0 {
 		return &exitError{code: ExitRuntime, err: fmt.Errorf("%d of %d jobs not cancelled", failed, len(ids))}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/internal/config"
+	"github.com/baton-run/baton/internal/progress"
 	"github.com/baton-run/baton/work"
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/pflag"
@@ -26,7 +27,8 @@ times (failed, timeout), killed their holder every time (crashed), could
 not run at all (too_large, malformed), or were cancelled (baton cancel).
 list shows them oldest first without their payloads; show prints one with
 its payload; requeue puts jobs back in the queue with their attempts
-starting over; purge deletes them.
+starting over; purge deletes them. On a terminal, requeue and purge of
+many show a progress line on stderr and a summary (--quiet: neither).
 
 {{flags}}
 Example:
@@ -41,8 +43,8 @@ var deadVerbs = []string{"list", "show", "requeue", "purge"}
 // deadOpts are dead's flags.
 type deadOpts struct {
 	jsonOpts
-	all   bool
-	limit int64
+	all, quiet bool
+	limit      int64
 }
 
 // deadFlags builds dead's flag set.
@@ -52,6 +54,7 @@ func deadFlags() (*pflag.FlagSet, *deadOpts) {
 	o.bind(fs, config.Bind(fs, config.Connection), "print JSON (list, show)")
 	fs.BoolVar(&o.all, "all", false, "every dead letter (requeue, purge)")
 	fs.Int64Var(&o.limit, "limit", 0, "show at most this many (list; 0: all)")
+	fs.BoolVarP(&o.quiet, "quiet", "q", false, "no progress line (requeue, purge: shown on a terminal for many)")
 	return fs, o
 }
 
@@ -87,7 +90,7 @@ func runDead(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer rdb.Close()
-	d := &deadCmd{e: e, rdb: rdb, q: cfg.Queue, json: *asJSON}
+	d := &deadCmd{e: e, rdb: rdb, q: cfg.Queue, json: *asJSON, quiet: o.quiet}
 	switch verb {
 	case "list":
 		return d.list(ctx, *limit)
@@ -101,10 +104,21 @@ func runDead(ctx context.Context, e *env, args []string) error {
 }
 
 type deadCmd struct {
-	e    *env
-	rdb  redis.UniversalClient
-	q    string
-	json bool
+	e     *env
+	rdb   redis.UniversalClient
+	q     string
+	json  bool
+	quiet bool
+}
+
+// meter starts the progress line of requeue or purge (on a terminal,
+// without --quiet): of the ids given, or of every dead letter there is.
+func (d *deadCmd) meter(ctx context.Context, verb string, ids []string, all bool) *progress.Meter {
+	total := int64(len(ids))
+	if all {
+		total, _ = d.rdb.XLen(ctx, work.KeysFor(d.q).Dead).Result()
+	}
+	return progress.Start(rawStderr(d.e), !d.quiet, progress.Options{Label: "dead " + verb, Noun: "dead letters", Total: total})
 }
 
 func (d *deadCmd) list(ctx context.Context, limit int64) error {
@@ -157,30 +171,38 @@ func (d *deadCmd) show(ctx context.Context, id string) error {
 }
 
 func (d *deadCmd) requeue(ctx context.Context, ids []string, all bool) error {
+	m := d.meter(ctx, "requeue", ids, all)
+	defer m.Finish()
+	out := m.Writer(d.e.Stdout)
 	n := 0
 	each := func(id string) error {
 		job, err := work.RequeueDead(ctx, d.rdb, d.q, id)
+		m.Add(1)
 		if err != nil {
 			return err
 		}
 		n++
-		fmt.Fprintf(d.e.Stdout, "requeued %s\n", job)
+		fmt.Fprintf(out, "requeued %s\n", job)
 		return nil
 	}
 	err := d.forEach(ctx, ids, all, each)
 	if all && err == nil {
-		fmt.Fprintf(d.e.Stdout, "requeued %d jobs\n", n)
+		fmt.Fprintf(out, "requeued %d jobs\n", n)
 	}
 	return err
 }
+
+// purgeChunk is how many ids one PurgeDead call takes, so that a purge of
+// many ids shows its progress.
+const purgeChunk = 100
 
 func (d *deadCmd) purge(ctx context.Context, ids []string, all bool) error {
 	var n int64
 	var err error
 	if all {
-		n, err = work.PurgeAllDead(ctx, d.rdb, d.q)
+		n, err = work.PurgeAllDead(ctx, d.rdb, d.q) // one step: no progress to show
 	} else {
-		n, err = work.PurgeDead(ctx, d.rdb, d.q, ids...)
+		n, err = d.purgeIDs(ctx, ids)
 	}
 	if err != nil {
 		return fmt.Errorf("purge dead letters: %w", err)
@@ -190,6 +212,29 @@ func (d *deadCmd) purge(ctx context.Context, ids []string, all bool) error {
 		return fmt.Errorf("%d of the ids named no dead letter", int64(len(ids))-n)
 	}
 	return nil
+}
+
+// purgeIDs purges ids in chunks, with a progress line. Every id is
+// checked first, so a malformed one purges nothing, as one PurgeDead call.
+func (d *deadCmd) purgeIDs(ctx context.Context, ids []string) (int64, error) {
+	for _, id := range ids {
+		if id == "" || !jobIDShape(id) && strings.Trim(id, "0123456789") != "" {
+			return 0, fmt.Errorf("%q is not a dead-letter id (they look like 1700000000000-0): %w", id, work.ErrNoDeadLetter)
+		}
+	}
+	m := d.meter(ctx, "purge", ids, false)
+	defer m.Finish()
+	var n int64
+	for start := 0; start < len(ids); start += purgeChunk {
+		chunk := ids[start:min(start+purgeChunk, len(ids))]
+		k, err := work.PurgeDead(ctx, d.rdb, d.q, chunk...)
+		if err != nil {
+			return n, fmt.Errorf("%w (%d purged before)", err, n)
+		}
+		n += k
+		m.Add(len(chunk))
+	}
+	return n, nil
 }
 
 // forEach calls fn for each id, or for every dead letter with all. It goes

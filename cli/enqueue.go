@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/internal/config"
+	"github.com/baton-run/baton/internal/progress"
 	qstatus "github.com/baton-run/baton/internal/status"
 	"github.com/baton-run/baton/work"
 	"github.com/redis/go-redis/v9"
@@ -24,7 +25,8 @@ Each job's id is printed on its own line: the job's id for life, which
 BATON_JOB_ID, status and 'baton dead' use. Jobs are sent 1000 per round
 trip. Every payload is checked first: one over max_payload adds nothing
 (exit 2) unless --skip-bad, which adds the others and reports the bad ones
-by line number.
+by line number. On a terminal, a large input shows a progress line on
+stderr (count, rate, time left) and a summary; --quiet shows neither.
 
 Job options (each applies to every job of the call):
   --in D            run after D (e.g. 10m); status counts it as scheduled
@@ -63,7 +65,7 @@ func newEnqueueFlags() (*pflag.FlagSet, *enqueueFlags) {
 	fs := flagSet("enqueue")
 	f := new(enqueueFlags)
 	cf := config.Bind(fs, config.Connection, "max_payload", "enqueue_wait_replicas", "enqueue_wait_timeout")
-	fs.BoolVarP(&f.quiet, "quiet", "q", false, "do not print job ids")
+	fs.BoolVarP(&f.quiet, "quiet", "q", false, "do not print job ids, nor progress")
 	f.bind(fs, cf, `print one JSON object per job: {"id": ..., "duplicate": bool}`)
 	fs.BoolVar(&f.skipBad, "skip-bad", false, "add the good jobs and report the bad ones (exit 0)")
 	fs.DurationVar(&f.in, "in", 0, "run after this delay")
@@ -103,9 +105,13 @@ func runEnqueue(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer rdb.Close()
-	out := bufio.NewWriter(e.Stdout)
+	// On a terminal, a large stdin shows its progress on stderr.
+	m := progress.Start(rawStderr(e), !*quiet, progress.Options{Label: "enqueue", Noun: "jobs", Total: int64(len(payloads))})
+	defer m.Finish()
+	out := bufio.NewWriter(m.Writer(e.Stdout))
 	defer out.Flush()
 	return sendJobs(ctx, rdb, cfg, payloads, opts, func(id string, dup bool) {
+		m.Add(1)
 		switch {
 		case *asJSON:
 			fmt.Fprintf(out, "{\"id\":%q,\"duplicate\":%t}\n", id, dup)

@@ -82,3 +82,12 @@ func isTerminal(w io.Writer) bool {
 	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
 	return err == nil
 }
+
+// rawStderr is the stderr stream itself (not its errStream), for a
+// progress line, which draws only when it is a terminal.
+func rawStderr(e *env) io.Writer {
+	if s, ok := e.Stderr.(*errStream); ok {
+		return s.Writer
+	}
+	return e.Stderr
+}

@@ -21,9 +21,10 @@ with their reasons and payloads, and job lookups. It never takes a slot.
 It listens on loopback only unless --allow-remote is given, and then
 serves any Host header; put it behind a TLS proxy with authentication.
 Requeueing and purging dead letters, pausing and resuming the queue and
-cancelling a job need --allow-actions and a token of at least 16 bytes (--token, or better the environment variable
-BATON_WEB_TOKEN: a flag shows in ps), typed into the page's forms; every
-action is logged. See docs/observability.md.
+cancelling a job need --allow-actions and a token of at least 16 bytes
+(--token, or better the environment variable BATON_WEB_TOKEN: a flag
+shows in ps), typed into the page's forms; every action is logged. See
+docs/observability.md and docs/control.md.
 
 {{flags}}
 Example:
