@@ -47,7 +47,7 @@ Example:
 const cancelUsage = `Usage: baton cancel [--reason TEXT] [--from FILE] ID...
 
 Cancel jobs by the id enqueue printed; ids also one per line from FILE, or
-from stdin with '-'. A waiting, scheduled or retrying job is taken out at
+from stdin with '-' (an id named twice is cancelled once). A waiting, scheduled or retrying job is taken out at
 once and dead-lettered with reason "cancelled" (its unique key freed), so
 'baton dead requeue ID' brings it back. A running job is stopped by the
 holder running it, on whichever host, within a second: an exec job's
@@ -97,6 +97,9 @@ func runPause(ctx context.Context, e *env, args []string) error {
 	}
 	if fs.Changed("for") && o.d <= 0 {
 		return usagef("", "pause: --for %s is not positive (give e.g. --for 15m; without --for the pause lasts until baton resume)", o.d)
+	}
+	if fs.Changed("for") && o.d < time.Millisecond {
+		return usagef("", "pause: --for %s is under 1ms, the expiry's unit (give e.g. --for 15m)", o.d)
 	}
 	cfg, rdb, err := loadAndConnect(ctx, e, o.cf, 1)
 	if err != nil {
@@ -310,12 +313,18 @@ func cancelIDs(e *env, args []string, from string) ([]string, error) {
 			return nil, err
 		}
 	}
+	seen := make(map[string]bool, len(ids))
+	uniq := ids[:0]
 	for _, id := range ids {
 		if !jobIDShape(id) {
 			return nil, usagef("job ids look like 1700000000000-0 (enqueue prints them)", "cancel: %q is not a job id", id)
 		}
+		if !seen[id] { // an id named twice is cancelled once, not reported as dead the second time
+			seen[id] = true
+			uniq = append(uniq, id)
+		}
 	}
-	return ids, nil
+	return uniq, nil
 }
 
 // whoAmI is the user running baton, for a pause's or a cancel's record.
