@@ -47,9 +47,10 @@ Example:
 const cancelUsage = `Usage: baton cancel [--reason TEXT] [--from FILE] ID...
 
 Cancel jobs by the id enqueue printed; ids also one per line from FILE, or
-from stdin with '-' (an id named twice is cancelled once). A waiting, scheduled or retrying job is taken out at
-once and dead-lettered with reason "cancelled" (its unique key freed), so
-'baton dead requeue ID' brings it back. A running job is stopped by the
+from stdin with '-' (an id named twice is cancelled once). A waiting,
+scheduled or retrying job is taken out at once and dead-lettered with
+reason "cancelled" (its unique key freed), so 'baton dead requeue ID'
+brings it back. A running job is stopped by the
 holder running it, on whichever host, within a second: an exec job's
 process group gets SIGTERM, then SIGKILL after shutdown_grace; a persistent
 child is killed and replaced; a Go handler's context is cancelled (cause
