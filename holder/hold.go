@@ -250,12 +250,12 @@ func (h *Holder) handler(token string, env []string) (handler work.Handler, pers
 		return h.o.Handler, nil, nil
 	case cfg.Persistent:
 		persist = &work.Persistent{Argv: h.o.Argv, Timeout: cfg.JobTimeout.D(), HeartbeatTimeout: cfg.HeartbeatTimeout.D(),
-			MaxJobsPerChild: cfg.MaxJobsPerChild, MaxRSS: int64(cfg.MaxChildRSS), Grace: cfg.ShutdownGrace.D(),
+			MaxJobsPerChild: cfg.MaxJobsPerChild, MaxRSS: int64(cfg.MaxChildRSS), Grace: grace(cfg),
 			Logger: h.log, Holder: token, Env: env}
 		return persist, persist, persist
 	}
 	x := &work.Exec{Argv: h.o.Argv, Timeout: cfg.JobTimeout.D(), RejectExitCodes: cfg.RejectExitCodes,
-		Grace: cfg.ShutdownGrace.D(), Logger: h.log, Holder: token, Env: env}
+		Grace: grace(cfg), Logger: h.log, Holder: token, Env: env}
 	return x, nil, x
 }
 
@@ -273,7 +273,7 @@ func (h *Holder) workConfig(i int, until time.Time, handler work.Handler, fenceK
 		// work.Run's own timer is on the wall clock; the lifetime timer
 		// (on the holder's) stops it too.
 		Deadline:    time.Now().Add(until.Sub(h.clk.Now())),
-		Concurrency: cfg.Concurrency, Grace: cfg.ShutdownGrace.D(), JobTimeout: cfg.JobTimeout.D(),
+		Concurrency: cfg.Concurrency, Grace: grace(cfg), JobTimeout: cfg.JobTimeout.D(),
 		MaxJobs: cfg.MaxJobs, RedisDownExit: cfg.RedisDownExit.D(),
 		MaxAttempts: cfg.MaxAttempts, RetryBackoff: cfg.RetryBackoff.D(), RetryBackoffMax: cfg.RetryBackoffMax.D(),
 		DeadMax: cfg.DeadMax, Retention: cfg.Retention.D(), RetentionMax: cfg.RetentionMax, MaxPayload: cfg.MaxPayload, VisibilityTimeout: cfg.VisibilityTimeout.D(),
