@@ -118,6 +118,11 @@ func (r *results) targets() []target {
 		below("fleet_handover_p99_ms <= 50", "fleet_handover_p99_ms", 50.001)
 		below("fleet_loser_p99_ms <= 50", "fleet_loser_p99_ms", 50.001)
 	}
+	if _, ok := r.median("pause_last_start_p99_ms"); ok { // the control group runs with -only alone
+		below("pause_last_start_p99_ms <= 1000", "pause_last_start_p99_ms", 1000.001)
+		below("cancel_exec_gone_p99_ms <= 1000", "cancel_exec_gone_p99_ms", 1000.001)
+		below("cancel_exec_fleet_gone_p99_ms <= 1000", "cancel_exec_fleet_gone_p99_ms", 1000.001)
+	}
 	below("loser_rss_kb < 15360", "loser_rss_kb", 15*1024)
 	below("holder_rss_kb < 30720", "holder_rss_kb", 30*1024)
 	ratio("enqueue_plain >= 0.9 x xadd_batch", "enqueue_plain", "xadd_batch", 0.9)

@@ -43,8 +43,9 @@ type runConfig struct {
 var groups = []string{"throughput", "enqueue", "producers", "exec", "pickup", "promotion", "recovery", "loser", "holder", "workers", "clients"}
 
 // onlyGroups run with -only alone, never in the full table: fleet takes
-// about 5 minutes a run (200 hand-overs of a 1–1.5 s lifetime each).
-var onlyGroups = []string{"fleet"}
+// about 5 minutes a run (200 hand-overs of a 1–1.5 s lifetime each),
+// control about 2 (20 pauses of 2 s, 100 cancels).
+var onlyGroups = []string{"fleet", "control"}
 
 func main() {
 	var (
