@@ -111,7 +111,8 @@ type Config struct {
 	Concurrency int `toml:"concurrency" group:"Jobs" help:"jobs at once inside one holder"`
 	// JobTimeout bounds one job; then SIGTERM, SIGKILL after ShutdownGrace. 0 = none. Default 1m.
 	JobTimeout Duration `toml:"job_timeout" group:"Jobs" help:"longest a job may run (0: no limit)"`
-	// ShutdownGrace is how long in-flight jobs may finish after the lifetime ends. Default 30s.
+	// ShutdownGrace is how long in-flight jobs may finish after the lifetime ends, and a
+	// cancelled or timed-out job between SIGTERM and SIGKILL. 0: none. Default 30s.
 	ShutdownGrace Duration `toml:"shutdown_grace" group:"Jobs" help:"time for in-flight jobs after lifetime or SIGTERM"`
 	// VisibilityTimeout is how long an entry may sit pending, untouched, before any
 	// holder claims it (work left by a slot that never comes back). Must exceed
