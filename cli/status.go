@@ -28,7 +28,7 @@ delivered), pending (running or left by a holder that died), scheduled
 'baton dead') and done (all time), and the [[periodic]] entries (next tick,
 last tick claimed and its job, ticks missed and skipped; a warning when a
 tick went unclaimed). It also says when Redis is at maxmemory or may evict
-jobs, and when cron has not started baton on a host for more than 2C + 5s
+jobs, and when cron has not started baton on a host for more than 2C + 4s
 (each candidate marks its firing; holders publish it: cron_fires in
 --json). With lock_backend redis the slots are the fleet's leases (fencing
 token, time left), and the line of standbys waiting for a run lease

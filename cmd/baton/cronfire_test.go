@@ -15,7 +15,7 @@ import (
 
 // Every candidate marks cron's firing on its host (a losing one too, without
 // Redis), the holder publishes it, and status warns about a host that has
-// not fired for more than 2C + 5s; metrics show every host's last firing.
+// not fired for more than 2C + 4s; metrics show every host's last firing.
 func TestCronSilence(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
@@ -83,7 +83,7 @@ func (c cronStatus) fire(host string) (cronfire.Fire, bool) {
 
 // With schedule = "@every 1s" (a systemd timer's, a test's) C is 1 s: a
 // host firing every second is never silent, and once it stops, status
-// says so within 2C + 5 s = 7 s of its last firing.
+// says so within 2C + 4 s = 6 s of its last firing.
 func TestCronSilenceEvery(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
@@ -105,8 +105,8 @@ func TestCronSilenceEvery(t *testing.T) {
 		_, ok := s.fire("here")
 		return ok
 	})
-	if s.CronSilentAfter != 7*time.Second {
-		t.Fatalf("cron_silent_after = %v for @every 1s, want 2C + 5s = 7s", s.CronSilentAfter)
+	if s.CronSilentAfter != 6*time.Second {
+		t.Fatalf("cron_silent_after = %v for @every 1s, want 2C + 4s = 6s", s.CronSilentAfter)
 	}
 	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
 		s = cronStatus{}
@@ -124,11 +124,11 @@ func TestCronSilenceEvery(t *testing.T) {
 		return last.Silent
 	})
 	// status takes a few hundred ms per call on a loaded machine: 3 s of slack.
-	if late := time.Since(last.Last); late > 7*time.Second+3*time.Second {
-		t.Fatalf("silence reported %v after the last firing, want within 2C + 5s = 7s", late.Round(time.Millisecond))
+	if late := time.Since(last.Last); late > 6*time.Second+3*time.Second {
+		t.Fatalf("silence reported %v after the last firing, want within 2C + 4s = 6s", late.Round(time.Millisecond))
 	}
 	out, errOut, code := r.baton("status", "--config", conf)
-	if code != 0 || !strings.Contains(out, "cron has not started baton on host here since") || !strings.Contains(out, "more than 2C + 5s = 7s") {
+	if code != 0 || !strings.Contains(out, "cron has not started baton on host here since") || !strings.Contains(out, "more than 2C + 4s = 6s") {
 		t.Fatalf("status: exit %d\n%s%s", code, out, errOut)
 	}
 }

@@ -15,15 +15,15 @@ func TestJobs(t *testing.T) {
 	}
 }
 
-// The silence limit is 2C + 5s, C from the schedule key, @every included.
+// The silence limit is 2C + 4s, C from the schedule key, @every included.
 func TestCronSilentAfter(t *testing.T) {
 	for spec, want := range map[string]time.Duration{
-		"* * * * *":    2*time.Minute + 5*time.Second,
-		"*/5 * * * *":  10*time.Minute + 5*time.Second,
-		"@hourly":      2*time.Hour + 5*time.Second,
-		"@every 1s":    7 * time.Second,
-		"@every 30s":   65 * time.Second,
-		"@every 1m30s": 3*time.Minute + 5*time.Second,
+		"* * * * *":    2*time.Minute + 4*time.Second,
+		"*/5 * * * *":  10*time.Minute + 4*time.Second,
+		"@hourly":      2*time.Hour + 4*time.Second,
+		"@every 1s":    6 * time.Second,
+		"@every 30s":   64 * time.Second,
+		"@every 1m30s": 3*time.Minute + 4*time.Second,
 	} {
 		if got := CronSilentAfter(&config.Config{Schedule: spec}); got != want {
 			t.Errorf("CronSilentAfter(%q) = %v, want %v", spec, got, want)
