@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,7 +16,8 @@ import (
 
 // Every candidate marks cron's firing on its host (a losing one too, without
 // Redis), the holder publishes it, and status warns about a host that has
-// not fired for more than 2C + 4s; metrics show every host's last firing.
+// not fired for more than 2C + 4s, with a cron line per host; metrics show
+// every host's last firing; periodic forget-host forgets a retired host.
 func TestCronSilence(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
@@ -40,10 +42,32 @@ func TestCronSilence(t *testing.T) {
 		strings.Contains(stdout, "on host here since") {
 		t.Fatalf("status: exit %d\n%s%s", code, stdout, errOut)
 	}
+	cronLine := regexp.MustCompile(`\ncron     gone: started baton at ` + regexp.QuoteMeta(gone.Format(time.RFC3339)) + `, 10m\d+s ago: SILENT, more than 2m4s\n`)
+	if !cronLine.MatchString(stdout) ||
+		!strings.Contains(stdout, "\n         here: started baton at ") || !strings.Contains(stdout, "baton periodic forget-host gone") {
+		t.Fatalf("status shows no cron line per host:\n%s", stdout)
+	}
 	stdout, errOut, code = r.baton("metrics")
 	if code != 0 || !strings.Contains(stdout, `baton_cron_last_fire_timestamp_seconds{host="gone",queue="default"}`) ||
 		!strings.Contains(stdout, `baton_cron_last_fire_timestamp_seconds{host="here",queue="default"}`) {
 		t.Fatalf("metrics: exit %d\n%s%s", code, stdout, errOut)
+	}
+
+	// A host taken out of service is forgotten; a typo is an error.
+	stdout, errOut, code = r.baton("periodic", "forget-host", "gone", "nosuch")
+	if code != 1 || !strings.Contains(stdout, "forgot host gone in queue default (cron last started baton there at "+gone.Format(time.RFC3339)) ||
+		!strings.Contains(errOut, "queue default has no cron firing of host nosuch (a typo?); hosts recorded: gone, here") {
+		t.Fatalf("forget-host gone nosuch: exit %d\n%s%s", code, stdout, errOut)
+	}
+	if _, errOut, code = r.baton("periodic", "forget-host"); code != 2 || !strings.Contains(errOut, "which host?") {
+		t.Fatalf("forget-host without a host: exit %d %s", code, errOut)
+	}
+	stdout, errOut, code = r.baton("status")
+	if code != 0 || strings.Contains(stdout, "gone") || !strings.Contains(stdout, "\ncron     here: started baton at ") {
+		t.Fatalf("status after forget-host: exit %d\n%s%s", code, stdout, errOut)
+	}
+	if stdout, _, _ = r.baton("metrics"); strings.Contains(stdout, `host="gone"`) {
+		t.Fatalf("metrics after forget-host still show host gone:\n%s", stdout)
 	}
 	_ = h.cmd.Process.Signal(syscall.SIGTERM)
 	h.wait(t, 20*time.Second)

@@ -157,3 +157,25 @@ func Read(ctx context.Context, rdb redis.Cmdable, queue string, limit time.Durat
 // late one; the second left of issue 25's 2 C + 5 s is for whoever asks
 // (a status run takes tens of ms).
 const Margin = 4 * time.Second
+
+// Forget removes hosts' last firings of queue (a host taken out of service:
+// status would call it silent forever) and returns those that were there.
+// A host whose cron still starts baton comes back at its next firing.
+func Forget(ctx context.Context, rdb redis.Cmdable, queue string, hosts ...string) ([]string, error) {
+	var cmds []*redis.IntCmd
+	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, h := range hosts {
+			cmds = append(cmds, p.HDel(ctx, Key(queue), h))
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("forget cron's last firings: %w", err)
+	}
+	var gone []string
+	for i, c := range cmds {
+		if c.Val() > 0 {
+			gone = append(gone, hosts[i])
+		}
+	}
+	return gone, nil
+}

@@ -328,8 +328,8 @@ func Warnings(cfg *config.Config, rep *Report, others []string) []string {
 	}
 	for _, f := range rep.CronFires {
 		if f.Silent {
-			w = append(w, fmt.Sprintf("cron has not started baton on host %s since %s (%s ago; more than 2C + %s = %s for schedule %q): is its crontab line still there, is cron running?",
-				f.Host, f.Last.Format(time.RFC3339), time.Since(f.Last).Round(time.Second), cronfire.Margin, rep.CronSilentAfter, cfg.Schedule))
+			w = append(w, fmt.Sprintf("cron has not started baton on host %s since %s (%s ago; more than 2C + %s = %s for schedule %q): is its crontab line still there, is cron running? (a host taken out of service: baton periodic forget-host %s)",
+				f.Host, f.Last.Format(time.RFC3339), time.Since(f.Last).Round(time.Second), cronfire.Margin, rep.CronSilentAfter, cfg.Schedule, f.Host))
 		}
 	}
 	for _, p := range rep.Periodic {
