@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,7 +27,8 @@ import (
 //     with no entry and with 100 entries; periodic_added_cmds the
 //     difference, in turns, once per run;
 //   - periodic_noop_0, periodic_noop_100: a holder's throughput (batonbench,
-//     no-op jobs) with no entry and with 100 entries configured, in turns;
+//     no-op jobs) with no entry and with 100 entries configured, in turns,
+//     and periodic_noop_ratio, the second over the first, run by run;
 //   - cron_silence_s: with schedule = "@every 2s" (C = 2 s), from a host's
 //     last cron firing to the moment `baton status` calls it silent.
 func (b *bench) periodic(ctx context.Context) error {
@@ -53,14 +55,17 @@ func (b *bench) periodic(ctx context.Context) error {
 		progress("run %d/%d  periodic_cmds  %s/s with no entry, %s/s with 100", r, b.cfg.Runs, num(cmds[0]), num(cmds[1]))
 	}
 	for r := 1; r <= b.cfg.Runs; r++ {
-		for _, n := range []int{0, 100} {
-			v, err := periodicRate(ctx, b.srv, bins, n, 2*b.cfg.Jobs)
-			if err != nil {
+		var rate [2]float64
+		for i, n := range []int{0, 100} {
+			// 20 × Jobs: a run lasts seconds, so that the holder
+			// claims the entries' ticks several times during it.
+			if rate[i], err = periodicRate(ctx, b.srv, bins, n, 20*b.cfg.Jobs); err != nil {
 				return fmt.Errorf("periodic_noop_%d, run %d: %w", n, r, err)
 			}
-			b.res.add(fmt.Sprintf("periodic_noop_%d", n), "jobs/s", v)
-			progress("run %d/%d  periodic_noop_%-3d %s jobs/s", r, b.cfg.Runs, n, num(v))
+			b.res.add(fmt.Sprintf("periodic_noop_%d", n), "jobs/s", rate[i])
 		}
+		b.res.add("periodic_noop_ratio", "x", rate[1]/rate[0])
+		progress("run %d/%d  periodic_noop  %s jobs/s with no entry, %s with 100 (%.3f)", r, b.cfg.Runs, num(rate[0]), num(rate[1]), rate[1]/rate[0])
 	}
 	for r := 1; r <= b.cfg.Runs; r++ {
 		v, err := cronSilence(ctx, b.srv, bins)
@@ -141,6 +146,8 @@ func periodicLateness(ctx context.Context, srv *redisServer, bins *binaries, tic
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	slices.Sort(late)
+	progress("periodic_late  the 5 latest ticks: %v ms", late[max(0, len(late)-5):])
 	return percentile(late, 50), percentile(late, 99), nil
 }
 
@@ -286,14 +293,21 @@ func cronSilence(ctx context.Context, srv *redisServer, bins *binaries) (float64
 		return 0, err
 	}
 	run := s.args("--config", conf, "--host", "bench", "--slots", "1", "--standby-slots", "0", "--lifetime", "1h", "--", "true")
-	if _, err := s.start(bins.baton, run); err != nil {
+	h, err := s.start(bins.baton, run)
+	if err != nil {
 		return 0, err
+	}
+	if err := waitFor(10*time.Second, "the holder takes its slot", func() bool { return s.holderPID("run", 0) == h.Process.Pid }); err != nil {
+		return 0, fmt.Errorf("%w\n%s", err, s.logTail(0))
 	}
 	for i := range 3 { // cron: a candidate every 2 s, each losing to the holder
 		if i > 0 {
 			time.Sleep(2 * time.Second)
 		}
-		if out, err := exec.CommandContext(ctx, bins.baton, run...).CombinedOutput(); err != nil {
+		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		out, err := exec.CommandContext(cctx, bins.baton, run...).CombinedOutput()
+		cancel()
+		if err != nil {
 			return 0, fmt.Errorf("candidate: %v: %s", err, out)
 		}
 	}

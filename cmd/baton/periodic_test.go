@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-run/baton/internal/cronfire"
 	"github.com/baton-run/baton/internal/redistest"
 	"github.com/baton-run/baton/periodic"
 	"github.com/baton-run/baton/work"
@@ -367,4 +368,34 @@ func TestPeriodicConfigsDiffer(t *testing.T) {
 	b.wait(t, 20*time.Second)
 	count, ticks := ticksRun(t, out)
 	checkOncePerTick(t, count, ticks)
+}
+
+// A queue whose only keys are periodic's and cron's (its entries' records
+// and hosts, a fleet's losing candidates' firings: no job enqueued yet)
+// exists: status does not call it a typo, and queues lists it. With no key
+// at all, status says that no holder of the entries has run.
+func TestPeriodicOnlyQueueStatus(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	cfg := r.periodicConfig(beatEntry)
+	stdout, errOut, code := r.baton("status", "--config", cfg, "--queue", "reports")
+	if code != 0 || !strings.Contains(stdout, "warning: queue reports has no keys in this Redis database yet: its [[periodic]] entries are enqueued by its holders, and none has run") ||
+		strings.Contains(stdout, "a typo?") {
+		t.Fatalf("status of an empty periodic queue: exit %d\n%s%s", code, stdout, errOut)
+	}
+	ctx := context.Background()
+	if err := r.client().HSet(ctx, periodic.RecordsKey("reports"), "beat", time.Now().Truncate(time.Second).UnixMilli()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cronfire.Publish(ctx, r.client(), "reports", "b", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	stdout, errOut, code = r.baton("status", "--config", cfg, "--queue", "reports")
+	if code != 0 || strings.Contains(stdout, "has no keys") || !strings.Contains(stdout, "periodic beat (@every 1s)") || !strings.Contains(stdout, "\ncron     b: started baton at ") {
+		t.Fatalf("status of a periodic-only queue: exit %d\n%s%s", code, stdout, errOut)
+	}
+	stdout, errOut, code = r.baton("queues")
+	if code != 0 || !strings.Contains(stdout, "reports") {
+		t.Fatalf("queues: exit %d\n%s%s", code, stdout, errOut)
+	}
 }

@@ -286,7 +286,12 @@ func Warnings(cfg *config.Config, rep *Report, others []string) []string {
 		if len(others) > 0 {
 			list = strings.Join(others, ", ")
 		}
-		w = append(w, fmt.Sprintf("queue %s has no keys in this Redis database (a typo?); queues here: %s", rep.Queue, list))
+		if len(rep.Periodic) > 0 {
+			w = append(w, fmt.Sprintf("queue %s has no keys in this Redis database yet: its [[periodic]] entries are enqueued by its holders, and none has run "+
+				"(is cron running 'baton run' with this config?); queues here: %s", rep.Queue, list))
+		} else {
+			w = append(w, fmt.Sprintf("queue %s has no keys in this Redis database (a typo?); queues here: %s", rep.Queue, list))
+		}
 	}
 	if p := rep.LeasesPausedUntil; p != nil {
 		w = append(w, fmt.Sprintf("leases paused after a Redis failover or restart until %s: no slot is granted before a lease the old server granted has expired (docs/fleet.md)",
