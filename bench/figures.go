@@ -60,7 +60,7 @@ var figureOrder = []string{
 	"client_go_batch", "client_py_batch", "client_node_batch", "rq_enqueue_many", "bullmq_add_bulk",
 	"client_go_batch_high", "client_py_batch_high", "client_node_batch_high",
 	"fleet_handover_p50_ms", "fleet_handover_p99_ms", "fleet_loser_p50_ms", "fleet_loser_p99_ms",
-	"periodic_late_p50_ms", "periodic_late_p99_ms", "periodic_cmds_0", "periodic_cmds_100", "periodic_added_cmds",
+	"periodic_late_p50_ms", "periodic_late_p99_ms", "periodic_cmds_0", "periodic_cmds_100", "periodic_added_cmds", "periodic_cpu_0", "periodic_cpu_100",
 	"periodic_noop_0", "periodic_noop_100", "periodic_noop_ratio", "cron_silence_s",
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/baton-run/baton/periodic"
 	"github.com/baton-run/baton/work"
+	"github.com/redis/go-redis/v9"
 )
 
 // The periodic group measures issue 25's figures with real processes:
@@ -25,7 +26,8 @@ import (
 //   - periodic_cmds_0, periodic_cmds_100: the commands an idle holder sends
 //     to Redis per second (MONITOR, commands run inside scripts left out)
 //     with no entry and with 100 entries; periodic_added_cmds the
-//     difference, in turns, once per run;
+//     difference, in turns, once per run; periodic_cpu_0 and _100 the CPU
+//     time the holder and redis-server spend meanwhile, in ms per second;
 //   - periodic_noop_0, periodic_noop_100: a holder's throughput (batonbench,
 //     no-op jobs) with no entry and with 100 entries configured, in turns,
 //     and periodic_noop_ratio, the second over the first, run by run;
@@ -44,19 +46,26 @@ func (b *bench) periodic(ctx context.Context) error {
 	b.res.add("periodic_late_p99_ms", "ms", p99)
 	progress("periodic_late  p50 %s ms, p99 %s ms over %d ticks", num(p50), num(p99), b.cfg.PeriodicTicks)
 	for r := 1; r <= b.cfg.Runs; r++ {
-		var cmds [2]float64
+		var cmds, cpu [2]float64
 		for i, n := range []int{0, 100} {
-			if cmds[i], err = periodicCmds(ctx, b.srv, bins, n); err != nil {
+			if cmds[i], cpu[i], err = periodicCmds(ctx, b.srv, bins, n); err != nil {
 				return fmt.Errorf("periodic_cmds_%d, run %d: %w", n, r, err)
 			}
 			b.res.add(fmt.Sprintf("periodic_cmds_%d", n), "cmds/s", cmds[i])
+			b.res.add(fmt.Sprintf("periodic_cpu_%d", n), "ms/s", cpu[i])
 		}
 		b.res.add("periodic_added_cmds", "cmds/s", cmds[1]-cmds[0])
-		progress("run %d/%d  periodic_cmds  %s/s with no entry, %s/s with 100", r, b.cfg.Runs, num(cmds[0]), num(cmds[1]))
+		progress("run %d/%d  periodic_cmds  %s/s with no entry, %s/s with 100; CPU (holder + Redis) %s and %s ms/s",
+			r, b.cfg.Runs, num(cmds[0]), num(cmds[1]), num(cpu[0]), num(cpu[1]))
 	}
 	for r := 1; r <= b.cfg.Runs; r++ {
 		var rate [2]float64
-		for i, n := range []int{0, 100} {
+		order := []int{0, 1}
+		if r%2 == 0 {
+			order = []int{1, 0} // ABBA: neither goes always second
+		}
+		for _, i := range order {
+			n := []int{0, 100}[i]
 			// 20 × Jobs: a run lasts seconds, so that the holder
 			// claims the entries' ticks several times during it.
 			if rate[i], err = periodicRate(ctx, b.srv, bins, n, 20*b.cfg.Jobs); err != nil {
@@ -161,35 +170,80 @@ func idMillis(id string) (int64, error) {
 }
 
 // periodicCmds runs an idle holder with n entries and counts the commands
-// it sends per second over 10 s, after 2 s to settle, with MONITOR.
-func periodicCmds(ctx context.Context, srv *redisServer, bins *binaries, n int) (float64, error) {
+// it sends per second over 10 s with MONITOR, after 2 s to settle and 10 s
+// in which it measures the CPU time the holder and redis-server spend per
+// second (ms/s).
+func periodicCmds(ctx context.Context, srv *redisServer, bins *binaries, n int) (cmds, cpu float64, err error) {
 	s, err := newScene(srv, fmt.Sprintf("periodic-cmds-%d", n))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer s.close()
 	conf, err := s.writeConfig(entries(n))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	rdb := srv.Client(1)
 	defer rdb.Close()
 	if err := fill(ctx, rdb, s.queue, 0); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	if _, err := s.start(bins.batonbench, s.args("--config", conf, "--slots", "1", "--standby-slots", "0", "--lifetime", "1h")); err != nil {
-		return 0, err
+	h, err := s.start(bins.batonbench, s.args("--config", conf, "--slots", "1", "--standby-slots", "0", "--lifetime", "1h"))
+	if err != nil {
+		return 0, 0, err
 	}
 	if err := waitFor(10*time.Second, "the holder takes its slot", func() bool { return s.holderPID("run", 0) != 0 }); err != nil {
-		return 0, fmt.Errorf("%w\n%s", err, s.logTail(0))
+		return 0, 0, fmt.Errorf("%w\n%s", err, s.logTail(0))
 	}
 	time.Sleep(2 * time.Second)
 	const window = 10 * time.Second
+	cpu0, err := cpuTime(ctx, rdb, h.Process.Pid)
+	if err != nil {
+		return 0, 0, err
+	}
+	time.Sleep(window) // CPU first: MONITOR costs Redis for every command it copies
+	cpu1, err := cpuTime(ctx, rdb, h.Process.Pid)
+	if err != nil {
+		return 0, 0, err
+	}
 	c, err := monitor(ctx, srv.Addr, window)
+	if err != nil {
+		return 0, 0, err
+	}
+	return float64(c) / window.Seconds(), float64((cpu1 - cpu0).Milliseconds()) / window.Seconds(), nil
+}
+
+// cpuTime is the CPU time (user and system) process pid and redis-server
+// have used so far.
+func cpuTime(ctx context.Context, rdb *redis.Client, pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
 	}
-	return float64(c) / window.Seconds(), nil
+	// Fields after the command's closing parenthesis: state is the 3rd
+	// field of stat, utime and stime the 14th and 15th, in clock ticks
+	// (100 a second on Linux).
+	_, rest, _ := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, b)
+	}
+	var ut, st int64
+	fmt.Sscan(f[11], &ut)
+	fmt.Sscan(f[12], &st)
+	info, err := rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	var rs float64
+	for _, k := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+		if i := strings.Index(info, k); i >= 0 {
+			var v float64
+			fmt.Sscan(strings.TrimSpace(strings.SplitN(info[i+len(k):], "\n", 2)[0]), &v)
+			rs += v
+		}
+	}
+	return time.Duration(ut+st)*10*time.Millisecond + time.Duration(rs*float64(time.Second)), nil
 }
 
 // monitor counts the commands clients send to Redis during d (MONITOR
