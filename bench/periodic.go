@@ -26,7 +26,8 @@ import (
 //   - periodic_cmds_0, periodic_cmds_100: the commands an idle holder sends
 //     to Redis per second (MONITOR, commands run inside scripts left out)
 //     with no entry and with 100 entries; periodic_added_cmds the
-//     difference, in turns, once per run; periodic_cpu_0 and _100 the CPU
+//     difference, in turns, once per run; periodic_claims_100 the claim
+//     script's calls among them (one a second); periodic_cpu_0 and _100 the CPU
 //     time the holder and redis-server spend meanwhile, in ms per second;
 //   - periodic_noop_0, periodic_noop_100: a holder's throughput (batonbench,
 //     no-op jobs) with no entry and with 100 entries configured, in turns,
@@ -46,17 +47,18 @@ func (b *bench) periodic(ctx context.Context) error {
 	b.res.add("periodic_late_p99_ms", "ms", p99)
 	progress("periodic_late  p50 %s ms, p99 %s ms over %d ticks", num(p50), num(p99), b.cfg.PeriodicTicks)
 	for r := 1; r <= b.cfg.Runs; r++ {
-		var cmds, cpu [2]float64
+		var cmds, claims, cpu [2]float64
 		for i, n := range []int{0, 100} {
-			if cmds[i], cpu[i], err = periodicCmds(ctx, b.srv, bins, n); err != nil {
+			if cmds[i], claims[i], cpu[i], err = periodicCmds(ctx, b.srv, bins, n); err != nil {
 				return fmt.Errorf("periodic_cmds_%d, run %d: %w", n, r, err)
 			}
 			b.res.add(fmt.Sprintf("periodic_cmds_%d", n), "cmds/s", cmds[i])
 			b.res.add(fmt.Sprintf("periodic_cpu_%d", n), "ms/s", cpu[i])
 		}
 		b.res.add("periodic_added_cmds", "cmds/s", cmds[1]-cmds[0])
-		progress("run %d/%d  periodic_cmds  %s/s with no entry, %s/s with 100; CPU (holder + Redis) %s and %s ms/s",
-			r, b.cfg.Runs, num(cmds[0]), num(cmds[1]), num(cpu[0]), num(cpu[1]))
+		b.res.add("periodic_claims_100", "calls/s", claims[1])
+		progress("run %d/%d  periodic_cmds  %s/s with no entry, %s/s with 100 (claims %s/s); CPU (holder + Redis) %s and %s ms/s",
+			r, b.cfg.Runs, num(cmds[0]), num(cmds[1]), num(claims[1]), num(cpu[0]), num(cpu[1]))
 	}
 	for r := 1; r <= b.cfg.Runs; r++ {
 		var rate [2]float64
@@ -155,7 +157,14 @@ func periodicLateness(ctx context.Context, srv *redisServer, bins *binaries, tic
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	slices.Sort(late)
+	worst := 0
+	for i, v := range late {
+		if v > late[worst] {
+			worst = i
+		}
+	}
+	progress("periodic_late  the first 3 ticks: %v ms; the latest is tick %d of %d", late[:min(3, len(late))], worst+1, len(late))
+	late = slices.Sorted(slices.Values(late))
 	progress("periodic_late  the 5 latest ticks: %v ms", late[max(0, len(late)-5):])
 	return percentile(late, 50), percentile(late, 99), nil
 }
@@ -173,44 +182,44 @@ func idMillis(id string) (int64, error) {
 // it sends per second over 10 s with MONITOR, after 2 s to settle and 10 s
 // in which it measures the CPU time the holder and redis-server spend per
 // second (ms/s).
-func periodicCmds(ctx context.Context, srv *redisServer, bins *binaries, n int) (cmds, cpu float64, err error) {
+func periodicCmds(ctx context.Context, srv *redisServer, bins *binaries, n int) (cmds, claims, cpu float64, err error) {
 	s, err := newScene(srv, fmt.Sprintf("periodic-cmds-%d", n))
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	defer s.close()
 	conf, err := s.writeConfig(entries(n))
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	rdb := srv.Client(1)
 	defer rdb.Close()
 	if err := fill(ctx, rdb, s.queue, 0); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	h, err := s.start(bins.batonbench, s.args("--config", conf, "--slots", "1", "--standby-slots", "0", "--lifetime", "1h"))
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	if err := waitFor(10*time.Second, "the holder takes its slot", func() bool { return s.holderPID("run", 0) != 0 }); err != nil {
-		return 0, 0, fmt.Errorf("%w\n%s", err, s.logTail(0))
+		return 0, 0, 0, fmt.Errorf("%w\n%s", err, s.logTail(0))
 	}
 	time.Sleep(2 * time.Second)
 	const window = 10 * time.Second
 	cpu0, err := cpuTime(ctx, rdb, h.Process.Pid)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	time.Sleep(window) // CPU first: MONITOR costs Redis for every command it copies
 	cpu1, err := cpuTime(ctx, rdb, h.Process.Pid)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	c, err := monitor(ctx, srv.Addr, window)
+	c, k, err := monitor(ctx, srv.Addr, window)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	return float64(c) / window.Seconds(), float64((cpu1 - cpu0).Milliseconds()) / window.Seconds(), nil
+	return float64(c) / window.Seconds(), float64(k) / window.Seconds(), float64((cpu1 - cpu0).Milliseconds()) / window.Seconds(), nil
 }
 
 // cpuTime is the CPU time (user and system) process pid and redis-server
@@ -248,34 +257,36 @@ func cpuTime(ctx context.Context, rdb *redis.Client, pid int) (time.Duration, er
 
 // monitor counts the commands clients send to Redis during d (MONITOR
 // shows those a script runs too, as from "lua": they are left out).
-func monitor(ctx context.Context, addr string, d time.Duration) (int, error) {
+func monitor(ctx context.Context, addr string, d time.Duration) (n, claims int, err error) {
 	var dl net.Dialer
 	conn, err := dl.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer conn.Close()
 	if _, err := conn.Write([]byte("MONITOR\r\n")); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	_ = conn.SetReadDeadline(time.Now().Add(d))
 	r := bufio.NewReader(conn)
 	if l, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(l, "+OK") {
-		return 0, fmt.Errorf("monitor: %q %v", l, err)
+		return 0, 0, fmt.Errorf("monitor: %q %v", l, err)
 	}
-	n := 0
 	for {
 		l, err := r.ReadString('\n')
 		if err != nil {
 			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				return n, nil
+				return n, claims, nil
 			}
-			return 0, fmt.Errorf("monitor: %w", err)
+			return 0, 0, fmt.Errorf("monitor: %w", err)
 		}
 		// +1700000000.123456 [0 127.0.0.1:54321] "evalsha" ...
 		_, rest, _ := strings.Cut(l, "[")
 		if f := strings.Fields(rest); len(f) > 1 && !strings.HasPrefix(f[1], "lua") {
 			n++
+			if strings.Contains(rest, ":periodic\"") { // the claim names the records' key
+				claims++
+			}
 		}
 	}
 }
