@@ -23,8 +23,8 @@ List the queue's [[periodic]] entries, from the config, with what Redis
 says of them: each entry's schedule, time zone, next tick (on Redis'
 clock), the last tick claimed, the last job enqueued with its tick, the
 ticks missed (claimed too late for catch_up) and those skipped by
-overlap = "skip". It
-only reads. Every holder of the queue enqueues the entries' jobs, once per
+overlap = "skip". The
+list only reads. Every holder of the queue enqueues the entries' jobs, once per
 tick fleet-wide (docs/periodic.md).
 
 forget-host HOST... forgets hosts taken out of service: their last cron
