@@ -57,6 +57,8 @@ func (b *bench) measure(ctx context.Context, sel []string) error {
 			err = b.fleet(ctx)
 		case "control":
 			err = b.control(ctx)
+		case "periodic":
+			err = b.periodic(ctx)
 		}
 		if err != nil {
 			return err

@@ -60,6 +60,8 @@ var figureOrder = []string{
 	"client_go_batch", "client_py_batch", "client_node_batch", "rq_enqueue_many", "bullmq_add_bulk",
 	"client_go_batch_high", "client_py_batch_high", "client_node_batch_high",
 	"fleet_handover_p50_ms", "fleet_handover_p99_ms", "fleet_loser_p50_ms", "fleet_loser_p99_ms",
+	"periodic_late_p50_ms", "periodic_late_p99_ms", "periodic_cmds_0", "periodic_cmds_100", "periodic_added_cmds", "periodic_claims_100", "periodic_cpu_0", "periodic_cpu_100",
+	"periodic_noop_0", "periodic_noop_100", "periodic_noop_ratio", "cron_silence_s",
 }
 
 func newResults() *results {
@@ -122,6 +124,13 @@ func (r *results) targets() []target {
 		below("pause_last_start_p99_ms <= 1000", "pause_last_start_p99_ms", 1000.001)
 		below("cancel_exec_gone_p99_ms <= 1000", "cancel_exec_gone_p99_ms", 1000.001)
 		below("cancel_exec_fleet_gone_p99_ms <= 1000", "cancel_exec_fleet_gone_p99_ms", 1000.001)
+	}
+	if _, ok := r.median("periodic_late_p99_ms"); ok { // the periodic group runs with -only alone
+		below("periodic_late_p99_ms <= 1000", "periodic_late_p99_ms", 1000.001)
+		below("periodic_late_p50_ms <= 100", "periodic_late_p50_ms", 100.001)
+		below("periodic_claims_100 <= 1 per s (100 entries)", "periodic_claims_100", 1.001)
+		within("periodic_noop_ratio (100 entries over none) within 1 ± 5%", "periodic_noop_ratio", 0.95, 1.05)
+		below("cron_silence_s <= 2C + 5 s = 9 (C = 2 s)", "cron_silence_s", 9.001)
 	}
 	below("loser_rss_kb < 15360", "loser_rss_kb", 15*1024)
 	below("holder_rss_kb < 30720", "holder_rss_kb", 30*1024)

@@ -36,6 +36,7 @@ type runConfig struct {
 	LoserSamples     int    `json:"loser_samples"`           // losing candidates per loser run
 	FleetSamples     int    `json:"fleet_samples"`           // hand-overs, and losing candidates, per fleet run
 	HolderJobs       int    `json:"holder_jobs"`             // jobs before holder_rss is read
+	PeriodicTicks    int    `json:"periodic_ticks"`          // ticks of "@every 1s" behind the periodic lateness figures
 	PollInterval     string `json:"poll_interval,omitempty"` // set by -poll-interval; else baton's default
 	Quick            bool   `json:"quick"`
 }
@@ -44,8 +45,9 @@ var groups = []string{"throughput", "enqueue", "producers", "exec", "pickup", "p
 
 // onlyGroups run with -only alone, never in the full table: fleet takes
 // about 5 minutes a run (200 hand-overs of a 1–1.5 s lifetime each),
-// control about 2 (20 pauses of 2 s, 100 cancels).
-var onlyGroups = []string{"fleet", "control"}
+// control about 2 (20 pauses of 2 s, 100 cancels), periodic about 8 (a
+// minute of ticks, then its other figures).
+var onlyGroups = []string{"fleet", "control", "periodic"}
 
 func main() {
 	var (
@@ -57,6 +59,7 @@ func main() {
 		poll   = flag.String("poll-interval", "", "poll_interval for promotion and recovery (default: baton's)")
 		prof   = flag.String("cpuprofile", "", "write a CPU profile of this process (library-mode groups) to this file")
 		scale  = flag.Bool("scale", false, "the scaling benchmark only (make bench-scale): a burst with and without autoscaling, and a steady load")
+		ticks  = flag.Int("periodic-ticks", 60, "ticks of @every 1s behind the periodic lateness figures (300: the full run of issue 25, 5 minutes)")
 		sc     = scaleConfig{}
 	)
 	flag.IntVar(&sc.Jobs, "scale-jobs", 20000, "with -scale: jobs in the burst")
@@ -76,10 +79,10 @@ func main() {
 		return
 	}
 	cfg := runConfig{Runs: *runs, Jobs: 20000, ExecJobs: 1000, PickupSamples: 300,
-		PromotionSamples: 10, RecoverySamples: 3, LoserSamples: 20, FleetSamples: 200, HolderJobs: 100000}
+		PromotionSamples: 10, RecoverySamples: 3, LoserSamples: 20, FleetSamples: 200, HolderJobs: 100000, PeriodicTicks: *ticks}
 	if *quick {
 		cfg = runConfig{Runs: 1, Jobs: 2000, ExecJobs: 100, PickupSamples: 50,
-			PromotionSamples: 2, RecoverySamples: 1, LoserSamples: 5, FleetSamples: 3, HolderJobs: 100000, Quick: true}
+			PromotionSamples: 2, RecoverySamples: 1, LoserSamples: 5, FleetSamples: 3, HolderJobs: 100000, PeriodicTicks: min(*ticks, 10), Quick: true}
 	}
 	sel := groups
 	if *only != "" {

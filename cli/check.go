@@ -27,7 +27,8 @@ relation with its values, margin and PASS, WARN or FAIL, and one fix with
 numbers for each that does not pass. See docs/coverage.md.
 
 The config is read as 'baton run' reads it. The schedule is the config's
-schedule key, or, with --crontab, the schedules of the lines of a crontab or
+schedule key (five crontab fields, or "@every D" for a systemd timer: C = D),
+or, with --crontab, the schedules of the lines of a crontab or
 /etc/cron.d file ('-': standard input) that run 'baton run' with this
 --config (several lines add their candidates up). The flags on such a line
 override the file, as they do for run; flags given to check override both,
@@ -61,6 +62,15 @@ Example:
   baton check --config /etc/baton/thumbs.toml --crontab /etc/cron.d/baton
   crontab -l | baton check --config /etc/baton/thumbs.toml --crontab -
   baton check --config /etc/baton/thumbs.toml --hosts 3
+  # /etc/baton/reports.toml, with a periodic entry checked as well:
+  #   schedule = "@every 30s"      # a systemd timer's OnCalendar=*:*:0/30
+  #   [[periodic]]
+  #   name = "nightly"
+  #   schedule = "CRON_TZ=Europe/Berlin 30 2 * * *"
+  #   payload = "{\"report\": \"sales\"}"
+  #   timeout = "30m"
+  #   catch_up = "latest"
+  baton check --config /etc/baton/reports.toml
 `
 
 // exitRelationFails is check's exit code when a relation fails.

@@ -72,7 +72,9 @@ func TestCheckExitCodes(t *testing.T) {
 			[]string{"WARN poll-interval:", "cannot be watched", "fix: lower poll_interval to 2.727s", "Every relation holds, with 1 warning."}, ""},
 		{"invalid config", "slots = 0\n", nil, 2, nil, ":1: slots: 0: must be between 1 and 1024"},
 		{"schedule that never fires", "schedule = \"0 0 30 2 *\"\n", nil, 2, nil, "schedule: schedule \"0 0 30 2 *\": never fires"},
-		{"@every is not crontab", "schedule = \"@every 1m\"\n", nil, 2, nil, "@every is not crontab syntax"},
+		{"@every: C is its period", "schedule = \"@every 30s\"\n", nil, 0,
+			[]string{`schedule "@every 30s", from config key schedule`, "longest gap between cron firings                      30s", "1·9 = 9 ≥ 1"}, ""},
+		{"@every in fractions of a second", "schedule = \"@every 1500ms\"\n", nil, 2, nil, "@every takes whole seconds, at least 1s"},
 		{"stray argument", "", []string{"extra"}, 2, nil, `unexpected argument "extra"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -76,7 +76,7 @@ func commands() []command {
 		{name: "resume", summary: "let a paused queue's holders start jobs again", usage: resumeUsage, flags: flagsOf(resumeFlags), run: runResume},
 		{name: "cancel", summary: "cancel jobs: take them out, or stop them where they run", usage: cancelUsage, flags: flagsOf(cancelFlags), run: runCancel},
 		{name: "job", summary: "say where a job is: waiting, running, retrying, dead", usage: jobUsage, flags: flagsOf(jobFlags), run: runJob},
-		{name: "periodic", summary: "list the periodic entries: schedule, next tick, last tick and job", usage: periodicUsage, flags: flagsOf(periodicFlags), run: runPeriodic},
+		{name: "periodic", summary: "list the periodic entries (next tick, last tick and job); forget a retired host", usage: periodicUsage, flags: flagsOf(periodicFlags), words: periodicVerbs, run: runPeriodic},
 		{name: "metrics", summary: "print or serve the queue's Prometheus metrics", usage: metricsUsage, flags: flagsOf(metricsFlags), run: runMetrics},
 		{name: "web", summary: "serve a read-only dashboard of the queues, slots and dead letters", usage: webUsage, flags: flagsOf(webFlags), run: runWeb},
 		{name: "check", summary: "prove a config keeps its slots covered", usage: checkUsage, flags: flagsOf(checkFlags), run: runCheck},

@@ -102,7 +102,7 @@ func TestSimulateUsage(t *testing.T) {
 		{[]string{"--crash-rate", "-1"}, "--crash-rate -1: must be a rate"},
 		{[]string{"--schedule", "@hourly", "--horizon", "30m"}, "is not longer than the warm-up"},
 		{[]string{"--slots", "0"}, "--slots: 0: must be between 1"},
-		{[]string{"--schedule", "@every 1m"}, "@every is not crontab syntax"},
+		{[]string{"--schedule", "@every 0s"}, "@every takes whole seconds"},
 		{[]string{"x"}, `unexpected argument "x"`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

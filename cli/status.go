@@ -28,9 +28,10 @@ delivered), pending (running or left by a holder that died), scheduled
 'baton dead') and done (all time), and the [[periodic]] entries (next tick,
 last tick claimed and its job, ticks missed and skipped; a warning when a
 tick went unclaimed). It also says when Redis is at maxmemory or may evict
-jobs, and when cron has not started baton on a host for more than 2C + 30s
-(each candidate marks its firing; holders publish it: cron_fires in
---json). With lock_backend redis the slots are the fleet's leases (fencing
+jobs, and when cron has not started baton on a host for more than 2C + 4s
+(each candidate marks its firing; holders publish it: a cron line per
+host, cron_fires in --json; 'baton periodic forget-host' forgets a retired
+host). With lock_backend redis the slots are the fleet's leases (fencing
 token, time left), and the line of standbys waiting for a run lease
 follows, first in line first: position, standby slot, host, pid and time
 waited (standby_line in --json). It reads the holders' records and the
@@ -172,6 +173,20 @@ func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 			fmt.Fprintf(w, "%-8s %s (%s): next %s, %s; %d missed, %d skipped\n", head, p.Name, p.Schedule, p.Next.Format(time.RFC3339), last, p.Missed, p.Skipped)
 		}
 		fmt.Fprintln(w)
+	}
+	for i, f := range rep.CronFires {
+		head := "      "
+		if i == 0 {
+			head = "cron"
+		}
+		silent := ""
+		if f.Silent {
+			silent = fmt.Sprintf(": SILENT, more than %s", rep.CronSilentAfter)
+		}
+		fmt.Fprintf(w, "%-8s %s: started baton at %s, %s ago%s\n", head, f.Host, f.Last.Format(time.RFC3339), time.Since(f.Last).Round(time.Second), silent)
+		if i == len(rep.CronFires)-1 {
+			fmt.Fprintln(w)
+		}
 	}
 	if sc := rep.Scale; sc != nil {
 		fmt.Fprintf(w, "scale %d holders now, kept %d (min_slots), at most %d (slots)\n", sc.Holders, sc.MinSlots, sc.Slots)

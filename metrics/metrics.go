@@ -82,7 +82,7 @@ var (
 	belowK      = desc("below_k_seconds_total", "Time during which fewer than k run slots were held, all time, as holders and standbys recorded it.")
 	lastTick    = desc("periodic_last_tick_timestamp_seconds", "The last tick claimed of each [[periodic]] entry (enqueued, missed or skipped), as a Unix time: the scheduled time, not when it was claimed.", "entry")
 	ticks       = desc("periodic_ticks_total", "Ticks of each [[periodic]] entry claimed, by outcome: enqueued, missed (too late for its catch_up), skipped (overlap = \"skip\"), all time.", "entry", "outcome")
-	cronFire    = desc("cron_last_fire_timestamp_seconds", "The last time cron started baton run on each host, as a Unix time, as the host's holders published it (every 5s). Silent past 2 C + a margin: cron stopped there.", "host")
+	cronFire    = desc("cron_last_fire_timestamp_seconds", "The last time cron started baton run on each host, as a Unix time, as the host's holders published it (within a second). Silent past 2 C + a margin: cron stopped there.", "host")
 	gaps        = desc("slot_gap_seconds", "Gaps between a kept run slot's holders: from one's leave (or death) to the next's take, by who took it (standby, candidate), all time.", "by")
 	reasons     = []string{work.ReasonFailed, work.ReasonTimeout, work.ReasonCrashed, work.ReasonTooLarge, work.ReasonMalformed, work.ReasonRejected, work.ReasonCancelled}
 	allDescs    = []*prometheus.Desc{up, paused, jobs, oldest, done, retried, failed, dead, duration, slotsHeld, slotsKept, holderAge, overdue, noRecord, leaseLeft, memUsed, memMax, belowK, gaps, lastTick, ticks, cronFire}

@@ -465,3 +465,55 @@ func (c *Claimer) entriesOf() []Entry {
 	}
 	return es
 }
+
+// Through Redis, New York's last repeated hour (the first Sunday of
+// November, 1 November in 2026): a holder back after it with catch_up =
+// "all" enqueues both 01:30s of that day, each once, and more rounds add
+// nothing.
+func TestDSTRepeatedHourClaimedOncePerInstant(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		t.Fatalf("load America/New_York (install tzdata): %v", err)
+	}
+	var day time.Time // the last fall-back day before today
+	for y := time.Now().Year(); day.IsZero() || !day.AddDate(0, 0, 1).Before(time.Now()); y-- {
+		day = time.Date(y, 11, 1, 0, 0, 0, 0, time.UTC)
+		day = day.AddDate(0, 0, (7-int(day.Weekday()))%7)
+	}
+	setLast(t, rdb, "q", "night", time.Date(day.Year(), day.Month(), day.Day()-1, 1, 30, 0, 0, ny))
+	c := claimer(t, rdb, "q", nil, Entry{Name: "night", Schedule: "CRON_TZ=America/New_York 30 1 * * *", CatchUp: CatchUpAll, CatchUpMax: MaxCatchUp})
+	round(t, c)
+	round(t, c)
+	round(t, c)
+	count, _ := jobs(t, rdb, "q")
+	for _, want := range []time.Time{day.Add(5*time.Hour + 30*time.Minute), day.Add(6*time.Hour + 30*time.Minute)} {
+		if n := count[want.In(ny).Format(time.RFC3339)]; n != 1 {
+			t.Errorf("tick %s (%s) enqueued %d times, want once; ticks: %v", want.In(ny).Format(time.RFC3339), want, n, count)
+		}
+	}
+	for tick, n := range count {
+		if n != 1 {
+			t.Errorf("tick %s enqueued %d times", tick, n)
+		}
+	}
+}
+
+// overlap = "allow" (the default): ticks are enqueued while the previous
+// tick's job still waits (nobody runs it here), one job per tick.
+func TestOverlapAllow(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	c := claimer(t, rdb, "q", nil, Entry{Name: "beat", Schedule: "@every 1s"})
+	kinds := map[string]int{}
+	for deadline := time.Now().Add(10 * time.Second); kinds[Enqueued] < 3 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		for _, o := range round(t, c) {
+			kinds[o.Kind]++
+		}
+	}
+	count, _ := jobs(t, rdb, "q")
+	if kinds[Enqueued] < 3 || kinds[Skipped] != 0 || len(count) != kinds[Enqueued] {
+		t.Fatalf("outcomes %v, %d ticks queued; want 3 enqueued ticks, queued together, none skipped", kinds, len(count))
+	}
+}

@@ -152,3 +152,13 @@ func ReadHosts(ctx context.Context, rdb redis.Cmdable, q string, within time.Dur
 	sort.Slice(out, func(i, j int) bool { return out[i].Host < out[j].Host })
 	return out, nil
 }
+
+// ForgetHosts removes hosts' entries' fingerprints from queue q's record
+// (a host taken out of service), and reports how many were there.
+func ForgetHosts(ctx context.Context, rdb redis.Cmdable, q string, hosts ...string) (int64, error) {
+	n, err := rdb.HDel(ctx, HostsKey(q), hosts...).Result()
+	if err != nil {
+		return 0, fmt.Errorf("forget periodic hosts: %w", err)
+	}
+	return n, nil
+}

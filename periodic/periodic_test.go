@@ -197,3 +197,38 @@ func TestCheck(t *testing.T) {
 		t.Errorf("defaults: %v %+v", err, es[0])
 	}
 }
+
+func newYork(tb testing.TB) *time.Location {
+	tb.Helper()
+	loc, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		tb.Fatalf("load America/New_York (install tzdata): %v", err)
+	}
+	return loc
+}
+
+// The two days, in New York: 8 March 2026 skips 02:00-03:00, so
+// "30 2 * * *" has no tick that day (not one at 03:30, nor a catch-up of
+// it: due() from the 7th's tick to the 9th's finds only the 9th's); 1
+// November 2026 repeats 01:00-02:00, so "30 1 * * *" ticks twice, at 01:30
+// EDT and 01:30 EST, an hour apart.
+func TestDSTNewYork(t *testing.T) {
+	ny := newYork(t)
+	spring := mustSchedule(t, "CRON_TZ=America/New_York 30 2 * * *")
+	if got, want := spring.Next(time.Date(2026, 3, 7, 12, 0, 0, 0, ny)), time.Date(2026, 3, 9, 2, 30, 0, 0, ny); !got.Equal(want) {
+		t.Fatalf("next 02:30 after 7 March noon = %v, want %v (no 02:30 on the 8th)", got, want)
+	}
+	last := time.Date(2026, 3, 7, 2, 30, 0, 0, ny)
+	if d := due(spring, CatchUpAll, 100, last, time.Date(2026, 3, 9, 2, 30, 1, 0, ny)); len(d) != 1 || !d[0].at.Equal(time.Date(2026, 3, 9, 2, 30, 0, 0, ny)) {
+		t.Fatalf("due from the 7th's 02:30 to the 9th's = %v, want the 9th's alone", d)
+	}
+	fall := mustSchedule(t, "CRON_TZ=America/New_York 30 1 * * *")
+	first := fall.Next(time.Date(2026, 10, 31, 12, 0, 0, 0, ny))
+	second := fall.Next(first)
+	if first.UTC() != time.Date(2026, 11, 1, 5, 30, 0, 0, time.UTC) || second.UTC() != time.Date(2026, 11, 1, 6, 30, 0, 0, time.UTC) {
+		t.Fatalf("ticks on 1 November = %v, %v; want 05:30 and 06:30 UTC (01:30 EDT, 01:30 EST)", first.UTC(), second.UTC())
+	}
+	if p := fall.Prev(time.Date(2026, 11, 1, 12, 0, 0, 0, ny)); !p.Equal(second) {
+		t.Fatalf("prev from the 1st's noon = %v, want the second 01:30 (%v)", p, second)
+	}
+}

@@ -20,6 +20,7 @@ import (
 // night's firings by an hour, is not modelled.
 type Schedule struct {
 	specs     []string
+	every     time.Duration // an "@every D" schedule's period; 0 for crontab lines
 	lines     []cronLine
 	plans     map[uint64]*dayPlan // by mask of the lines that fire on a day
 	gap       time.Duration
@@ -59,14 +60,19 @@ type dayPlan struct {
 // ParseSchedule parses crontab schedules: five fields ("*/5 * * * 1-5") or a
 // descriptor (@hourly, @daily, @weekly, @monthly, @yearly), with an optional
 // CRON_TZ= prefix that is accepted and ignored. Several specs are several
-// crontab lines starting the same config; their firings add up. @every is
-// refused: cron has no such syntax.
+// crontab lines starting the same config; their firings add up. A single
+// "@every D" (whole seconds, at least 1s) is a systemd timer's or a test's
+// schedule: a firing at each multiple of D since the Unix epoch, C = D; cron
+// has no such syntax, so it combines with no other line.
 func ParseSchedule(specs ...string) (*Schedule, error) {
 	if len(specs) == 0 {
 		return nil, errors.New("parse schedule: no schedule")
 	}
 	if len(specs) > MaxLines {
 		return nil, fmt.Errorf("parse schedule: %d lines: at most %d", len(specs), MaxLines)
+	}
+	if s, ok, err := parseEvery(specs); ok {
+		return s, err
 	}
 	s := &Schedule{specs: specs, plans: map[uint64]*dayPlan{}}
 	for _, spec := range specs {
@@ -90,7 +96,7 @@ func parseLine(spec string) (cronLine, error) {
 		}
 	}
 	if strings.HasPrefix(body, "@every") {
-		return cronLine{}, errors.New("@every is not crontab syntax: use five fields")
+		return cronLine{}, errors.New("@every is not crontab syntax: it stands alone, as a systemd timer's schedule, not with crontab lines")
 	}
 	if len(strings.Fields(body)) > 5 {
 		return cronLine{}, fmt.Errorf("expected exactly 5 fields, found %d", len(strings.Fields(body)))
@@ -303,6 +309,13 @@ func (s *Schedule) plan(d civil) *dayPlan {
 // then. It returns the zero time only for a schedule that never fires, which
 // ParseSchedule refuses.
 func (s *Schedule) Next(t time.Time) (time.Time, int) {
+	if s.every > 0 {
+		n := t.UnixNano() / int64(s.every)
+		if t.UnixNano() < 0 && t.UnixNano()%int64(s.every) != 0 {
+			n-- // round toward minus infinity
+		}
+		return time.Unix(0, (n+1)*int64(s.every)).UTC(), 1
+	}
 	u := t.UTC()
 	y, mo, dd := u.Date()
 	d := civil{year: y, month: int(mo), day: dd, weekday: int(u.Weekday())}

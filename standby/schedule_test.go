@@ -35,6 +35,9 @@ func TestScheduleGap(t *testing.T) {
 		{"two halves of the hour", []string{"0-29 * * * *", "30-59 * * * *"}, time.Minute, 1, 1},
 		{"hourly at :00 and :30", []string{"0 * * * *", "30 * * * *"}, 30 * time.Minute, 1, 1},
 		{"two lines overlapping at :00", []string{"*/2 * * * *", "0 * * * *"}, 2 * time.Minute, 1, 2},
+		{"@every: a systemd timer", []string{"@every 1m"}, time.Minute, 1, 1},
+		{"@every 90s", []string{"@every 1m30s"}, 90 * time.Second, 1, 1},
+		{"@every 1s: tests", []string{"@every 1s"}, time.Second, 1, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := ParseSchedule(tc.specs...)
@@ -56,7 +59,12 @@ func TestScheduleErrors(t *testing.T) {
 	}{
 		{"no spec", nil, "no schedule"},
 		{"February 30", []string{"0 0 30 2 *"}, "never fires"},
-		{"@every", []string{"@every 1m"}, "@every is not crontab syntax"},
+		{"@every with a crontab line", []string{"@every 1m", "* * * * *"}, "@every is not crontab syntax"},
+		{"crontab line with @every", []string{"* * * * *", "@every 1m"}, "@every is not crontab syntax"},
+		{"@every below a second", []string{"@every 500ms"}, "whole seconds, at least 1s"},
+		{"@every in fractions", []string{"@every 1.5s"}, "whole seconds, at least 1s"},
+		{"@every nothing", []string{"@every"}, "invalid duration"},
+		{"@every zero", []string{"@every 0s"}, "whole seconds, at least 1s"},
 		{"three fields", []string{"* * *"}, "expected exactly 5 fields"},
 		{"six fields", []string{"0 * * * * *"}, "expected exactly 5 fields"},
 		{"bad minute", []string{"61 * * * *"}, "above maximum"},
@@ -97,6 +105,11 @@ func TestScheduleNext(t *testing.T) {
 		{[]string{"* * * * *", "*/2 * * * *"}, "2026-01-05T10:01:00Z", "2026-01-05T10:02:00Z", 2},
 		{[]string{"0 12 * * *"}, "2026-01-05T13:00:00+02:00", "2026-01-05T12:00:00Z", 1},
 		{[]string{"0 12 * * *"}, "2026-01-05T12:00:00Z", "2026-01-06T12:00:00Z", 1},
+		{[]string{"@every 1m"}, "2026-01-05T12:00:00Z", "2026-01-05T12:01:00Z", 1},
+		{[]string{"@every 1m"}, "2026-01-05T12:00:59.999Z", "2026-01-05T12:01:00Z", 1},
+		{[]string{"@every 7s"}, "1970-01-01T00:00:13Z", "1970-01-01T00:00:14Z", 1},
+		{[]string{"@every 7s"}, "1969-12-31T23:59:50Z", "1969-12-31T23:59:53Z", 1},
+		{[]string{"@every 10s"}, "2026-01-05T13:00:05+02:00", "2026-01-05T11:00:10Z", 1},
 	} {
 		t.Run(strings.Join(tc.specs, "+")+"@"+tc.from, func(t *testing.T) {
 			s, err := ParseSchedule(tc.specs...)
@@ -116,7 +129,7 @@ func TestScheduleNext(t *testing.T) {
 func FuzzSchedule(f *testing.F) {
 	for _, s := range []string{
 		"* * * * *", "*/7 * * * *", "0 9-17 * * 1-5", "@hourly", "@weekly", "0 0 29 2 *",
-		"5,10 */3 1-15 jan,jul *", "0 0 1 * 1", "0 0 */2 * 1", "30 23 31 * *", "0-59/13 0-23/5 * * sun",
+		"5,10 */3 1-15 jan,jul *", "0 0 1 * 1", "0 0 */2 * 1", "30 23 31 * *", "0-59/13 0-23/5 * * sun", "@every 7s",
 	} {
 		f.Add(s)
 	}
@@ -127,6 +140,13 @@ func FuzzSchedule(f *testing.F) {
 		}
 		if s.Gap() <= 0 || s.Gap() > 200*366*24*time.Hour || s.MinLines() != 1 {
 			t.Fatalf("%q: gap %v, min lines %d", spec, s.Gap(), s.MinLines())
+		}
+		if d := s.Every(); d > 0 {
+			t0 := time.Date(2026, 1, 5, 0, 0, 0, 0, time.UTC)
+			if n1, _ := s.Next(t0); !n1.After(t0) || n1.Sub(t0) > d || n1.UnixNano()%int64(d) != 0 {
+				t.Fatalf("%q: Next(%v) = %v", spec, t0, n1)
+			}
+			return
 		}
 		ref, _ := cron.ParseStandard(spec)
 		rs := ref.(*cron.SpecSchedule)

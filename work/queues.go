@@ -64,6 +64,8 @@ func queueOf(key string) (string, bool) {
 	switch part {
 	case "", ":high", ":low", ":retry", ":scheduled", ":dead", ":stats", ":paused":
 		return q, q != ""
+	case ":periodic", ":periodic:hosts", ":cron": // a queue of periodic entries before its first job, a fleet's losers
+		return q, q != ""
 	}
 	return "", false
 }

@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-run/baton/internal/cronfire"
 	"github.com/baton-run/baton/internal/redistest"
+	"github.com/baton-run/baton/lock"
 	"github.com/baton-run/baton/periodic"
 	"github.com/baton-run/baton/work"
 )
@@ -367,4 +369,166 @@ func TestPeriodicConfigsDiffer(t *testing.T) {
 	b.wait(t, 20*time.Second)
 	count, ticks := ticksRun(t, out)
 	checkOncePerTick(t, count, ticks)
+}
+
+// A queue whose only keys are periodic's and cron's (its entries' records
+// and hosts, a fleet's losing candidates' firings: no job enqueued yet)
+// exists: status does not call it a typo, and queues lists it. With no key
+// at all, status says that no holder of the entries has run.
+func TestPeriodicOnlyQueueStatus(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	cfg := r.periodicConfig(beatEntry)
+	stdout, errOut, code := r.baton("status", "--config", cfg, "--queue", "reports")
+	if code != 0 || !strings.Contains(stdout, "warning: queue reports has no keys in this Redis database yet: its [[periodic]] entries are enqueued by its holders, and none has run") ||
+		strings.Contains(stdout, "a typo?") {
+		t.Fatalf("status of an empty periodic queue: exit %d\n%s%s", code, stdout, errOut)
+	}
+	ctx := context.Background()
+	if err := r.client().HSet(ctx, periodic.RecordsKey("reports"), "beat", time.Now().Truncate(time.Second).UnixMilli()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cronfire.Publish(ctx, r.client(), "reports", "b", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	stdout, errOut, code = r.baton("status", "--config", cfg, "--queue", "reports")
+	if code != 0 || strings.Contains(stdout, "has no keys") || !strings.Contains(stdout, "periodic beat (@every 1s)") || !strings.Contains(stdout, "\ncron     b: started baton at ") {
+		t.Fatalf("status of a periodic-only queue: exit %d\n%s%s", code, stdout, errOut)
+	}
+	stdout, errOut, code = r.baton("queues")
+	if code != 0 || !strings.Contains(stdout, "reports") {
+		t.Fatalf("queues: exit %d\n%s%s", code, stdout, errOut)
+	}
+}
+
+// entryTicks reads a job log of "BATON_TICK BATON_PERIODIC BATON_JOB_ID"
+// lines: entry → tick → distinct job ids.
+func entryTicks(t *testing.T, path string) map[string]map[time.Time]map[string]bool {
+	t.Helper()
+	out := map[string]map[time.Time]map[string]bool{}
+	for _, l := range readLines(t, path) {
+		f := strings.Fields(l)
+		if len(f) != 3 {
+			t.Fatalf("job log line %q", l)
+		}
+		at, err := time.Parse(time.RFC3339, f[0])
+		if err != nil {
+			t.Fatalf("BATON_TICK %q: %v", f[0], err)
+		}
+		if out[f[1]] == nil {
+			out[f[1]] = map[time.Time]map[string]bool{}
+		}
+		if out[f[1]][at] == nil {
+			out[f[1]][at] = map[string]bool{}
+		}
+		out[f[1]][at][f[2]] = true
+	}
+	return out
+}
+
+// A config change mid-run, as a deploy does it: a holder with the new
+// config (beat every 2 s instead of every second, entry "old" removed)
+// starts while the old one runs, then the old one leaves. Every tick runs
+// once whichever config claims it; once the old holder is gone, beat
+// follows the new schedule and "old" stops firing.
+func TestPeriodicConfigChangeMidRun(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	out := filepath.Join(r.dir, "ticks")
+	job := r.script("job.sh", `cat >/dev/null; echo "$BATON_TICK $BATON_PERIODIC $BATON_JOB_ID" >> `+out+"\n")
+	oldCfg := r.periodicConfig(beatEntry + "\n[[periodic]]\nname = \"old\"\nschedule = \"@every 1s\"\n")
+	newCfg := filepath.Join(r.dir, "new.toml")
+	if err := os.WriteFile(newCfg, []byte(strings.Replace(beatEntry, "@every 1s", "@every 2s", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := r.start("run", "--config", oldCfg, "--host", "a", "--lock-dir", filepath.Join(r.dir, "locks-a"), "--", job)
+	eventually(t, 30*time.Second, "three ticks of each entry", func() bool {
+		m := entryTicks(t, out)
+		return len(m["beat"]) >= 3 && len(m["old"]) >= 3
+	})
+	b := r.start("run", "--config", newCfg, "--host", "b", "--lock-dir", filepath.Join(r.dir, "locks-b"), "--", job)
+	time.Sleep(3 * time.Second) // both configs claim for a few ticks
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	a.wait(t, 20*time.Second)
+	switched := time.Now()
+	eventually(t, 30*time.Second, "four ticks of the new schedule", func() bool {
+		n := 0
+		for at := range entryTicks(t, out)["beat"] {
+			if at.After(switched.Add(time.Second)) {
+				n++
+			}
+		}
+		return n >= 4
+	})
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	b.wait(t, 20*time.Second)
+	m := entryTicks(t, out)
+	for name, ticks := range m {
+		for at, ids := range ticks {
+			if len(ids) != 1 {
+				t.Errorf("%s tick %s ran as %d jobs", name, at.Format(time.RFC3339), len(ids))
+			}
+			if name == "old" && at.After(switched.Add(time.Second)) {
+				t.Errorf("entry old, removed from every config, fired at %s", at.Format(time.RFC3339))
+			}
+			if name == "beat" && at.After(switched.Add(time.Second)) && at.Unix()%2 != 0 {
+				t.Errorf("beat fired at %s after the old config left: not a tick of @every 2s", at.Format(time.RFC3339))
+			}
+		}
+	}
+	// No tick of beat is lost: every second while the old config ran,
+	// every other second after.
+	var beats []time.Time
+	for at := range m["beat"] {
+		beats = append(beats, at)
+	}
+	sort.Slice(beats, func(i, j int) bool { return beats[i].Before(beats[j]) })
+	for i := 1; i < len(beats); i++ {
+		if d := beats[i].Sub(beats[i-1]); d > 2*time.Second {
+			t.Errorf("gap of %s in beat's ticks between %s and %s", d, beats[i-1].Format(time.RFC3339), beats[i].Format(time.RFC3339))
+		}
+	}
+	if t.Failed() {
+		t.Logf("holder a: %s\nholder b: %s", a.log(), b.log())
+	}
+}
+
+// A holder stopped (SIGSTOP) past its lease, in fleet mode, while a
+// standby on another host takes the lease over and claims the ticks: woken,
+// its claims of the ticks it saw due are refused (fenced, and claimed
+// already) and every tick still runs once, with no gap.
+func TestPeriodicStoppedPastItsLease(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	out := filepath.Join(r.dir, "ticks")
+	job := r.script("job.sh", `cat >/dev/null; echo "$BATON_TICK $BATON_PERIODIC $BATON_JOB_ID" >> `+out+"\n")
+	cfg := r.periodicConfig(beatEntry)
+	common := []string{"--config", cfg, "--slots", "1", "--standby-slots", "1", "--lease-ttl", "2s", "--lease-renew", "500ms", "--", job}
+	a := r.start(r.fleetArgs("a", common...)...)
+	eventually(t, 20*time.Second, "a holds the lease and three ticks run", func() bool {
+		_, ticks := ticksRun(t, out)
+		return published(r.leases("default", 1)) == 1 && len(ticks) >= 3
+	})
+	b := r.start(r.fleetArgs("b", common...)...) // the standby
+	eventually(t, 20*time.Second, "b stands by", func() bool {
+		return heldRecs(r.recordsOf(lock.NewLeaseSet(r.client(), "default", lock.RoleStandby, 1, lock.LeaseOptions{}))) == 1
+	})
+	_ = a.cmd.Process.Signal(syscall.SIGSTOP)
+	_, before := ticksRun(t, out)
+	eventually(t, 30*time.Second, "b takes the lease over and runs three ticks", func() bool {
+		_, ticks := ticksRun(t, out)
+		return len(ticks) >= len(before)+3
+	})
+	time.Sleep(3 * time.Second) // a is now 2 lease TTLs past its lease
+	_ = a.cmd.Process.Signal(syscall.SIGCONT)
+	a.wait(t, 20*time.Second) // it finds its lease lost and leaves
+	_, now := ticksRun(t, out)
+	eventually(t, 20*time.Second, "three more ticks", func() bool { _, ticks := ticksRun(t, out); return len(ticks) >= len(now)+3 })
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	b.wait(t, 20*time.Second)
+	count, ticks := tickJobs(t, append(readLines(t, out), r.queuedTicks("default")...))
+	checkOncePerTick(t, count, ticks)
+	if t.Failed() {
+		t.Logf("holder a: %s\nholder b: %s", a.log(), b.log())
+	}
 }

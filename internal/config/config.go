@@ -164,7 +164,7 @@ type Config struct {
 	// this many bytes after a job. 0 = off. Default 0.
 	MaxChildRSS int `toml:"max_child_rss" group:"Workers" help:"replace a persistent child whose resident memory exceeds this many bytes (0: off)"`
 	// Schedule is the crontab schedule of the baton run line, for check. Default "* * * * *".
-	Schedule string `toml:"schedule" group:"Slots" help:"crontab schedule that starts baton run (used by check)"`
+	Schedule string `toml:"schedule" group:"Slots" help:"crontab schedule that starts baton run, or @every D for a systemd timer (used by check and status)"`
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string `toml:"log_level" group:"Logging" help:"debug, info, warn or error"`
 	// LogFormat is json, console, or auto (console on a terminal). Default auto.

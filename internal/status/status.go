@@ -286,7 +286,12 @@ func Warnings(cfg *config.Config, rep *Report, others []string) []string {
 		if len(others) > 0 {
 			list = strings.Join(others, ", ")
 		}
-		w = append(w, fmt.Sprintf("queue %s has no keys in this Redis database (a typo?); queues here: %s", rep.Queue, list))
+		if len(rep.Periodic) > 0 {
+			w = append(w, fmt.Sprintf("queue %s has no keys in this Redis database yet: its [[periodic]] entries are enqueued by its holders, and none has run "+
+				"(is cron running 'baton run' with this config?); queues here: %s", rep.Queue, list))
+		} else {
+			w = append(w, fmt.Sprintf("queue %s has no keys in this Redis database (a typo?); queues here: %s", rep.Queue, list))
+		}
 	}
 	if p := rep.LeasesPausedUntil; p != nil {
 		w = append(w, fmt.Sprintf("leases paused after a Redis failover or restart until %s: no slot is granted before a lease the old server granted has expired (docs/fleet.md)",
@@ -328,8 +333,8 @@ func Warnings(cfg *config.Config, rep *Report, others []string) []string {
 	}
 	for _, f := range rep.CronFires {
 		if f.Silent {
-			w = append(w, fmt.Sprintf("cron has not started baton on host %s since %s (%s ago; more than 2C + %s = %s for schedule %q): is its crontab line still there, is cron running?",
-				f.Host, f.Last.Format(time.RFC3339), time.Since(f.Last).Round(time.Second), cronfire.Margin, rep.CronSilentAfter, cfg.Schedule))
+			w = append(w, fmt.Sprintf("cron has not started baton on host %s since %s (%s ago; more than 2C + %s = %s for schedule %q): is its crontab line still there, is cron running? (a host taken out of service: baton periodic forget-host %s)",
+				f.Host, f.Last.Format(time.RFC3339), time.Since(f.Last).Round(time.Second), cronfire.Margin, rep.CronSilentAfter, cfg.Schedule, f.Host))
 		}
 	}
 	for _, p := range rep.Periodic {
