@@ -103,6 +103,10 @@ func runEnqueue(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer rdb.Close()
+	// Spans are flushed after the ids are printed (defers run last first).
+	log := newLogger(e.Stderr, cfg)
+	defer stopTracing(startTracing(ctx, e, log), enqueueFlush, log)
+	ctx = callerTrace(ctx, e)
 	out := bufio.NewWriter(e.Stdout)
 	defer out.Flush()
 	return sendJobs(ctx, rdb, cfg, payloads, opts, func(id string, dup bool) {

@@ -19,6 +19,8 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Job is one job handed to a Handler.
@@ -59,6 +61,9 @@ type Job struct {
 	unique      string // the job's unique key, freed when it is done or dead
 	verdict     string // a dead-letter reason decided on reading: do not run
 	problem     string // why, for the dead letter
+
+	traceParent, traceState string     // the producer's trace context (fields traceparent, tracestate), or ""
+	span                    trace.Span // this run's span while the holder traces; the worker's, then the settler's
 
 	cancelled atomic.Bool // cancelled (baton cancel); set by the keeper, after cancelWhy
 	cancelWhy string      // the cancel's reason, for the dead letter; the keeper's, then read-only

@@ -1,0 +1,69 @@
+package cli
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/baton-run/baton/tracing"
+	"github.com/baton-run/baton/tracing/export"
+	"github.com/rs/zerolog"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Bounds on flushing spans as a process leaves: a collector that is down or
+// slow costs a holder at most holderFlush, after its slot is released, and
+// an enqueue at most enqueueFlush.
+const (
+	holderFlush  = 3 * time.Second
+	enqueueFlush = time.Second
+)
+
+// startTracing turns tracing on when the OTEL_* variables ask for it
+// (docs/tracing.md): nil when off. A setup that fails is logged, never
+// fatal: the jobs run (or are enqueued) untraced. The SDK's own errors (a
+// failed export) are logged at most once a minute, so that a collector that
+// is down does not fill cron's mail.
+func startTracing(ctx context.Context, e *env, log zerolog.Logger) *sdktrace.TracerProvider {
+	var mu sync.Mutex
+	var last time.Time
+	onError := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if time.Since(last) < time.Minute {
+			return
+		}
+		last = time.Now()
+		log.Warn().Err(err).Msg("tracing: export failed; spans are dropped while the collector is unreachable")
+	}
+	tp, err := export.Start(ctx, e.Getenv, onError)
+	if err != nil {
+		log.Warn().Err(err).Msg("tracing: not turned on")
+		return nil
+	}
+	return tp
+}
+
+// stopTracing flushes the spans left, within bound.
+func stopTracing(tp *sdktrace.TracerProvider, bound time.Duration, log zerolog.Logger) {
+	if err := export.Stop(tp, bound); err != nil {
+		log.Debug().Err(err).Msg("tracing: spans not flushed")
+	}
+}
+
+// callerTrace is ctx carrying the caller's trace context from TRACEPARENT
+// and TRACESTATE (the W3C trace context of the process that ran baton), so
+// that an enqueue continues the caller's trace; ctx when they are unset or
+// not valid.
+func callerTrace(ctx context.Context, e *env) context.Context {
+	return tracing.Context(ctx, e.Getenv("TRACEPARENT"), e.Getenv("TRACESTATE"))
+}
+
+// tracerOf is tp as the holder takes it: a nil interface when off.
+func tracerOf(tp *sdktrace.TracerProvider) trace.TracerProvider {
+	if tp == nil {
+		return nil
+	}
+	return tp
+}
