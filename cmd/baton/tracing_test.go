@@ -285,4 +285,3 @@ func TestCollectorDownNeverHoldsTheHolder(t *testing.T) {
 		})
 	}
 }
-
