@@ -19,8 +19,6 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
-
-	"go.opentelemetry.io/otel/trace"
 )
 
 // Job is one job handed to a Handler.
@@ -62,8 +60,7 @@ type Job struct {
 	verdict     string // a dead-letter reason decided on reading: do not run
 	problem     string // why, for the dead letter
 
-	traceParent, traceState string     // the producer's trace context (fields traceparent, tracestate), or ""
-	span                    trace.Span // this run's span while the holder traces; the worker's, then the settler's
+	trace *jobTrace // its trace context and run span; nil for a job without either (work/trace.go)
 
 	cancelled atomic.Bool // cancelled (baton cancel); set by the keeper, after cancelWhy
 	cancelWhy string      // the cancel's reason, for the dead letter; the keeper's, then read-only

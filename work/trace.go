@@ -6,12 +6,27 @@ import (
 	"fmt"
 
 	"github.com/baton-run/baton/tracing"
+	"go.opentelemetry.io/otel/trace"
 )
 
-// The job's trace context (package tracing): its producer's traceparent and
-// tracestate, stored in its fields by Enqueue, and the span of its current
-// run while tracing is on. Off, a job without the fields costs one map
-// lookup when read, and nothing else.
+// jobTrace is a job's trace context (package tracing): its producer's
+// traceparent and tracestate, stored in its fields by Enqueue, and the span
+// of its current run while the holder traces. A job has one only when it
+// carries the fields or the holder traces: off, a job without the fields
+// costs one map lookup when read, and nothing else (not even the room in
+// Job: one pointer).
+type jobTrace struct {
+	parent, state string     // the producer's, from the fields traceparent and tracestate; "" without
+	span          trace.Span // this run's span, or nil; the worker's, then the settler's
+}
+
+// parentOf and spanOf read j.trace, nil or not.
+func (j *Job) parentOf() (parent, state string) {
+	if j.trace == nil {
+		return "", ""
+	}
+	return j.trace.parent, j.trace.state
+}
 
 // traceOf reads a job's traceparent and tracestate fields, when its entry
 // has them, and says what is wrong with a value baton never writes.
@@ -28,7 +43,7 @@ func (j *Job) traceOf(v map[string]any) (problem string) {
 	if !tracing.ValidState(st) {
 		return badField(tracing.StateField, v[tracing.StateField], "want a W3C tracestate: printable ASCII, at most 512 characters")
 	}
-	j.traceParent, j.traceState = s, st
+	j.trace = &jobTrace{parent: s, state: st}
 	return ""
 }
 
@@ -37,10 +52,10 @@ func (j *Job) traceOf(v map[string]any) (problem string) {
 // else "". Exec and persistent children get it as TRACEPARENT (and the job
 // frame's traceparent); a Go handler's context carries it.
 func (j *Job) TraceParent() (parent, state string) {
-	if j.span != nil {
-		return tracing.Format(j.span.SpanContext())
+	if j.trace != nil && j.trace.span != nil {
+		return tracing.Format(j.trace.span.SpanContext())
 	}
-	return j.traceParent, j.traceState
+	return j.parentOf()
 }
 
 // traceEnv is TRACEPARENT and TRACESTATE for a job that carries a trace
@@ -60,12 +75,14 @@ func (j *Job) traceEnv() []string {
 // carrying it (or, off, the producer's context when j has one) for a Go
 // handler's spans.
 func (r *runner) traced(ctx context.Context, j *Job) context.Context {
-	if r.tracer != nil {
-		ctx, j.span = r.tracer.Start(ctx, j.ID, j.Attempt, j.traceParent, j.traceState, j.Started)
-		return ctx
-	}
-	if j.traceParent != "" {
-		return tracing.Context(ctx, j.traceParent, j.traceState)
+	switch {
+	case r.tracer != nil:
+		if j.trace == nil {
+			j.trace = &jobTrace{}
+		}
+		ctx, j.trace.span = r.tracer.Start(ctx, j.ID, j.Attempt, j.trace.parent, j.trace.state, j.Started)
+	case j.trace != nil:
+		ctx = tracing.Context(ctx, j.trace.parent, j.trace.state)
 	}
 	return ctx
 }
@@ -75,13 +92,16 @@ func (r *runner) traced(ctx context.Context, j *Job) context.Context {
 // trace says what became of it. Called by the settler, only when tracing.
 func (r *runner) traceSettled(res result) {
 	j := res.job
-	span := j.span
-	j.span = nil
+	var span trace.Span
+	if j.trace != nil {
+		span, j.trace.span = j.trace.span, nil
+	}
 	if span == nil {
 		if res.dead == "" {
 			return // given back unstarted: no run
 		}
-		_, span = r.tracer.Start(context.Background(), j.ID, j.Attempt, j.traceParent, j.traceState, j.Started)
+		p, s := j.parentOf()
+		_, span = r.tracer.Start(context.Background(), j.ID, j.Attempt, p, s, j.Started)
 	}
 	outcome, reason, timed := r.outcome(res)
 	err := res.err
@@ -94,9 +114,9 @@ func (r *runner) traceSettled(res result) {
 // traceInterrupted ends the span of a run cut short by the end of the
 // grace period: the job stays pending and runs again.
 func (r *runner) traceInterrupted(j *Job, err error) {
-	if j.span != nil {
-		tracing.End(j.span, tracing.OutcomeInterrupted, "", timedOut(err), err)
-		j.span = nil
+	if j.trace != nil && j.trace.span != nil {
+		tracing.End(j.trace.span, tracing.OutcomeInterrupted, "", timedOut(err), err)
+		j.trace.span = nil
 	}
 }
 
