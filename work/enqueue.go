@@ -143,7 +143,10 @@ type Message struct {
 // Enqueue adds one job to queue q and returns its id: the job's id for life,
 // which BATON_JOB_ID, Job.ID, status and dead letters use. Without options it
 // is one XADD; with options, one script. It takes any go-redis client (a
-// *redis.Client, a failover or cluster client).
+// *redis.Client, a failover or cluster client). When ctx carries a span
+// (OpenTelemetry), the enqueue is a producer span of the global
+// TracerProvider, and the job stores its context (package tracing): the
+// job's runs continue that trace.
 func Enqueue(ctx context.Context, rdb redis.Cmdable, q string, payload []byte, opts ...Option) (string, error) {
 	ids, err := EnqueueMany(ctx, rdb, q, []Message{{Payload: payload, Options: opts}})
 	if len(ids) == 1 {

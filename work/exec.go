@@ -24,7 +24,8 @@ import (
 // payload on stdin, never in argv or a shell string.
 //
 // The child gets Env, BATON_JOB_ID, BATON_ATTEMPT, BATON_QUEUE, BATON_SLOT,
-// and, when Holder is set, BATON_HOLDER and BATON_RUN; baton's own variables
+// and, when Holder is set, BATON_HOLDER and BATON_RUN, and TRACEPARENT and
+// TRACESTATE when the job carries a trace (Job.TraceParent); baton's own variables
 // (BATON_REDIS_URL, which may hold a password, and BATON_SPAWNED) are
 // removed from the environment it inherits. It runs in its own process group
 // with Pdeathsig=SIGKILL, so it dies with its holder even on kill -9; on

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -283,5 +284,41 @@ func TestCollectorDownNeverHoldsTheHolder(t *testing.T) {
 			}
 			t.Logf("holder ran %v; its log:\n%s", h.end.Sub(h.start), h.log())
 		})
+	}
+}
+
+// TestPersistentChildContinuesTheTrace: a persistent Python child (the
+// helper of examples/python) sees each run's trace context as
+// job.traceparent: its run's span, in the producer's trace; TRACEPARENT is
+// not in its environment (a child outlives its jobs).
+func TestPersistentChildContinuesTheTrace(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	rcv := otlptest.Start(t)
+	otel := rcv.Env("http/protobuf")
+	seen := filepath.Join(r.dir, "seen")
+	worker := filepath.Join(r.dir, "worker.py")
+	src := `import os, sys
+sys.path.insert(0, ` + strconv.Quote(filepath.Dir(examplePath(t, "python/baton_worker.py"))) + `)
+import baton_worker
+def handle(payload, job):
+    with open(` + strconv.Quote(seen) + `, "a") as f:
+        f.write("%s %s %s\n" % (job.id, job.traceparent, os.environ.get("TRACEPARENT", "-")))
+baton_worker.serve(handle)
+`
+	if err := os.WriteFile(worker, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id := r.enqueueTraced(append(otel, "TRACEPARENT="+callerParent), "payload")
+	r.extraEnv = append(otel, "TRACEPARENT=00-11111111111111111111111111111111-2222222222222222-01")
+	h := r.start("run", "--persistent", "--lifetime", "3s", "--jitter", "1ms", "--", python(t), worker)
+	if code := h.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("holder exit %d\n%s", code, h.log())
+	}
+	spans := rcv.Wait(t, 10*time.Second, func(s []otlptest.Span) bool { return len(spansNamed(s, "process default")) == 1 })
+	run := spansNamed(spans, "process default")[0]
+	lines := readLines(t, seen)
+	if want := id + " 00-" + callerTrace + "-" + run.SpanID + "-01 -"; len(lines) != 1 || lines[0] != want {
+		t.Fatalf("the child saw %q, want %q", lines, want)
 	}
 }
