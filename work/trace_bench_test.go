@@ -9,6 +9,7 @@ import (
 	"github.com/baton-run/baton/tracing"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -17,19 +18,27 @@ import (
 //
 //   - off: the holder does not trace; the context is read and handed to
 //     the handler's context, nothing more;
+//   - sdk: the holder makes a span per run, batched by the SDK's batch
+//     span processor as configured by default, to an exporter that
+//     discards them: the holder's own cost per job;
 //   - otlp: the holder makes a span per run and exports every one (a
 //     blocking batch processor, so none is dropped) over OTLP/gRPC to a
 //     receiver in this process, which decodes them too.
 //
-// The cost per job with tracing on is otlp's ns/op minus off's (and
-// BenchmarkRun's, for jobs that carry no trace). docs/tracing.md has the
-// figures:
+// The cost per job with tracing on is sdk's (or otlp's) ns/op minus off's.
+// docs/tracing.md has the figures:
 //
 //	go test -run - -bench 'BenchmarkRun(Traced)?$' -benchmem ./work/
 func BenchmarkRunTraced(b *testing.B) {
 	noop := HandlerFunc(func(context.Context, *Job) error { return nil })
 	b.Run("off", func(b *testing.B) {
 		benchRunTraced(b, noop, nil)
+	})
+	b.Run("sdk", func(b *testing.B) {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+		benchRunTraced(b, noop, tp)
+		b.StopTimer()
+		_ = tp.Shutdown(context.Background())
 	})
 	b.Run("otlp", func(b *testing.B) {
 		rcv := otlptest.Start(b)

@@ -5,6 +5,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -320,5 +322,61 @@ baton_worker.serve(handle)
 	lines := readLines(t, seen)
 	if want := id + " 00-" + callerTrace + "-" + run.SpanID + "-01 -"; len(lines) != 1 || lines[0] != want {
 		t.Fatalf("the child saw %q, want %q", lines, want)
+	}
+}
+
+// TestClientsPassATraceparent: the Python and Node producers' traceparent
+// option stores the trace context as the CLI's TRACEPARENT does (the same
+// fields), a holder's run continues it, and a bad one is refused before
+// anything is sent.
+func TestClientsPassATraceparent(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	rcv := otlptest.Start(t)
+	otel := rcv.Env("http/protobuf")
+	// The CLI with tracing off stores its caller's context as it is.
+	cliID := r.enqueueTraced([]string{"TRACEPARENT=" + callerParent, "TRACESTATE=vendor=x"}, "--queue", "traced", "cli")
+	want := map[string]any{"payload": "cli", "traceparent": callerParent, "tracestate": "vendor=x"}
+	ctx := context.Background()
+	entry := func(id string) map[string]any {
+		m, err := r.client().XRange(ctx, "baton:{traced}", id, id).Result()
+		if err != nil || len(m) != 1 {
+			t.Fatalf("entry %s: %v %v", id, m, err)
+		}
+		return m[0].Values
+	}
+	if got := entry(cliID); !reflect.DeepEqual(got, want) {
+		t.Fatalf("cli entry %v, want %v", got, want)
+	}
+	ids := []string{cliID}
+	for _, p := range producers[1:] {
+		res := r.drive(p, "traced", nil,
+			map[string]any{"op": "enqueue", "payload": string(p), "opts": map[string]any{"traceparent": callerParent, "tracestate": "vendor=x"}},
+			map[string]any{"op": "enqueue", "payload": "x", "opts": map[string]any{"traceparent": strings.ToUpper(callerParent)}},
+			map[string]any{"op": "enqueue", "payload": "x", "opts": map[string]any{"tracestate": "vendor=x"}})
+		id, _ := res[0]["id"].(string)
+		want["payload"] = string(p)
+		if got := entry(id); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s entry %v, want %v", p, got, want)
+		}
+		if res[1]["bad"] != true || !strings.Contains(res[1]["error"].(string), "traceparent") ||
+			res[2]["bad"] != true || !strings.Contains(res[2]["error"].(string), "tracestate needs a traceparent") {
+			t.Fatalf("%s: bad trace options: %v %v", p, res[1], res[2])
+		}
+		ids = append(ids, id)
+	}
+	if n := r.client().XLen(ctx, "baton:{traced}").Val(); n != 3 {
+		t.Fatalf("%d jobs queued, want 3 (the bad ones sent nothing)", n)
+	}
+	r.extraEnv = append(otel, testHandler+"=noop")
+	h := r.start("run", "--queue", "traced", "--lifetime", "2s", "--jitter", "1ms")
+	if code := h.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("holder exit %d\n%s", code, h.log())
+	}
+	spans := rcv.Wait(t, 10*time.Second, func(s []otlptest.Span) bool { return len(spansNamed(s, "process traced")) == 3 })
+	for _, s := range spansNamed(spans, "process traced") {
+		if s.TraceID != callerTrace || s.ParentID != callerSpan || !slices.Contains(ids, s.Attrs["messaging.message.id"].(string)) {
+			t.Fatalf("run span %+v: want a child of the caller's span", s)
+		}
 	}
 }
