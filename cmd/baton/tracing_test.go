@@ -224,6 +224,7 @@ func TestCollectorDownNeverHoldsTheHolder(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ name, protocol string }{{"blackhole-grpc", "grpc"}, {"blackhole-http", "http/protobuf"}, {"refused-grpc", "grpc"}} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			r := newRig(t)
 			l, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
@@ -272,8 +273,13 @@ func TestCollectorDownNeverHoldsTheHolder(t *testing.T) {
 			// Every job done well within the lifetime: spans never wait
 			// for the collector.
 			eventually(t, life, "every job done within the holder's lifetime", func() bool {
-				return r.status().Jobs.Done == n
+				ctx := context.Background()
+				p, err := r.client().XPending(ctx, "baton:{default}", "baton").Result()
+				return err == nil && p.Count == 0 && r.client().XLen(ctx, "baton:{default}").Val() == 0
 			})
+			if s := r.status(); s.Jobs.Done != n {
+				t.Fatalf("%d jobs done, want %d", s.Jobs.Done, n)
+			}
 			// Lifetime + the 3s flush bound + generous slack for a loaded
 			// machine; the exporters' own timeouts are 10s and 30s.
 			if code := h.wait(t, life+3*time.Second+6*time.Second); code != 0 {
