@@ -8,7 +8,6 @@ import (
 	"github.com/baton-run/baton/tracing"
 	"github.com/baton-run/baton/tracing/export"
 	"github.com/rs/zerolog"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -25,7 +24,7 @@ const (
 // fatal: the jobs run (or are enqueued) untraced. The SDK's own errors (a
 // failed export) are logged at most once a minute, so that a collector that
 // is down does not fill cron's mail.
-func startTracing(ctx context.Context, e *env, log zerolog.Logger) *sdktrace.TracerProvider {
+func startTracing(ctx context.Context, e *env, log zerolog.Logger) trace.TracerProvider {
 	var mu sync.Mutex
 	var last time.Time
 	onError := func(err error) {
@@ -46,7 +45,7 @@ func startTracing(ctx context.Context, e *env, log zerolog.Logger) *sdktrace.Tra
 }
 
 // stopTracing flushes the spans left, within bound.
-func stopTracing(tp *sdktrace.TracerProvider, bound time.Duration, log zerolog.Logger) {
+func stopTracing(tp trace.TracerProvider, bound time.Duration, log zerolog.Logger) {
 	if err := export.Stop(tp, bound); err != nil {
 		log.Debug().Err(err).Msg("tracing: spans not flushed")
 	}
@@ -58,12 +57,4 @@ func stopTracing(tp *sdktrace.TracerProvider, bound time.Duration, log zerolog.L
 // not valid.
 func callerTrace(ctx context.Context, e *env) context.Context {
 	return tracing.Context(ctx, e.Getenv("TRACEPARENT"), e.Getenv("TRACESTATE"))
-}
-
-// tracerOf is tp as the holder takes it: a nil interface when off.
-func tracerOf(tp *sdktrace.TracerProvider) trace.TracerProvider {
-	if tp == nil {
-		return nil
-	}
-	return tp
 }
