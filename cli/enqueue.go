@@ -13,6 +13,7 @@ import (
 	qstatus "github.com/baton-run/baton/internal/status"
 	"github.com/baton-run/baton/work"
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
 )
 
@@ -104,8 +105,7 @@ func runEnqueue(ctx context.Context, e *env, args []string) error {
 	}
 	defer rdb.Close()
 	// Spans are flushed after the ids are printed (defers run last first).
-	log := newLogger(e.Stderr, cfg)
-	defer stopTracing(startTracing(ctx, e, log), enqueueFlush, log)
+	defer stopTracing(startTracing(ctx, e, plainWarn(e, "enqueue")), enqueueFlush, zerolog.Nop())
 	ctx = callerTrace(ctx, e)
 	out := bufio.NewWriter(e.Stdout)
 	defer out.Flush()

@@ -199,7 +199,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		return nil
 	}
 	// Tracing, once a slot is won: a losing candidate costs nothing more.
-	tp := startTracing(ctx, e, log)
+	tp := startTracing(ctx, e, logWarn(log))
 	defer stopTracing(tp, holderFlush, log)
 	h := newHolder(e, cfg, log, argv, allRun, allSb, p.Heal, tp)
 	return holdSlot(ctx, h, log, p, role, slot)

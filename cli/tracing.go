@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -24,7 +25,8 @@ const (
 // fatal: the jobs run (or are enqueued) untraced. The SDK's own errors (a
 // failed export) are logged at most once a minute, so that a collector that
 // is down does not fill cron's mail.
-func startTracing(ctx context.Context, e *env, log zerolog.Logger) trace.TracerProvider {
+// warn reports a problem: a log line for run, a plain line for enqueue.
+func startTracing(ctx context.Context, e *env, warn func(msg string, err error)) trace.TracerProvider {
 	var mu sync.Mutex
 	var last time.Time
 	onError := func(err error) {
@@ -34,21 +36,33 @@ func startTracing(ctx context.Context, e *env, log zerolog.Logger) trace.TracerP
 			return
 		}
 		last = time.Now()
-		log.Warn().Err(err).Msg("tracing: export failed; spans are dropped while the collector is unreachable")
+		warn("tracing: export failed; spans are dropped while the collector is unreachable", err)
 	}
 	tp, err := export.Start(ctx, e.Getenv, onError)
 	if err != nil {
-		log.Warn().Err(err).Msg("tracing: not turned on")
+		warn("tracing: not turned on", err)
 		return nil
 	}
 	return tp
 }
 
-// stopTracing flushes the spans left, within bound.
+// stopTracing flushes the spans left, within bound; what could not be
+// sent is dropped (said at debug level, for a holder).
 func stopTracing(tp trace.TracerProvider, bound time.Duration, log zerolog.Logger) {
 	if err := export.Stop(tp, bound); err != nil {
 		log.Debug().Err(err).Msg("tracing: spans not flushed")
 	}
+}
+
+// logWarn is startTracing's warn for a holder: a log line.
+func logWarn(log zerolog.Logger) func(string, error) {
+	return func(msg string, err error) { log.Warn().Err(err).Msg(msg) }
+}
+
+// plainWarn is startTracing's warn for a command that prints plain lines
+// (enqueue): a logger there would turn its error report into JSON.
+func plainWarn(e *env, cmd string) func(string, error) {
+	return func(msg string, err error) { fmt.Fprintf(e.Stderr, "baton: %s: %s: %v\n", cmd, msg, err) }
 }
 
 // callerTrace is ctx carrying the caller's trace context from TRACEPARENT

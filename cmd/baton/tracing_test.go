@@ -386,3 +386,24 @@ func TestClientsPassATraceparent(t *testing.T) {
 		}
 	}
 }
+
+// TestTracingMisconfigured: an exporter baton does not have is said once,
+// in plain text, and the job is enqueued and run untraced all the same.
+func TestTracingMisconfigured(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.extraEnv = []string{"OTEL_TRACES_EXPORTER=zipkin"}
+	out, errOut, code := r.baton("enqueue", "job")
+	if code != 0 || strings.TrimSpace(out) == "" || strings.Count(errOut, "\n") != 1 ||
+		!strings.HasPrefix(errOut, `baton: enqueue: tracing: not turned on: unsupported trace exporter: OTEL_TRACES_EXPORTER="zipkin"`) {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	r.extraEnv = append(r.extraEnv, testHandler+"=noop")
+	h := r.start("run", "--lifetime", "1s", "--jitter", "1ms")
+	if code := h.wait(t, 30*time.Second); code != 0 || !strings.Contains(h.log(), "tracing: not turned on") {
+		t.Fatalf("holder exit %d\n%s", code, h.log())
+	}
+	if s := r.status(); s.Jobs.Done != 1 {
+		t.Fatalf("jobs %+v", *s.Jobs)
+	}
+}
