@@ -63,6 +63,7 @@ lint: vet
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
+	$(GO) vet -tags notracing ./tracing/... ./cli/
 
 # The whole suite against a real redis-server, with the race detector,
 # the dashboard's browser test included (-tags browser: Debian's chromium is

@@ -14,6 +14,7 @@ import (
 	qstatus "github.com/baton-run/baton/internal/status"
 	"github.com/baton-run/baton/work"
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
 )
 
@@ -105,6 +106,9 @@ func runEnqueue(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer rdb.Close()
+	// Spans are flushed after the ids are printed (defers run last first).
+	defer stopTracing(startTracing(ctx, e, plainWarn(e, "enqueue")), enqueueFlush, zerolog.Nop())
+	ctx = callerTrace(ctx, e)
 	// On a terminal, a large stdin shows its progress on stderr.
 	m := progress.Start(rawStderr(e), !*quiet, progress.Options{Label: "enqueue", Noun: "jobs", Total: int64(len(payloads))})
 	defer m.Finish()

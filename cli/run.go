@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
+	"go.opentelemetry.io/otel/trace"
 )
 
 const runUsage = `Usage: baton run [flags] -- CMD [ARGS...]
@@ -197,14 +198,17 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		log.Debug().Msg("every run and standby slot is taken: nothing to do")
 		return nil
 	}
-	h := newHolder(e, cfg, log, argv, allRun, allSb, p.Heal)
+	// Tracing, once a slot is won: a losing candidate costs nothing more.
+	tp := startTracing(ctx, e, logWarn(log))
+	defer stopTracing(tp, holderFlush, log)
+	h := newHolder(e, cfg, log, argv, allRun, allSb, p.Heal, tp)
 	return holdSlot(ctx, h, log, p, role, slot)
 }
 
 // newHolder is the holder of what this process won: all the queue's run
 // slots and its standby slots (run, sb), and the process's hooks.
-func newHolder(e *env, cfg *config.Config, log zerolog.Logger, argv []string, run, sb lock.Set, heal func() bool) *holder.Holder {
-	return holder.New(holder.Options{Settings: cfg, Run: run, Standby: sb, Handler: e.Handler, Argv: argv, Heal: heal,
+func newHolder(e *env, cfg *config.Config, log zerolog.Logger, argv []string, run, sb lock.Set, heal func() bool, tp trace.TracerProvider) *holder.Holder {
+	return holder.New(holder.Options{Settings: cfg, Run: run, Standby: sb, Handler: e.Handler, Argv: argv, Heal: heal, TracerProvider: tp,
 		OwnsProcess: true, Log: log, Hooks: holder.Hooks{
 			Connect: func(ctx context.Context) (redis.UniversalClient, error) {
 				// A few connections dialled ahead: as a holder starts, its

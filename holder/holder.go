@@ -45,6 +45,7 @@ import (
 	"github.com/baton-run/baton/work"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // HardMargin is the slack after lifetime + shutdown_grace before the
@@ -83,8 +84,11 @@ type Options struct {
 	// forced exit. False where the process is shared (tests, embedders).
 	OwnsProcess bool
 	Clock       clock.Clock // nil: clock.Real
-	Log         zerolog.Logger
-	Hooks       Hooks
+	// TracerProvider, unless nil, makes a span per run of a job
+	// (work.Config.TracerProvider). nil: tracing off.
+	TracerProvider trace.TracerProvider
+	Log            zerolog.Logger
+	Hooks          Hooks
 }
 
 // Hooks are what only the process may do.

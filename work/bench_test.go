@@ -152,6 +152,13 @@ func BenchmarkRunExec(b *testing.B) {
 // also reports the median gap between one job's return and the next one's
 // start: what the loop adds to every job, free of the handler's own noise.
 func benchRun(b *testing.B, conc int, h Handler, opts ...func(*Config)) {
+	rdb := redistest.Start(b).Client()
+	benchFill(b, rdb, "q", b.N)
+	benchRunOn(b, rdb, conc, h, opts...)
+}
+
+// benchRunOn is benchRun on rdb, filled with b.N jobs in queue "q".
+func benchRunOn(b *testing.B, rdb *redis.Client, conc int, h Handler, opts ...func(*Config)) {
 	var (
 		mu   sync.Mutex
 		last time.Time
@@ -173,8 +180,6 @@ func benchRun(b *testing.B, conc int, h Handler, opts ...func(*Config)) {
 			return err
 		})
 	}
-	rdb := redistest.Start(b).Client()
-	benchFill(b, rdb, "q", b.N)
 	st := new(Stats)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

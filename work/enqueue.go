@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/baton-run/baton/tracing"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -63,6 +64,8 @@ type jobOptions struct {
 	maxAttempts int
 	timeout     time.Duration
 	priority    Priority
+
+	traceParent, traceState string // the producer span's context (carryTrace), or ""
 }
 
 // In delays the job: it is queued (status counts it as scheduled) and
@@ -140,7 +143,10 @@ type Message struct {
 // Enqueue adds one job to queue q and returns its id: the job's id for life,
 // which BATON_JOB_ID, Job.ID, status and dead letters use. Without options it
 // is one XADD; with options, one script. It takes any go-redis client (a
-// *redis.Client, a failover or cluster client).
+// *redis.Client, a failover or cluster client). When ctx carries a span
+// (OpenTelemetry), the enqueue is a producer span of the global
+// TracerProvider, and the job stores its context (package tracing): the
+// job's runs continue that trace.
 func Enqueue(ctx context.Context, rdb redis.Cmdable, q string, payload []byte, opts ...Option) (string, error) {
 	ids, err := EnqueueMany(ctx, rdb, q, []Message{{Payload: payload, Options: opts}})
 	if len(ids) == 1 {
@@ -163,7 +169,7 @@ func EnqueueMany(ctx context.Context, rdb redis.Cmdable, q string, jobs []Messag
 // ErrNotReplicated (wrapped, with every id) unless that many replicas have
 // the jobs, which a Sentinel failover then keeps. replicas 0 is
 // EnqueueMany. Not for a Cluster client (WAIT has no key to route by).
-func EnqueueManyReplicated(ctx context.Context, rdb redis.Cmdable, q string, jobs []Message, replicas int, timeout time.Duration) ([]string, error) {
+func EnqueueManyReplicated(ctx context.Context, rdb redis.Cmdable, q string, jobs []Message, replicas int, timeout time.Duration) (ids []string, err error) {
 	var opts []jobOptions // nil while no job has options
 	for i, m := range jobs {
 		if len(m.Options) == 0 {
@@ -181,7 +187,12 @@ func EnqueueManyReplicated(ctx context.Context, rdb redis.Cmdable, q string, job
 			return nil, fmt.Errorf("job %d: %w: unique-for needs a unique key", i+1, ErrBadOption)
 		}
 	}
-	ids := make([]string, len(jobs))
+	ctx, span := tracing.Send(ctx, q, len(jobs))
+	if span != nil {
+		opts = carryTrace(ctx, opts, len(jobs))
+		defer func() { tracing.Sent(span, ids, err) }()
+	}
+	ids = make([]string, len(jobs))
 	sent := make([]bool, len(jobs))
 	w := &waitCall{replicas: replicas, timeout: timeout}
 	calls, plan, err := sendJobs(ctx, rdb, KeysFor(q), jobs, opts, sent, w)
@@ -261,7 +272,7 @@ func sendJobs(ctx context.Context, rdb redis.Cmdable, k Keys, jobs []Message, op
 			}
 			scripted = scripted || !o.plain()
 			if !scripted {
-				p.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: []any{PayloadField, m.Payload}})
+				p.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: o.xaddValues(m.Payload)})
 				plan = append(plan, carried{one: i})
 				continue
 			}
@@ -361,7 +372,7 @@ func (c *scriptCall) small(n int) {
 // fields counts a job's field and value strings.
 func (o *jobOptions) fields() int {
 	n := 2
-	for _, set := range []bool{o.unique != "", o.maxAttempts > 0, o.timeout > 0, o.priority != PriorityNormal} {
+	for _, set := range []bool{o.unique != "", o.maxAttempts > 0, o.timeout > 0, o.priority != PriorityNormal, o.traceParent != "", o.traceState != ""} {
 		if set {
 			n += 2
 		}
@@ -385,7 +396,7 @@ func appendFields(b, payload []byte, o *jobOptions) []byte {
 	if o.priority != PriorityNormal {
 		b = appendPackedString(appendPackedString(b, priorityField), o.priority.String())
 	}
-	return b
+	return appendTraceFields(b, o)
 }
 
 // appendArrayHeader appends a MessagePack array header for n items, in the

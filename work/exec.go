@@ -24,7 +24,8 @@ import (
 // payload on stdin, never in argv or a shell string.
 //
 // The child gets Env, BATON_JOB_ID, BATON_ATTEMPT, BATON_QUEUE, BATON_SLOT,
-// and, when Holder is set, BATON_HOLDER and BATON_RUN; baton's own variables
+// and, when Holder is set, BATON_HOLDER and BATON_RUN, and TRACEPARENT and
+// TRACESTATE when the job carries a trace (Job.TraceParent); baton's own variables
 // (BATON_REDIS_URL, which may hold a password, and BATON_SPAWNED) are
 // removed from the environment it inherits. It runs in its own process group
 // with Pdeathsig=SIGKILL, so it dies with its holder even on kill -9; on
@@ -78,7 +79,7 @@ func (x *Exec) Handle(ctx context.Context, j *Job) error {
 	run := x.prepare(cmd, x.Env, x.Holder, j.Queue, j.Slot, append([]string{
 		"BATON_JOB_ID=" + j.ID,
 		"BATON_ATTEMPT=" + strconv.Itoa(j.Attempt),
-	}, j.tickEnv()...)...)
+	}, append(j.tickEnv(), j.traceEnv()...)...)...)
 	// Our own pipes, so Wait returns when the child exits even if something it
 	// left behind still holds them; what it left is killed right after.
 	pipes, err := startPipes(cmd, j.Payload, stdout, stderr)

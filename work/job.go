@@ -60,6 +60,8 @@ type Job struct {
 	verdict     string // a dead-letter reason decided on reading: do not run
 	problem     string // why, for the dead letter
 
+	trace *jobTrace // its trace context and run span; nil for a job without either (work/trace.go)
+
 	cancelled atomic.Bool // cancelled (baton cancel); set by the keeper, after cancelWhy
 	cancelWhy string      // the cancel's reason, for the dead letter; the keeper's, then read-only
 }

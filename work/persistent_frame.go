@@ -46,7 +46,10 @@ type frame struct {
 	Size     int    `json:"size,omitempty"`
 	Tick     string `json:"tick,omitempty"`     // a periodic job's tick, RFC 3339
 	Periodic string `json:"periodic,omitempty"` // a periodic job's entry name
-	body     []byte
+	// The job's W3C trace context (Job.TraceParent), for the child's spans.
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
+	body        []byte
 }
 
 // errProtocol is a child that broke the framing or spoke out of turn.

@@ -516,7 +516,7 @@ func (j *Job) reserved(v map[string]any, level Priority) string {
 			return bad(priorityField, l, "want high, normal or low")
 		}
 	}
-	return ""
+	return j.traceOf(v)
 }
 
 // streamPos is a stream entry id, <ms>-<seq>, read as numbers.

@@ -9,8 +9,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/baton-run/baton/tracing"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Config is one holder's job loop.
@@ -75,6 +77,11 @@ type Config struct {
 	// checked against it in Redis, and each job gets its token (Job.Fence).
 	// nil: no fencing (flock slots on one machine).
 	Fence *Fence
+	// TracerProvider, when set, makes a consumer span per run of a job
+	// (package tracing), a child of the span that enqueued it. nil: no
+	// spans, at no cost per job; a job's stored trace context still
+	// reaches its code (TRACEPARENT, the handler's context).
+	TracerProvider trace.TracerProvider
 }
 
 // Errors of Run.
@@ -197,6 +204,7 @@ func Run(ctx context.Context, c Config, st *Stats) error {
 	if c.Fence != nil {
 		r.fence = c.Fence.Token
 	}
+	r.tracer = tracing.NewConsumer(c.TracerProvider, c.Queue, Group, c.Consumer)
 	// Assume slow jobs until measured otherwise: read one per worker at first.
 	r.meanNS.Store(int64(time.Second))
 	return r.run(ctx)
@@ -218,7 +226,8 @@ type runner struct {
 	c       Config
 	st      *Stats
 	keys    Keys
-	fence   int64 // every job's Fence: c.Fence's token, 0 without one
+	fence   int64             // every job's Fence: c.Fence's token, 0 without one
+	tracer  *tracing.Consumer // the runs' spans; nil: tracing off
 	jobs    chan *Job
 	results chan result
 	space   chan struct{} // a worker finished: the reader may read more
@@ -387,7 +396,7 @@ func (r *runner) work(ctx context.Context) {
 		}
 		jctx := w.ctx
 		w.mu.Unlock()
-		err := r.handle(jctx, j)
+		err := r.handle(r.traced(jctx, j), j)
 		w.mu.Lock()
 		w.job = nil
 		if jctx.Err() != nil && ctx.Err() == nil {
@@ -411,6 +420,7 @@ func (r *runner) work(ctx context.Context) {
 		case err != nil && ctx.Err() != nil:
 			// Cut short by the end of the grace period: leave it pending for
 			// the slot's next holder, which replays it at once.
+			r.traceInterrupted(j, err)
 			r.forget(j.key())
 		default:
 			r.results <- result{job: j, err: err, dur: took}

@@ -49,6 +49,9 @@ func (r *runner) settle() {
 	}
 	one := func(res result) {
 		defer r.survive(res.job)
+		if r.tracer != nil {
+			r.traceSettled(res)
+		}
 		j := res.job
 		switch {
 		case res.back:

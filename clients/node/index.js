@@ -107,12 +107,24 @@ const nsOf = (msv) => BigInt(Math.round(msv * 1e6));
 const describe = (v) => (typeof v === "string" ? JSON.stringify(v) : String(v));
 
 const PRIORITIES = { normal: 0, high: 1, low: 2 };
-const KNOWN = new Set(["delay", "at", "uniqueKey", "uniqueFor", "priority", "timeout", "maxAttempts"]);
+const KNOWN = new Set(["delay", "at", "uniqueKey", "uniqueFor", "priority", "timeout", "maxAttempts", "traceparent", "tracestate"]);
+
+// A W3C traceparent as baton's reader accepts it (tracing/w3c.go).
+const TRACEPARENT = /^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-[\s\S]*)?$/;
+function checkTrace(tp, ts) {
+  if (typeof tp !== "string" || !TRACEPARENT.test(tp) || tp.startsWith("ff") || (tp.startsWith("00") && tp.length !== 55) ||
+      tp.slice(3, 35) === "0".repeat(32) || tp.slice(36, 52) === "0".repeat(16)) {
+    throw new BadOption(`bad job option: traceparent ${describe(tp)}: want a W3C traceparent such as 00-<32 hex>-<16 hex>-01`);
+  }
+  if (ts !== null && (typeof ts !== "string" || ts.length > 512 || !/^[\x20-\x7e]*$/.test(ts))) {
+    throw new BadOption(`bad job option: tracestate ${describe(ts)}: want printable ASCII, at most 512 characters`);
+  }
+}
 
 // options checks a job's options as work/enqueue.go's Option functions do,
 // with the same messages (durations as Go prints them).
 function options(o) {
-  const out = { dueMs: null, unique: null, uniqueForMs: 0, maxAttempts: 0, timeoutMs: null, priority: 0 };
+  const out = { dueMs: null, unique: null, uniqueForMs: 0, maxAttempts: 0, timeoutMs: null, priority: 0, traceparent: null, tracestate: null };
   if (o == null) return out;
   if (typeof o !== "object") throw new BadOption(`bad job option: options: want an object, not ${describe(o)}`);
   for (const k of Object.keys(o)) {
@@ -160,10 +172,16 @@ function options(o) {
     out.priority = PRIORITIES[o.priority];
   }
   if (out.uniqueForMs && out.unique === null) throw new BadOption("bad job option: unique-for needs a unique key");
+  if (set("tracestate") && !set("traceparent")) throw new BadOption("bad job option: tracestate needs a traceparent");
+  if (set("traceparent")) {
+    checkTrace(o.traceparent, set("tracestate") ? o.tracestate : null);
+    out.traceparent = o.traceparent;
+    if (set("tracestate") && o.tracestate !== "") out.tracestate = o.tracestate;
+  }
   return out;
 }
 
-const plain = (o) => o.dueMs === null && o.unique === null && !o.maxAttempts && o.timeoutMs === null && !o.priority;
+const plain = (o) => o.dueMs === null && o.unique === null && !o.maxAttempts && o.timeoutMs === null && !o.priority && o.traceparent === null;
 
 function payloadOf(p) {
   if (Buffer.isBuffer(p)) return p;
@@ -212,6 +230,8 @@ function fields(payload, o) {
   if (o.maxAttempts) f.push("max_attempts", String(o.maxAttempts));
   if (o.timeoutMs !== null) f.push("timeout", String(o.timeoutMs));
   if (o.priority) f.push("priority", PRIO_NAME[o.priority]);
+  if (o.traceparent !== null) f.push("traceparent", o.traceparent);
+  if (o.tracestate !== null) f.push("tracestate", o.tracestate);
   return f;
 }
 
@@ -307,8 +327,10 @@ class Client {
    * and whether nothing was added because a job with the same unique key
    * was queued (id is then that job's). Options: delay (ms) or at (a Date;
    * a past one runs now), uniqueKey and uniqueFor (ms), priority ("high",
-   * "normal", "low"), timeout (ms), maxAttempts. A bad option rejects with
-   * BadOption before anything is sent.
+   * "normal", "low"), timeout (ms), maxAttempts, traceparent (and
+   * tracestate): the W3C trace context the job's runs continue
+   * (docs/tracing.md). A bad option rejects with BadOption before anything
+   * is sent.
    */
   async enqueue(queue, payload, opts) {
     return (await this.enqueueMany(queue, [payload], opts))[0];

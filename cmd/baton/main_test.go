@@ -34,6 +34,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv(asBaton) == "1" {
 		var o cli.Options
 		switch os.Getenv(testHandler) {
+		case "noop":
+			o.Handler = work.HandlerFunc(func(context.Context, *work.Job) error { return nil })
 		case "hang":
 			o.Handler = work.HandlerFunc(func(context.Context, *work.Job) error { select {} })
 		case "until-cancelled": // waits for its context, and writes its cause to the file the payload names

@@ -32,7 +32,9 @@ function send(msg) {
 /**
  * Run handler(payload: Buffer, job) for every job baton sends, until baton
  * says stop (exit 0) or goes away. job has id (for life), attempt (1 on the
- * first run), queue, and heartbeat() for long work under heartbeat_timeout.
+ * first run), queue, traceparent and tracestate (the W3C trace context of
+ * this run, '' when the job carries none: docs/tracing.md), and heartbeat()
+ * for long work under heartbeat_timeout.
  */
 function serve(handler) {
   if (process.env.BATON_PROTOCOL === undefined) {
@@ -64,6 +66,8 @@ function serve(handler) {
           id: header.id,
           attempt: header.attempt || 1,
           queue: header.queue || '',
+          traceparent: header.traceparent || '',
+          tracestate: header.tracestate || '',
           heartbeat: () => send(frame('heartbeat')),
         };
         const result = frame('result', { status: 'ok' });

@@ -29,13 +29,15 @@ class SkipRetry(Exception):
 
 class Job:
     """What the handler knows of its job: id (for life), attempt (1 on the
-    first run), queue. Call heartbeat() during long work when baton runs with
-    heartbeat_timeout."""
+    first run), queue, and traceparent and tracestate (the W3C trace context
+    of this run, "" when the job carries none: docs/tracing.md). Call
+    heartbeat() during long work when baton runs with heartbeat_timeout."""
 
-    __slots__ = ("id", "attempt", "queue", "_seq", "_send")
+    __slots__ = ("id", "attempt", "queue", "traceparent", "tracestate", "_seq", "_send")
 
-    def __init__(self, id, attempt, queue, seq, send):
+    def __init__(self, id, attempt, queue, seq, send, traceparent="", tracestate=""):
         self.id, self.attempt, self.queue, self._seq, self._send = id, attempt, queue, seq, send
+        self.traceparent, self.tracestate = traceparent, tracestate
 
     def _frame(self, kind, **fields):
         # seq names this delivery: baton ignores what names another one
@@ -87,7 +89,8 @@ def serve(handler):
             return
         if kind != "job":
             continue  # a newer baton's message: ignore it
-        job = Job(msg["id"], msg.get("attempt", 1), msg.get("queue", ""), msg.get("seq"), send)
+        job = Job(msg["id"], msg.get("attempt", 1), msg.get("queue", ""), msg.get("seq"), send,
+                  msg.get("traceparent", ""), msg.get("tracestate", ""))
         result = job._frame("result", status="ok")
         try:
             handler(body, job)

@@ -183,17 +183,35 @@ class _Opts:
     max_attempts: int = 0
     timeout_ms: Optional[int] = None
     priority: int = 0
+    traceparent: Optional[str] = None  # the W3C trace context the job continues
+    tracestate: Optional[str] = None
 
     def plain(self) -> bool:
         return (self.due_ms is None and self.unique is None and self.max_attempts == 0
-                and self.timeout_ms is None and self.priority == 0)
+                and self.timeout_ms is None and self.priority == 0 and self.traceparent is None)
 
 
 _PLAIN_OPTS = _Opts()  # shared by the jobs without options: never changed
 
 
+# A W3C traceparent as baton's reader accepts it (tracing/w3c.go).
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-.*)?\Z", re.S)
+
+
+def _check_trace(traceparent: Any, tracestate: Any) -> None:
+    if not isinstance(traceparent, str) or not _TRACEPARENT.match(traceparent) or traceparent[:2] == "ff" \
+            or (traceparent[:2] == "00" and len(traceparent) != 55) \
+            or traceparent[3:35] == "0" * 32 or traceparent[36:52] == "0" * 16:
+        raise BadOption("bad job option: traceparent %s: want a W3C traceparent such as "
+                        "00-<32 hex>-<16 hex>-01" % _go_quote(traceparent))
+    if tracestate is not None and (not isinstance(tracestate, str) or len(tracestate) > 512
+                                   or any(not " " <= ch <= "~" for ch in tracestate)):
+        raise BadOption("bad job option: tracestate %s: want printable ASCII, at most 512 characters"
+                        % _go_quote(tracestate))
+
+
 def _options(delay=None, at=None, unique_key=None, unique_for=None, priority=None,
-             timeout=None, max_attempts=None) -> _Opts:
+             timeout=None, max_attempts=None, traceparent=None, tracestate=None) -> _Opts:
     """Checks a job's options, as work/enqueue.go's Option functions do, with
     the same messages (durations as Go prints them)."""
     o = _Opts()
@@ -234,6 +252,11 @@ def _options(delay=None, at=None, unique_key=None, unique_for=None, priority=Non
         o.priority = _PRIORITIES[priority]
     if o.unique_for_ms and o.unique is None:
         raise BadOption("bad job option: unique-for needs a unique key")
+    if tracestate is not None and traceparent is None:
+        raise BadOption("bad job option: tracestate needs a traceparent")
+    if traceparent is not None:
+        _check_trace(traceparent, tracestate)
+        o.traceparent, o.tracestate = traceparent, tracestate or None
     return _PLAIN_OPTS if o.plain() else o
 
 
@@ -288,9 +311,9 @@ def _array_header(n: int) -> bytes:
 _KIND = [[_pack_str(k.encode()) for k in row] for row in
          (("0", "0u", "0t"), ("1", "1u", "1t"), ("2", "2u", "2t"))]
 _PRIO_NAME = {1: b"high", 2: b"low"}
-_F_PAYLOAD, _F_UNIQUE, _F_MAX, _F_TIMEOUT, _F_PRIO = (
+_F_PAYLOAD, _F_UNIQUE, _F_MAX, _F_TIMEOUT, _F_PRIO, _F_TP, _F_TS = (
     _pack_str(b"payload"), _pack_str(b"unique"), _pack_str(b"max_attempts"),
-    _pack_str(b"timeout"), _pack_str(b"priority"))
+    _pack_str(b"timeout"), _pack_str(b"priority"), _pack_str(b"traceparent"), _pack_str(b"tracestate"))
 _DUE_NOW = _pack_str(b"0")
 # A plain job's items before its payload: due now, kind "0", 2 strings, "payload".
 _PLAIN_HEAD = _DUE_NOW + _KIND[0][0] + b"\x02" + _F_PAYLOAD
@@ -306,6 +329,10 @@ def _fields(payload: bytes, o: _Opts) -> List[bytes]:
         f += [_F_TIMEOUT, _pack_str(str(o.timeout_ms).encode())]
     if o.priority:
         f += [_F_PRIO, _pack_str(_PRIO_NAME[o.priority])]
+    if o.traceparent is not None:
+        f += [_F_TP, _pack_str(o.traceparent.encode())]
+    if o.tracestate is not None:
+        f += [_F_TS, _pack_str(o.tracestate.encode())]
     return f
 
 
@@ -385,18 +412,21 @@ class Client:
 
     def enqueue(self, queue: str, payload: Union[bytes, str], *, delay=None, at=None,
                 unique_key=None, unique_for=None, priority=None, timeout=None,
-                max_attempts=None) -> JobID:
+                max_attempts=None, traceparent=None, tracestate=None) -> JobID:
         """Adds one job to queue and returns its id. delay (a timedelta, or
         seconds) or at (a datetime; a past one runs now) schedule it;
         unique_key adds nothing while a job with that key is waiting,
         scheduled, running or retrying (the returned id is that job's, with
         .duplicate True), unique_for bounds how long the key is held;
         priority is "high", "normal" or "low"; timeout (a timedelta or
-        seconds) and max_attempts override the queue's for this job.
+        seconds) and max_attempts override the queue's for this job;
+        traceparent (and tracestate) is the W3C trace context the job's runs
+        continue (docs/tracing.md), e.g. OpenTelemetry's
+        propagate.inject({})["traceparent"] in a traced request.
         BadOption is raised, before anything is sent, for a bad option."""
         ids = self.enqueue_many(queue, [payload], delay=delay, at=at, unique_key=unique_key,
                                 unique_for=unique_for, priority=priority, timeout=timeout,
-                                max_attempts=max_attempts)
+                                max_attempts=max_attempts, traceparent=traceparent, tracestate=tracestate)
         return ids[0]
 
     def enqueue_many(self, queue: str, payloads: Iterable[Union[bytes, str, Message]],
