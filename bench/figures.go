@@ -132,7 +132,7 @@ func (r *results) targets() []target {
 		within("periodic_noop_ratio (100 entries over none) within 1 ± 5%", "periodic_noop_ratio", 0.95, 1.05)
 		below("cron_silence_s <= 2C + 5 s = 9 (C = 2 s)", "cron_silence_s", 9.001)
 	}
-	below("loser_rss_kb < 15360", "loser_rss_kb", 15*1024)
+	below("loser_rss_kb < 18432", "loser_rss_kb", 18*1024) // 15 MB until the OTLP exporters: docs/tracing.md
 	below("holder_rss_kb < 30720", "holder_rss_kb", 30*1024)
 	ratio("enqueue_plain >= 0.9 x xadd_batch", "enqueue_plain", "xadd_batch", 0.9)
 	ratio("enqueue_unique >= 5 x asynq_enqueue_unique", "enqueue_unique", "asynq_enqueue_unique", 5)
