@@ -66,6 +66,11 @@ type Config struct {
 	// MaxPayload is the largest payload run; bigger ones are dead-lettered
 	// as too_large. Default 1 MiB.
 	MaxPayload int
+	// ResultMax is the largest result a job may hand back (SetResult), in
+	// bytes: a job with a larger one fails with ErrResultTooLarge. Results
+	// are kept with the done records, for Retention. Default
+	// DefaultResultMax (64 KiB), at most MaxResultMax.
+	ResultMax int
 	// VisibilityTimeout: entries of other consumers pending and untouched this
 	// long are claimed (their holder is gone for good). Running jobs are kept
 	// fresh so they are never taken from a live holder. 0: never claim.
@@ -160,6 +165,9 @@ func (c *Config) defaults() {
 	if c.MaxPayload < 1 {
 		c.MaxPayload = DefaultMaxPayload
 	}
+	if c.ResultMax < 1 || c.ResultMax > MaxResultMax {
+		c.ResultMax = min(max(c.ResultMax, DefaultResultMax), MaxResultMax)
+	}
 }
 
 // Stats is a running holder's progress; safe to read from any goroutine.
@@ -237,6 +245,8 @@ type runner struct {
 	workers []*worker         // one per worker goroutine, for the keeper's cancels; guarded by mu
 
 	paused atomic.Bool  // the queue is paused: start nothing; set by the keeper
+	noted  atomic.Bool  // a running job's progress changed: the keeper writes it
+	shown  map[string]progressShown // progress written to Redis, by job id; the keeper's own
 	down   atomic.Int64 // unix ns when Redis started failing, 0 when fine
 
 	stopOnce sync.Once
@@ -387,7 +397,8 @@ func (r *runner) work(ctx context.Context) {
 		}
 		jctx := w.ctx
 		w.mu.Unlock()
-		err := r.handle(jctx, j)
+		j.resultMax, j.noted = r.c.ResultMax, &r.noted
+		err := r.checkResult(j, r.handle(jctx, j))
 		w.mu.Lock()
 		w.job = nil
 		if jctx.Err() != nil && ctx.Err() == nil {
@@ -452,7 +463,11 @@ func (r *runner) handle(ctx context.Context, j *Job) (err error) {
 	if j.Timeout > 0 {
 		timeout = j.Timeout
 	}
-	if _, own := r.c.Handler.(ownsTimeouts); own || timeout <= 0 {
+	if _, own := r.c.Handler.(ownsTimeouts); own {
+		return r.c.Handler.Handle(ctx, j)
+	}
+	ctx = withJob(ctx, j) // for SetResult and Progress
+	if timeout <= 0 {
 		return r.c.Handler.Handle(ctx, j)
 	}
 	jctx, cancel := context.WithTimeoutCause(ctx, timeout, ErrJobTimeout)
