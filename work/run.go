@@ -244,10 +244,11 @@ type runner struct {
 	active  map[entryKey]*Job // entries read and not yet settled; guarded by mu
 	workers []*worker         // one per worker goroutine, for the keeper's cancels; guarded by mu
 
-	paused atomic.Bool              // the queue is paused: start nothing; set by the keeper
-	noted  atomic.Bool              // a running job's progress changed: the keeper writes it
-	shown  map[string]progressShown // progress written to Redis, by job id; the keeper's own
-	down   atomic.Int64             // unix ns when Redis started failing, 0 when fine
+	paused atomic.Bool  // the queue is paused: start nothing; set by the keeper
+	down   atomic.Int64 // unix ns when Redis started failing, 0 when fine
+
+	noted atomic.Bool              // a running job's progress changed: the keeper writes it
+	shown map[string]progressShown // progress written to Redis, by job id; the keeper's own
 
 	stopOnce sync.Once
 	stopped  chan struct{} // closed when reading must stop
