@@ -41,7 +41,7 @@ serve(async (payload, job) => {
     case 'result':
       return Buffer.from(arg, 'latin1');
     case 'text':
-      return arg;
+      return Buffer.from(arg, 'latin1').toString('utf8');
     case 'big':
       return Buffer.alloc(Number(arg), 'r');
     case 'progress':
