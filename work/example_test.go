@@ -106,11 +106,12 @@ func ExampleWait() {
 		return work.SetResult(ctx, []byte("/srv/thumbs/2.jpg"))
 	})
 	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
+	ran := make(chan error)
 	go func() {
-		_ = work.Run(runCtx, work.Config{Client: rdb, Queue: "resize", Consumer: "web1/run-0", Handler: h,
+		ran <- work.Run(runCtx, work.Config{Client: rdb, Queue: "resize", Consumer: "web1/run-0", Handler: h,
 			Retention: time.Hour}, nil)
 	}()
+	defer func() { stop(); <-ran }()
 
 	res, err := work.Wait(ctx, rdb, "resize", id) // blocks until done or dead
 	fmt.Printf("%s %v\n", res, err)
