@@ -15,7 +15,11 @@ import (
 // cancelled (the runner decides: a late result changes nothing).
 func (p *Persistent) cancel(c *child, j *Job, seq uint64, log zerolog.Logger) (alive bool, err error) {
 	f := frame{Type: frameCancel, ID: j.ID, Seq: seq}
-	c.send(f.encode())
+	bufs := f.encode()
+	for _, b := range bufs {
+		c.queued += int64(len(b)) // counted as sent, as a job frame is (child.started)
+	}
+	c.send(bufs)
 	t := time.NewTimer(p.grace())
 	defer t.Stop()
 	for {
