@@ -183,3 +183,24 @@ func TestPersistentCancelFrame(t *testing.T) {
 		}
 	}
 }
+
+// A progress frame restarts the heartbeat_timeout clock: a job that
+// reports progress every 200ms, and sends no heartbeat, outlives a 600ms
+// heartbeat_timeout; one that is silent as long does not.
+func TestPersistentProgressIsAHeartbeat(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	p, _ := newPersistent(t)
+	p.HeartbeatTimeout = 600 * time.Millisecond
+	ids := put(t, rdb, "steps:10", "sleep:2")
+	c := testConfig(rdb, p)
+	c.MaxAttempts, c.Retention = 1, time.Minute
+	runFor(t, c)
+	ctx := context.Background()
+	if _, err := Wait(ctx, rdb, "q", ids[0]); err != nil {
+		t.Errorf("the job reporting progress: %v, want done", err)
+	}
+	var de *DeadError
+	if _, err := Wait(ctx, rdb, "q", ids[1]); !errors.As(err, &de) || de.Reason != ReasonTimeout {
+		t.Errorf("the silent job: %v, want dead by timeout", err)
+	}
+}

@@ -79,6 +79,10 @@ def handle(payload, job):
             job.progress(i % 101, "flood")
         job.progress(100, "flooded")
         time.sleep(1)
+    elif cmd == b"steps":
+        for i in range(int(arg)):
+            job.progress(i * 100 // int(arg), "step")
+            time.sleep(0.2)
     elif cmd == b"cancellable":
         time.sleep(3600)
     elif cmd == b"stubborn":
