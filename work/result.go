@@ -38,9 +38,25 @@ var (
 type jobKey struct{}
 
 // withJob is ctx with j as its running job: a Go handler's context, so
-// that code given only ctx can SetResult and Progress.
+// that code given only ctx can SetResult and Progress. It lives in j (no
+// allocation per job, unlike context.WithValue).
 func withJob(ctx context.Context, j *Job) context.Context {
-	return context.WithValue(ctx, jobKey{}, j)
+	j.ctx = jobContext{Context: ctx, j: j}
+	return &j.ctx
+}
+
+// jobContext is a context that carries its job; every other value, its
+// deadline and its cancel are its parent's.
+type jobContext struct {
+	context.Context
+	j *Job
+}
+
+func (c *jobContext) Value(key any) any {
+	if key == (jobKey{}) {
+		return c.j
+	}
+	return c.Context.Value(key)
 }
 
 // jobOf is the job ctx runs, or nil.
@@ -107,6 +123,7 @@ type jobResults struct {
 	note      atomic.Pointer[ProgressNote] // the latest progress; set by the handler, read by the keeper and the publisher
 	resultMax int                          // Config.ResultMax, set before the job runs
 	noted     *atomic.Bool                 // the runner's "a progress changed" flag, set before the job runs
+	ctx       jobContext                   // the Go handler's context (withJob)
 }
 
 // Result returns the result of job id of queue q: the bytes it handed back
