@@ -253,3 +253,40 @@ func hsetCalls(tb testing.TB, rdb *redis.Client) int {
 	}
 	return 0
 }
+
+// A job with a unique key and a result, acknowledged in one batch with
+// jobs without either: every result lands under its own job, and the
+// unique key is freed.
+func TestResultsWithUniqueKeysInOneBatch(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	var ids []string
+	for i, p := range []string{"u1", "plain", "u2", "none"} {
+		var opts []Option
+		if p[0] == 'u' {
+			opts = append(opts, UniqueKey("key-"+p))
+		}
+		id, err := Enqueue(ctx, rdb, "q", []byte(p), opts...)
+		if err != nil {
+			t.Fatal(i, err)
+		}
+		ids = append(ids, id)
+	}
+	c := testConfig(rdb, HandlerFunc(func(ctx context.Context, j *Job) error {
+		if string(j.Payload) == "none" {
+			return nil
+		}
+		return SetResult(ctx, []byte("r-"+string(j.Payload)))
+	}))
+	c.Retention = time.Minute
+	st := runFor(t, c)
+	waitFor(t, "all done", func() bool { return st.Done.Load() == 4 })
+	for i, want := range []string{"r-u1", "r-plain", "r-u2", ""} {
+		if b, err := Result(ctx, rdb, "q", ids[i]); err != nil || string(b) != want {
+			t.Errorf("job %d: %q, %v; want %q", i, b, err, want)
+		}
+	}
+	if n := rdb.Exists(ctx, KeysFor("q").Unique("key-u1"), KeysFor("q").Unique("key-u2")).Val(); n != 0 {
+		t.Errorf("%d unique keys left", n)
+	}
+}
