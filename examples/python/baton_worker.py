@@ -121,7 +121,11 @@ def serve(handler):
         if fire:
             raise Cancelled("job cancelled")
 
-    signal.signal(signal.SIGUSR2, on_cancel)
+    # Only the main thread may set a signal handler; served from another
+    # thread, a cancelled job runs on until baton kills it after its grace.
+    interrupt = threading.current_thread() is threading.main_thread()
+    if interrupt:
+        signal.signal(signal.SIGUSR2, on_cancel)
 
     def read():
         try:
@@ -139,7 +143,7 @@ def serve(handler):
                         hit = cur is not None and cur.id == msg.get("id") and msg.get("seq") in (None, cur._seq)
                         if hit:
                             running["cancelled"] = True
-                    if hit:
+                    if hit and interrupt:
                         signal.pthread_kill(main, signal.SIGUSR2)
                     continue
                 if kind in ("job", "stop"):
