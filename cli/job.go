@@ -23,40 +23,78 @@ process when the holder runs on this host), scheduled (due
 when), retrying (attempt, due when), dead (why), done (when; only with
 retention > 0, which keeps done jobs that long), or unknown: a done job not
 kept (retention 0, the default, or its record expired or was dropped) or
-a job never enqueued on this queue. It only reads. Exit 0 when the job was
-found, 1 when unknown.
+a job never enqueued on this queue. A running job shows the progress it
+last reported (work.Progress, a persistent child's progress frame, an exec
+job's BATON_PROGRESS_FD), a done job the size of its result. It only
+reads. Exit 0 when the job was found, 1 when unknown.
+
+With --result it writes a done job's result, the raw bytes it handed back
+(work.SetResult, a persistent child's return value, an exec job's
+BATON_RESULT_FILE), to stdout and nothing else; exit 1 when the job is not
+done or its result is not kept (results are kept with the done records,
+for retention). --json carries the result base64-encoded in "result".
 
 {{flags}}
 Example:
   baton job --config /etc/baton/thumbs.toml 1795277752922-0
   baton job --queue thumbs --json 1795277752922-0 | jq -r .state
+  baton job --queue thumbs --result 1795277752922-0 > thumb.png
 `
 
 // jobFlags builds job's flag set.
-func jobFlags() (*pflag.FlagSet, *jsonOpts) {
+func jobFlags() (*pflag.FlagSet, *jobOpts) {
 	fs := flagSet("job")
-	return fs, new(jsonOpts).bind(fs, config.Bind(fs, readKeys...), "print one JSON object")
+	o := &jobOpts{jsonOpts: new(jsonOpts).bind(fs, config.Bind(fs, readKeys...), "print one JSON object")}
+	fs.BoolVar(&o.result, "result", false, "write the done job's result, raw, to stdout")
+	return fs, o
+}
+
+// jobOpts are job's options.
+type jobOpts struct {
+	*jsonOpts
+	result bool // --result
 }
 
 func runJob(ctx context.Context, e *env, args []string) error {
 	fs, o := jobFlags()
-	cf, asJSON := o.cf, &o.asJSON
+	cf, asJSON, asResult := o.cf, &o.asJSON, &o.result
 	if err := parse(e, fs, jobUsage, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
 		return usagef("run 'baton job --help'", "job: give one job id")
 	}
+	if *asResult && *asJSON {
+		return usagef("--json carries the result base64-encoded", "job: --result and --json together")
+	}
 	cfg, rdb, err := loadAndConnect(ctx, e, cf, 1)
 	if err != nil {
 		return err
 	}
 	defer rdb.Close()
+	if *asResult {
+		b, err := work.Result(ctx, rdb, cfg.Queue, fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		_, err = e.Stdout.Write(b)
+		return err
+	}
 	loc, err := work.Locate(ctx, rdb, cfg.Queue, fs.Arg(0))
 	if err != nil {
 		return fmt.Errorf("job %s: %w", fs.Arg(0), err)
 	}
 	holder := localHolder(cfg, loc)
+	var progress *work.ProgressNote
+	var result []byte
+	switch loc.State {
+	case work.StateRunning:
+		if n, ok, err := work.ProgressOf(ctx, rdb, cfg.Queue, loc.ID); err == nil && ok {
+			progress = &n
+		}
+	case work.StateDone:
+		result, _ = work.Result(ctx, rdb, cfg.Queue, loc.ID)
+	}
 	if loc.State == work.StateUnknown && !*asJSON {
 		return fmt.Errorf("job %s is unknown on queue %s: done and not kept (see retention), or never enqueued here", loc.ID, cfg.Queue)
 	}
@@ -67,11 +105,22 @@ func runJob(ctx context.Context, e *env, args []string) error {
 			Host   string     `json:"host,omitempty"`
 			Since  *time.Time `json:"since,omitempty"`
 			JobPID int        `json:"job_pid,omitempty"`
-		}{loc, holder.PID, holder.Host, qstatus.TimePtr(holder.JobSince), holder.JobPID}); err != nil {
+			// Progress is a running job's last progress report.
+			Progress *work.ProgressNote `json:"progress,omitempty"`
+			// Result is a done job's result, base64 (encoding/json).
+			Result []byte `json:"result,omitempty"`
+		}{loc, holder.PID, holder.Host, qstatus.TimePtr(holder.JobSince), holder.JobPID, progress, result}); err != nil {
 			return err
 		}
 	} else {
-		fmt.Fprintln(e.Stdout, describeJob(loc, holder))
+		s := describeJob(loc, holder)
+		switch {
+		case progress != nil:
+			s += fmt.Sprintf("; progress %s (reported %s ago)", progress, max(time.Since(progress.At).Round(100*time.Millisecond), 0))
+		case result != nil:
+			s += fmt.Sprintf("; result of %d bytes (baton job --result %s)", len(result), loc.ID)
+		}
+		fmt.Fprintln(e.Stdout, s)
 	}
 	if loc.State == work.StateUnknown {
 		return fmt.Errorf("job %s is unknown on queue %s", loc.ID, cfg.Queue)

@@ -34,7 +34,11 @@ Each job runs CMD once, with the payload on stdin (never in argv) and
 BATON_JOB_ID, BATON_ATTEMPT, BATON_QUEUE, BATON_SLOT, BATON_HOLDER (the
 holder's random token), BATON_RUN and BATON_HOST in the environment, and,
 with lock_backend redis, BATON_FENCE (the lease's fencing token), but not
-BATON_REDIS_URL. Exit 0 marks the job done. Any other exit is retried with
+BATON_REDIS_URL. What the job writes to the file $BATON_RESULT_FILE is its
+result ('baton job ID --result', kept for retention, at most result_max
+bytes); lines "PCT MESSAGE" it writes to the fd $BATON_PROGRESS_FD are its
+progress ('baton job', 'baton status'). Exit 0 marks the job done. Any
+other exit is retried with
 backoff (retry_backoff, doubling, up to retry_backoff_max) until
 max_attempts runs, then dead-lettered ('baton dead'); an exit status in
 reject_exit_codes (default 65) dead-letters it at once. A job cut short by a

@@ -241,6 +241,9 @@ func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 		cur := ""
 		if s.Job != "" && s.JobSince != nil {
 			cur = s.Job + " for " + time.Since(*s.JobSince).Round(100*time.Millisecond).String()
+			if s.Progress != nil {
+				cur += " (" + s.Progress.String() + ")"
+			}
 		}
 		state := "held"
 		switch {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/lock"
+	"github.com/baton-run/baton/work"
 )
 
 // Activity is what a holder is doing, as its slot record shows it
@@ -17,6 +18,10 @@ type Activity struct {
 	// Job is the id of a job in progress, JobSince when it started.
 	Job      string    `json:"job,omitempty"`
 	JobSince time.Time `json:"job_since,omitzero"`
+	// Progress is what that job last reported of its progress (Go
+	// work.Progress, a persistent child's progress frame, an exec job's
+	// BATON_PROGRESS_FD), nil when nothing.
+	Progress *work.ProgressNote `json:"progress,omitempty"`
 	// Draining is set once the holder stops taking jobs (its lifetime is
 	// over, or it was told to stop): it no longer scales up.
 	Draining bool `json:"draining,omitempty"`

@@ -160,6 +160,9 @@ func (h *Holder) hold(ctx context.Context, slot lock.Slot) error {
 			_ = persist.Close(ctx)
 		}()
 	}
+	if x, ok := handler.(*work.Exec); ok {
+		defer x.Close() // its jobs' result files' directory
+	}
 	if prev := slot.Inherited(); prev != nil {
 		h.killLeftovers(prev)
 	}
@@ -277,6 +280,7 @@ func (h *Holder) workConfig(i int, until time.Time, handler work.Handler, fenceK
 		MaxJobs: cfg.MaxJobs, RedisDownExit: cfg.RedisDownExit.D(),
 		MaxAttempts: cfg.MaxAttempts, RetryBackoff: cfg.RetryBackoff.D(), RetryBackoffMax: cfg.RetryBackoffMax.D(),
 		DeadMax: cfg.DeadMax, Retention: cfg.Retention.D(), RetentionMax: cfg.RetentionMax, MaxPayload: cfg.MaxPayload, VisibilityTimeout: cfg.VisibilityTimeout.D(),
+		ResultMax: cfg.ResultMax,
 		RateLimit: rate, Fence: fenceCfg, TracerProvider: h.o.TracerProvider,
 		Logger: h.log,
 	}

@@ -45,9 +45,12 @@ func (h *Holder) publish(slot lock.Slot, rec lock.Record, st *work.Stats, childr
 			}
 			next, act := rec, ActivityOf(rec)
 			act.JobsDone = st.Done.Load()
-			act.Job, act.JobSince = "", time.Time{}
+			act.Job, act.JobSince, act.Progress = "", time.Time{}, nil
 			if j := st.Recent.Load(); j != nil {
 				act.Job, act.JobSince = j.ID, j.Started
+				if n, ok := j.ProgressNow(); ok {
+					act.Progress = &n
+				}
 			}
 			if step != nil && tick%2 == 1 {
 				step(&act)

@@ -218,6 +218,9 @@ type jobPage struct {
 	ID   string
 	Loc  *work.Location
 	Err  string
+
+	Progress *work.ProgressNote // a running job's, if it reported one
+	Result   *shownResult       // a done job's, if it has one
 }
 
 func (s *server) job(w http.ResponseWriter, r *http.Request) {
@@ -232,6 +235,7 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) {
 		p.Err, status = "give a job id (the one baton enqueue printed, like 1700000000000-0)", http.StatusBadRequest
 	} else if loc, err := work.Locate(ctx, s.o.Redis, q, id); err == nil {
 		p.Loc = loc
+		s.aboutJob(&p, r, q)
 	} else {
 		p.Err, status = err.Error(), http.StatusBadRequest
 	}

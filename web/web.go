@@ -122,6 +122,7 @@ func New(o Options) (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", s.index)
 	mux.HandleFunc("GET /job", s.job)
+	mux.HandleFunc("GET /job/result", s.result)
 	mux.HandleFunc("GET /dead", s.dead)
 	mux.HandleFunc("POST /dead/requeue", s.requeue)
 	mux.HandleFunc("POST /dead/purge", s.purge)

@@ -109,7 +109,7 @@ func BenchmarkAckBatch(b *testing.B) {
 			}
 			b.StartTimer()
 		}
-		n, err := ackScript.Run(ctx, rdb, []string{r.keys.Stream, r.keys.Stats, r.keys.Done}, pendingIDs[i%perFill]...).Int()
+		n, err := ackScript.Run(ctx, rdb, []string{r.keys.Stream, r.keys.Stats, r.keys.Done, r.keys.Waiters, r.keys.Results}, pendingIDs[i%perFill]...).Int()
 		if err != nil || n != benchBatch {
 			b.Fatalf("acked %d: %v", n, err)
 		}

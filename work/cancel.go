@@ -106,7 +106,7 @@ func cancelOne(ctx context.Context, rdb redis.Cmdable, q string, o CancelOptions
 			ukey = k.Unique(unique)
 		}
 		v, err := runScript(ctx, rdb, cancelScript,
-			[]string{stream, k.Dead, k.DeadIndex, k.Stats, ukey, k.Cancel, k.Retry, k.RetryJobs, k.Scheduled, k.ScheduledJobs},
+			[]string{stream, k.Dead, k.DeadIndex, k.Stats, ukey, k.Cancel, k.Retry, k.RetryJobs, k.Scheduled, k.ScheduledJobs, k.Waiters},
 			Group, id, entry, o.DeadMax, o.Reason, cancelKeep.Milliseconds(), time.Now().UnixMilli(), k.Unique("")).StringSlice()
 		if err != nil {
 			return res, err
@@ -137,7 +137,8 @@ func cancelOne(ctx context.Context, rdb redis.Cmdable, q string, o CancelOptions
 // KEYS[1] the job's stream, KEYS[2] dead, KEYS[3] dead index, KEYS[4]
 // stats, KEYS[5] the job's unique key (KEYS[1] when none), KEYS[6] cancel
 // requests, KEYS[7] retry, KEYS[8] retry jobs, KEYS[9] scheduled, KEYS[10]
-// scheduled jobs; ARGV[1] group, ARGV[2] job id, ARGV[3] its entry id (""
+// scheduled jobs, KEYS[11] waiters (Wait: told of a dead letter written
+// here); ARGV[1] group, ARGV[2] job id, ARGV[3] its entry id (""
 // when not in the stream), ARGV[4] dead_max, ARGV[5] why, ARGV[6] how long
 // cancel requests are kept (ms), ARGV[7] now (unix ms, the letter's
 // failed_at), ARGV[8] the prefix of the queue's unique keys (Keys.Unique:
@@ -146,7 +147,7 @@ func cancelOne(ctx context.Context, rdb redis.Cmdable, q string, o CancelOptions
 // scheduled, waiting); {"running", consumer} when requested; {"gone"} when
 // the job is not where the caller saw it, or its unique key is not
 // KEYS[5] (the caller looks again).
-var cancelScript = redis.NewScript(entryLua + `
+var cancelScript = redis.NewScript(entryLua + notifyLua + `
 local job, entry = ARGV[2], ARGV[3]
 local function ukey(f)
   for i = 1, #f, 2 do
@@ -179,6 +180,7 @@ local function bury(f, runs, last)
   trim(KEYS[2], KEYS[3], over)
   redis.pcall('HINCRBY', KEYS[4], 'dead', 1)
   redis.pcall('HINCRBY', KEYS[4], 'dead:cancelled', 1)
+  if redis.call('EXISTS', KEYS[11]) == 1 then notify(KEYS[11], job, 'dead\ncancelled\n' .. ARGV[5]) end
   return id
 end
 -- from a retry or scheduled set

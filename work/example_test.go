@@ -86,3 +86,54 @@ func ExampleRun() {
 		fmt.Println(err)
 	}
 }
+
+// A Go handler hands back a result with SetResult and reports progress
+// with Progress, from the context it was given; a producer blocks on Wait
+// until the job is done (or dead), and Result reads the result later, for
+// the queue's retention.
+func ExampleWait() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleRedis})
+	defer rdb.Close()
+
+	id, err := work.Enqueue(ctx, rdb, "resize", []byte("/srv/img/2.jpg"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	h := work.HandlerFunc(func(ctx context.Context, j *work.Job) error {
+		_ = work.Progress(ctx, 50, "resizing") // shown by baton job and status
+		return work.SetResult(ctx, []byte("/srv/thumbs/2.jpg"))
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error)
+	go func() {
+		ran <- work.Run(runCtx, work.Config{Client: rdb, Queue: "resize", Consumer: "web1/run-0", Handler: h,
+			Retention: time.Hour}, nil)
+	}()
+	defer func() { stop(); <-ran }()
+
+	res, err := work.Wait(ctx, rdb, "resize", id) // blocks until done or dead
+	fmt.Printf("%s %v\n", res, err)
+	again, err := work.Result(ctx, rdb, "resize", id)
+	fmt.Printf("%s %v\n", again, err)
+	// Output:
+	// /srv/thumbs/2.jpg <nil>
+	// /srv/thumbs/2.jpg <nil>
+}
+
+// Wait of a job that was dead-lettered returns a *DeadError with its
+// reason; a cancelled job's matches ErrCancelled.
+func ExampleDeadError() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleRedis})
+	defer rdb.Close()
+
+	id, _ := work.Enqueue(ctx, rdb, "reports", []byte("q3"))
+	_, _ = work.CancelWith(ctx, rdb, "reports", work.CancelOptions{Reason: "wrong quarter"}, id)
+
+	_, err := work.Wait(ctx, rdb, "reports", id)
+	var dead *work.DeadError
+	fmt.Println(errors.Is(err, work.ErrCancelled), errors.As(err, &dead) && dead.Reason == work.ReasonCancelled, dead.Err)
+	// Output: true true wrong quarter
+}

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -54,6 +55,10 @@ type Exec struct {
 	Env []string
 
 	kin // the jobs' environment, process groups and run marks
+
+	dirOnce sync.Once // makes dir
+	dir     string    // the jobs' result files' directory (exec_result.go); "" until made
+	dirErr  error     // why dir could not be made
 }
 
 var _ Handler = (*Exec)(nil)
@@ -76,16 +81,28 @@ func (x *Exec) Handle(ctx context.Context, j *Job) error {
 	stderr := &lineLog{log: log, stream: "stderr", left: limit, tail: make([]byte, 0, tailSize)}
 
 	cmd := exec.Command(x.Argv[0], x.Argv[1:]...)
-	run := x.prepare(cmd, x.Env, x.Holder, j.Queue, j.Slot, append([]string{
-		"BATON_JOB_ID=" + j.ID,
-		"BATON_ATTEMPT=" + strconv.Itoa(j.Attempt),
-	}, append(j.tickEnv(), j.traceEnv()...)...)...)
 	// Our own pipes, so Wait returns when the child exits even if something it
 	// left behind still holds them; what it left is killed right after.
 	pipes, err := startPipes(cmd, j.Payload, stdout, stderr)
 	if err != nil {
 		return err
 	}
+	// The job's result file and progress fd (exec_result.go).
+	resultEnv, resultPath, err := x.resultEnv(j)
+	var progressEnv string
+	if err == nil {
+		progressEnv, err = pipes.progress(cmd, j, log)
+	}
+	if err != nil {
+		pipes.started()
+		pipes.wait()
+		return err
+	}
+	run := x.prepare(cmd, x.Env, x.Holder, j.Queue, j.Slot, append([]string{
+		"BATON_JOB_ID=" + j.ID,
+		"BATON_ATTEMPT=" + strconv.Itoa(j.Attempt),
+		resultEnv, progressEnv,
+	}, append(j.tickEnv(), j.traceEnv()...)...)...)
 
 	// Pdeathsig fires when the thread that forked exits, not the process:
 	// keep this goroutine on its thread from fork to wait.
@@ -121,7 +138,7 @@ func (x *Exec) Handle(ctx context.Context, j *Job) error {
 	}
 	stdout.flush()
 	stderr.flush()
-	return exitError(err, timedOut.Load(), stderr.Tail(), x.RejectExitCodes)
+	return takeResult(j, resultPath, exitError(err, timedOut.Load(), stderr.Tail(), x.RejectExitCodes))
 }
 
 // exitError turns cmd.Wait's error into an *ExecError (nil stays nil); an

@@ -148,7 +148,7 @@ func TestFencedWrites(t *testing.T) {
 func TestIsFenced(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	k := KeysFor("q")
-	err := fenced[ackScript].Run(context.Background(), rdb, []string{k.Stream, k.Stats, k.Done, "baton:{q}:lease:run:0"},
+	err := fenced[ackScript].Run(context.Background(), rdb, []string{k.Stream, k.Stats, k.Done, k.Waiters, k.Results, "baton:{q}:lease:run:0"},
 		Group, 0, 0, 0, 1, "7").Err()
 	if !IsFenced(err) {
 		t.Fatalf("ack against a missing lease: %v, want fenced", err)

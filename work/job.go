@@ -64,6 +64,8 @@ type Job struct {
 
 	cancelled atomic.Bool // cancelled (baton cancel); set by the keeper, after cancelWhy
 	cancelWhy string      // the cancel's reason, for the dead letter; the keeper's, then read-only
+
+	jobResults // its result and progress (result.go, progress.go)
 }
 
 // Handler runs one job. A nil error acknowledges it; an error schedules a

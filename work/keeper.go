@@ -28,6 +28,7 @@ func (r *runner) keep(stop <-chan struct{}) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		r.moveDue(ctx)
+		r.writeProgress(ctx)
 		if r.c.VisibilityTimeout > 0 && time.Since(lastBeat) >= r.c.VisibilityTimeout/4 {
 			if err := r.heartbeat(ctx); err != nil {
 				r.c.Logger.Warn().Err(err).Msg("refresh running jobs")

@@ -49,6 +49,9 @@ type Keys struct {
 	Done          string // baton:{q}:done: sorted set of done job ids, scored by when done (ms); written only when retention > 0
 	Paused        string // baton:{q}:paused: hash (by, host, at, reason) while the queue is paused; a PX expiry with pause --for
 	Cancel        string // baton:{q}:cancel: hash job id → why, cancels of running jobs for their holders; expires an hour after the last
+	Results       string // baton:{q}:results: hash job id → result, of done jobs in Done; written only when retention > 0
+	Waiters       string // baton:{q}:waiters: hash job id → waiters (Wait); each gets the outcome on the list Waiters+":"+job id
+	Progress      string // baton:{q}:progress: hash job id → the running job's progress (JSON)
 }
 
 // KeysFor returns the keys of queue q.
@@ -57,7 +60,8 @@ func KeysFor(q string) Keys {
 	return Keys{Stream: base, High: base + ":high", Low: base + ":low", Retry: base + ":retry", RetryJobs: base + ":retry:jobs",
 		Scheduled: base + ":scheduled", ScheduledJobs: base + ":scheduled:jobs",
 		Dead: base + ":dead", DeadIndex: base + ":dead:ids", Stats: base + ":stats", Rate: base + ":rate", RateLog: base + ":rate:log",
-		Done: base + ":done", Paused: base + ":paused", Cancel: base + ":cancel"}
+		Done: base + ":done", Paused: base + ":paused", Cancel: base + ":cancel",
+		Results: base + ":results", Waiters: base + ":waiters", Progress: base + ":progress"}
 }
 
 // Unique is the key that holds the id of the job queued under a unique key.
@@ -145,21 +149,39 @@ end
 // expire after the retention, so an idle queue's records vanish. Like the
 // statistics, these writes (after the acknowledgement) never fail the ack.
 //
-// KEYS[1] stream, KEYS[2] stats, KEYS[3] done, KEYS[4..] unique keys;
+// Results (result.go) come last, only for jobs that set one: kept, with a
+// retention, in the results hash beside the done records, and trimmed with
+// them. Waiters (Wait) get each job's outcome: one EXISTS per call when
+// nobody waits.
+//
+// KEYS[1] stream, KEYS[2] stats, KEYS[3] done, KEYS[4] waiters, KEYS[5]
+// results, KEYS[6..] unique keys;
 // ARGV[1] group, ARGV[2] n, ARGV[3] h, ARGV[4] retention (ms; 0: record
 // nothing), ARGV[5] retention_max, ARGV[6..5+n] entry ids, then h
 // field/increment pairs for the stats hash, then one job id per unique key,
-// then, with a retention, the n entries' job ids.
+// then, with a retention, the n entries' job ids, then pairs of job id and
+// result for the jobs that set a result.
 // Returns how many entries were pending and are now acknowledged.
-const ackLua = `
+const ackLua = notifyLua + `
 local n, h = tonumber(ARGV[2]), tonumber(ARGV[3])
 local ids = {}
 for i = 6, 5 + n do ids[#ids + 1] = ARGV[i] end
+local keep = tonumber(ARGV[4])
+local u = 6 + n + 2 * h
+local res = u + #KEYS - 5 + (keep > 0 and n or 0) -- the first result pair
+local extra = redis.call('EXISTS', KEYS[4], KEYS[5]) > 0 -- waiters, or results to trim
+if extra and redis.call('EXISTS', KEYS[4]) == 1 then
+  local r = {}
+  for i = res, #ARGV, 2 do r[ARGV[i]] = ARGV[i + 1] end
+  for _, id in ipairs(ids) do
+    local job = jobOf(KEYS[1], id)
+    if job then notify(KEYS[4], job, 'done\n' .. (r[job] or '')) end
+  end
+end
 local acked = redis.call('XACK', KEYS[1], ARGV[1], unpack(ids))
 redis.call('XDEL', KEYS[1], unpack(ids))
-local u = 6 + n + 2 * h
-for i = 4, #KEYS do
-  if redis.call('GET', KEYS[i]) == ARGV[u + i - 4] then redis.call('DEL', KEYS[i]) end
+for i = 6, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[u + i - 6] then redis.call('DEL', KEYS[i]) end
 end
 if acked > 0 then
   redis.pcall('HINCRBY', KEYS[2], 'done', acked)
@@ -170,7 +192,6 @@ if acked == n then
   -- first (rare: the histogram may then miss this batch's share).
   for i = 6 + n, 5 + n + 2 * h, 2 do redis.pcall('HINCRBY', KEYS[2], ARGV[i], ARGV[i + 1]) end
 end
-local keep = tonumber(ARGV[4])
 if keep > 0 then
   -- Every job of the batch ran to success here, acked by this call or not
   -- (claimed meanwhile by another holder): each is recorded. Locate looks
@@ -178,9 +199,24 @@ if keep > 0 then
   -- dead) wins over the record.
   local t = redis.call('TIME')
   local now = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-  local z, j = {}, u + #KEYS - 3
+  local z, j = {}, u + #KEYS - 5
   for i = j, j + n - 1 do z[#z + 1] = now; z[#z + 1] = ARGV[i] end
   redis.pcall('ZADD', KEYS[3], unpack(z))
+  if res <= #ARGV then
+    for i = res, #ARGV, 2 do redis.pcall('HSET', KEYS[5], ARGV[i], ARGV[i + 1]) end
+    redis.pcall('PEXPIRE', KEYS[5], keep)
+    extra = true
+  end
+  if extra and redis.call('EXISTS', KEYS[5]) == 1 then
+    -- the results of the records dropped below go with them
+    local cut = '(' .. string.format('%d', tonumber(now) - keep)
+    local old = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', cut)
+    local over = redis.call('ZCARD', KEYS[3]) - tonumber(ARGV[5])
+    if over > 0 then
+      for _, m in ipairs(redis.call('ZRANGE', KEYS[3], 0, over - 1)) do old[#old + 1] = m end
+    end
+    for i = 1, #old, 1000 do redis.pcall('HDEL', KEYS[5], unpack(old, i, math.min(i + 999, #old))) end
+  end
   redis.pcall('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. string.format('%d', tonumber(now) - keep))
   redis.pcall('ZREMRANGEBYRANK', KEYS[3], 0, -1 - tonumber(ARGV[5]))
   redis.pcall('PEXPIRE', KEYS[3], keep)
@@ -347,8 +383,10 @@ var enqueueScript = redis.NewScript(enqueueLua)
 // and its index entry first, then the acknowledgement. The oldest letters
 // beyond dead_max are dropped, with their index entries.
 //
+// Waiters (Wait) get the job's outcome: one EXISTS when nobody waits.
+//
 // KEYS[1] stream, KEYS[2] dead, KEYS[3] dead index, KEYS[4] stats, KEYS[5]
-// the job's unique key (the stream when none), freed last;
+// the job's unique key (the stream when none), freed last, KEYS[6] waiters;
 // ARGV[1] group, ARGV[2] entry id, ARGV[3] consumer, ARGV[4] dead_max,
 // ARGV[5] job id, ARGV[6] h, ARGV[7..6+2h] stats field/increment pairs (the
 // last run's duration histogram; h 0 for a job that never ran), then
@@ -357,7 +395,7 @@ var enqueueScript = redis.NewScript(enqueueLua)
 // when another dead letter still there holds the job id (two entries claim
 // it; not when the job id is the entry's own): nothing written, 1 when
 // letters were dropped to make room, else 0.
-const deadLua = entryLua + `
+const deadLua = entryLua + notifyLua + `
 if not pending(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return -1 end
 local bad = writable(KEYS[2], 'stream', KEYS[3], 'hash')
 if bad then return bad end
@@ -384,6 +422,13 @@ for i = l, #ARGV, 2 do
   if ARGV[i] == 'reason' then redis.pcall('HINCRBY', KEYS[4], 'dead:' .. ARGV[i + 1], 1) end
 end
 for i = 7, l - 1, 2 do redis.pcall('HINCRBY', KEYS[4], ARGV[i], ARGV[i + 1]) end
+if redis.call('EXISTS', KEYS[6]) == 1 then
+  local reason, why = '', ''
+  for i = l, #ARGV, 2 do
+    if ARGV[i] == 'reason' then reason = ARGV[i + 1] elseif ARGV[i] == 'error' then why = ARGV[i + 1] end
+  end
+  notify(KEYS[6], ARGV[5], 'dead\n' .. reason .. '\n' .. why)
+end
 if over > 0 then return 1 end
 return 0
 `

@@ -201,6 +201,11 @@ func (p *Persistent) run(ctx context.Context, c *child, j *Job) (alive bool, err
 			// delivery's when it names this job.
 			ours := m.ID == j.ID && (m.Seq == 0 || m.Seq == seq)
 			switch {
+			case m.Type == frameProgress && ours:
+				p.progressed(j, m, log)
+				if hb != nil {
+					hb.Reset(p.HeartbeatTimeout)
+				}
 			case m.Type == frameHeartbeat && !ours:
 				// Only this delivery's heartbeats keep it alive: not a
 				// finished job's, nor an earlier run's of this job.
@@ -218,6 +223,9 @@ func (p *Persistent) run(ctx context.Context, c *child, j *Job) (alive bool, err
 				p.kill(c)
 				return false, fmt.Errorf("child %d: %w: result for job %q while running %q: %w", c.pid, errProtocol, m.ID, j.ID, ErrCrashed)
 			case m.Status == statusOK:
+				if len(m.body) > 0 {
+					_ = j.SetResult(m.body) // over result_max: the runner fails the job
+				}
 				return true, nil
 			case m.Status == statusError:
 				return true, errors.New(orDefault(m.Error, "the worker reported a failure"))
@@ -234,6 +242,9 @@ func (p *Persistent) run(ctx context.Context, c *child, j *Job) (alive bool, err
 			p.kill(c)
 			return false, fmt.Errorf("%w: no heartbeat for %s: child %d killed", ErrJobTimeout, p.HeartbeatTimeout, c.pid)
 		case <-ctx.Done():
+			if errors.Is(context.Cause(ctx), ErrCancelled) {
+				return p.cancel(c, j, seq, log)
+			}
 			p.kill(c)
 			return false, fmt.Errorf("child %d killed: %w", c.pid, context.Cause(ctx))
 		}

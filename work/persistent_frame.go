@@ -21,8 +21,10 @@ const (
 
 	frameReady     = "ready"     // child: started, waiting for jobs
 	frameJob       = "job"       // baton: id, seq, attempt, queue, size + payload
-	frameResult    = "result"    // child: id, seq, status ok|error|skip, error
+	frameResult    = "result"    // child: id, seq, status ok|error|skip, error, size + the job's result (status ok)
 	frameHeartbeat = "heartbeat" // child: id, seq: still working on the job
+	frameProgress  = "progress"  // child: id, seq, pct, msg: how far the job is (a heartbeat too)
+	frameCancel    = "cancel"    // baton: id, seq: the job was cancelled: stop it and answer with its result
 	frameStop      = "stop"      // baton: finish and exit 0
 
 	statusOK    = "ok"    // done: acknowledged
@@ -30,7 +32,7 @@ const (
 	statusSkip  = "skip"  // failed for good: dead-lettered as rejected
 
 	maxHeader = 64 << 10 // longest header line
-	maxBody   = 1 << 20  // largest body a child may send (results carry none yet)
+	maxBody   = 16 << 20 // largest body a child may send: a result (result_max is at most this)
 )
 
 // frame is one protocol message; fields not used by its type are omitted.
@@ -46,6 +48,8 @@ type frame struct {
 	Size     int    `json:"size,omitempty"`
 	Tick     string `json:"tick,omitempty"`     // a periodic job's tick, RFC 3339
 	Periodic string `json:"periodic,omitempty"` // a periodic job's entry name
+	Pct      *int   `json:"pct,omitempty"`      // a progress frame's percentage, 0 to 100
+	Msg      string `json:"msg,omitempty"`      // a progress frame's message
 	// The job's W3C trace context (Job.TraceParent), for the child's spans.
 	Traceparent string `json:"traceparent,omitempty"`
 	Tracestate  string `json:"tracestate,omitempty"`

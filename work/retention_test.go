@@ -157,7 +157,7 @@ func TestAckScriptRecordsJobIDs(t *testing.T) {
 	}
 	rdb.Set(ctx, k.Unique("a"), "job-a", 0)
 	rdb.ZAdd(ctx, k.Done, redis.Z{Score: 1, Member: "old-0"})
-	n, err := ackScript.Run(ctx, rdb, []string{k.Stream, k.Stats, k.Done, k.Unique("a")},
+	n, err := ackScript.Run(ctx, rdb, []string{k.Stream, k.Stats, k.Done, k.Waiters, k.Results, k.Unique("a")},
 		Group, 2, 0, 60000, 10, entries[0], entries[1], "job-a", "job-a", "job-b").Int()
 	if err != nil || n != 2 {
 		t.Fatalf("acked %d: %v", n, err)

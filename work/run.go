@@ -68,6 +68,11 @@ type Config struct {
 	// MaxPayload is the largest payload run; bigger ones are dead-lettered
 	// as too_large. Default 1 MiB.
 	MaxPayload int
+	// ResultMax is the largest result a job may hand back (SetResult), in
+	// bytes: a job with a larger one fails with ErrResultTooLarge. Results
+	// are kept with the done records, for Retention. Default
+	// DefaultResultMax (64 KiB), at most MaxResultMax.
+	ResultMax int
 	// VisibilityTimeout: entries of other consumers pending and untouched this
 	// long are claimed (their holder is gone for good). Running jobs are kept
 	// fresh so they are never taken from a live holder. 0: never claim.
@@ -167,6 +172,9 @@ func (c *Config) defaults() {
 	if c.MaxPayload < 1 {
 		c.MaxPayload = DefaultMaxPayload
 	}
+	if c.ResultMax < 1 || c.ResultMax > MaxResultMax {
+		c.ResultMax = min(max(c.ResultMax, DefaultResultMax), MaxResultMax)
+	}
 }
 
 // Stats is a running holder's progress; safe to read from any goroutine.
@@ -247,6 +255,9 @@ type runner struct {
 
 	paused atomic.Bool  // the queue is paused: start nothing; set by the keeper
 	down   atomic.Int64 // unix ns when Redis started failing, 0 when fine
+
+	noted atomic.Bool              // a running job's progress changed: the keeper writes it
+	shown map[string]progressShown // progress written to Redis, by job id; the keeper's own
 
 	stopOnce sync.Once
 	stopped  chan struct{} // closed when reading must stop
@@ -396,7 +407,8 @@ func (r *runner) work(ctx context.Context) {
 		}
 		jctx := w.ctx
 		w.mu.Unlock()
-		err := r.handle(r.traced(jctx, j), j)
+		j.resultMax, j.noted = r.c.ResultMax, &r.noted
+		err := r.checkResult(j, r.handle(r.traced(jctx, j), j))
 		w.mu.Lock()
 		w.job = nil
 		if jctx.Err() != nil && ctx.Err() == nil {
@@ -462,7 +474,11 @@ func (r *runner) handle(ctx context.Context, j *Job) (err error) {
 	if j.Timeout > 0 {
 		timeout = j.Timeout
 	}
-	if _, own := r.c.Handler.(ownsTimeouts); own || timeout <= 0 {
+	if _, own := r.c.Handler.(ownsTimeouts); own {
+		return r.c.Handler.Handle(ctx, j)
+	}
+	ctx = withJob(ctx, j) // for SetResult and Progress
+	if timeout <= 0 {
 		return r.c.Handler.Handle(ctx, j)
 	}
 	jctx, cancel := context.WithTimeoutCause(ctx, timeout, ErrJobTimeout)

@@ -67,6 +67,9 @@ func (r *runner) settle() {
 				b.jobs = append(b.jobs, j.ID)
 			}
 			b.hist.add(res.dur)
+			if p := j.result.Load(); p != nil {
+				b.results = append(b.results, j.ID, *p)
+			}
 			if j.unique != "" {
 				b.uniqueKeys = append(b.uniqueKeys, r.keys.Unique(j.unique))
 				b.uniqueIDs = append(b.uniqueIDs, j.ID)
@@ -114,6 +117,7 @@ type ackBatch struct {
 	uniqueKeys []string // keys of acked jobs that hold one; their job ids in uniqueIDs
 	uniqueIDs  []any
 	jobs       []any     // the job ids of the entries in ids, with a retention only
+	results    []any     // pairs of job id and result, of the jobs that set one
 	hist       histogram // durations of the jobs in ids
 }
 
@@ -130,10 +134,12 @@ func (r *runner) ack(level Priority, b *ackBatch) {
 			r.forget(entryKey{level, id.(string)})
 		}
 		b.ids, b.uniqueKeys, b.uniqueIDs, b.jobs = b.ids[:0], b.uniqueKeys[:0], b.uniqueIDs[:0], b.jobs[:0]
+		clear(b.results) // let the results go
+		b.results = b.results[:0]
 	}()
-	keys := append([]string{r.keys.StreamOf(level), r.keys.Stats, r.keys.Done}, b.uniqueKeys...)
+	keys := append([]string{r.keys.StreamOf(level), r.keys.Stats, r.keys.Done, r.keys.Waiters, r.keys.Results}, b.uniqueKeys...)
 	// One allocation of the exact size; retention 0 records nothing.
-	args := make([]any, 0, 5+len(b.ids)+2*b.hist.fields()+len(b.uniqueIDs)+len(b.jobs))
+	args := make([]any, 0, 5+len(b.ids)+2*b.hist.fields()+len(b.uniqueIDs)+len(b.jobs)+len(b.results))
 	args = append(append(args, Group, len(b.ids), 0, 0, 0), b.ids...)
 	if r.c.Retention > 0 {
 		args[3], args[4] = r.c.Retention.Milliseconds(), r.c.RetentionMax
@@ -142,6 +148,7 @@ func (r *runner) ack(level Priority, b *ackBatch) {
 	args[2] = pairs
 	args = append(args, b.uniqueIDs...)
 	args = append(args, b.jobs...)
+	args = append(args, b.results...)
 	var n int64
 	err := r.redisRetry(func(ctx context.Context) error {
 		var err error
@@ -318,7 +325,7 @@ func (r *runner) deadLetter(j *Job, reason, why string, run []any) bool {
 	err := r.redisRetry(func(ctx context.Context) error {
 		var err error
 		args := append([]any{Group, j.Entry, r.c.Consumer, r.c.DeadMax, j.ID, len(run) / 2}, run...)
-		n, err = r.write(ctx, deadScript, []string{stream, r.keys.Dead, r.keys.DeadIndex, r.keys.Stats, unique},
+		n, err = r.write(ctx, deadScript, []string{stream, r.keys.Dead, r.keys.DeadIndex, r.keys.Stats, unique, r.keys.Waiters},
 			append(args, deadReason, reason, attemptsField, j.Attempt, deadError, why, deadEntry, j.Entry,
 				deadFailedAt, time.Now().UnixMilli())...).Int64()
 		return err

@@ -18,6 +18,7 @@ while IFS= read -r header <&3; do
 	seq=$(printf '%s\n' "$header" | sed -n 's/.*"seq":\([0-9]*\).*/\1/p')
 	size=$(printf '%s\n' "$header" | sed -n 's/.*"size":\([0-9]*\).*/\1/p')
 	head -c "${size:-0}" <&3 > "$dir/payload"
+	case $header in *'"type":"job"'*) ;; *) continue ;; esac # cancel, or newer: ignored
 	if "$@" < "$dir/payload"; then status=ok; else status=error; fi
 	printf '{"type":"result","id":"%s","seq":%s,"status":"%s"}\n' "$id" "${seq:-0}" "$status" >&4
 done

@@ -144,6 +144,12 @@ type Config struct {
 	// MaxPayload is the largest payload in bytes: enqueue refuses bigger ones,
 	// a holder dead-letters them (too_large). Default 1048576 (1 MiB).
 	MaxPayload int `toml:"max_payload" group:"Jobs" help:"largest payload in bytes"`
+	// ResultMax is the largest result in bytes a job may hand back (Go
+	// work.SetResult, a persistent child's result body, an exec job's
+	// BATON_RESULT_FILE): a job with a larger one fails, nothing is
+	// truncated. Results are kept with the done records, for retention.
+	// Default 65536 (64 KiB), at most 16777216 (16 MiB).
+	ResultMax int `toml:"result_max" group:"Jobs" help:"largest job result in bytes (kept for retention)"`
 	// RedisDownExit is how long Redis may be unreachable before a holder
 	// stops, lets in-flight jobs finish and exits 1. Default 30s.
 	RedisDownExit Duration `toml:"redis_down_exit" group:"Jobs" help:"give up after Redis is unreachable this long"`
@@ -213,7 +219,7 @@ type PeriodicEntry struct {
 const (
 	Connection = "Connection" // queue, redis_url, redis_sentinels, redis_master, redis_sentinel_password, redis_sentinel_username, redis_cluster
 	Slots      = "Slots"      // lock_dir, lock_backend, host, lease_ttl, lease_renew, max_per_host, slots, standby_slots, min_slots, scale_up_*, idle_exit, spawn, lifetime, jitter, standby_wait, poll_interval, schedule
-	Jobs       = "Jobs"       // enqueue_wait_replicas, enqueue_wait_timeout, concurrency, job_timeout, shutdown_grace, visibility_timeout, max_payload, rate_limit, retention, retention_max, redis_down_exit, max_jobs
+	Jobs       = "Jobs"       // enqueue_wait_replicas, enqueue_wait_timeout, concurrency, job_timeout, shutdown_grace, visibility_timeout, max_payload, rate_limit, retention, retention_max, result_max, redis_down_exit, max_jobs
 	Retries    = "Retries"    // max_attempts, reject_exit_codes, retry_backoff, retry_backoff_max, dead_max
 	Workers    = "Workers"    // persistent, heartbeat_timeout, max_jobs_per_child, max_child_rss
 	Logging    = "Logging"    // log_level, log_format, metrics_file
@@ -251,6 +257,7 @@ func Default() Config {
 		RetryBackoffMax:   Duration{work.DefaultRetryBackoffMax},
 		DeadMax:           work.DefaultDeadMax,
 		RetentionMax:      work.DefaultRetentionMax,
+		ResultMax:         work.DefaultResultMax,
 		MaxPayload:        work.DefaultMaxPayload,
 		RedisDownExit:     Duration{work.DefaultRedisDownExit},
 		Schedule:          "* * * * *",

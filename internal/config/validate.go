@@ -92,6 +92,8 @@ func (c *Config) Validate() error {
 		return bad("retention", "%s: must not be negative (0 keeps no done jobs)", c.Retention)
 	case c.Retention.Duration > 0 && c.Retention.Duration < time.Millisecond:
 		return bad("retention", "%s: must be at least 1ms (0 keeps no done jobs)", c.Retention)
+	case c.ResultMax < 1 || c.ResultMax > work.MaxResultMax:
+		return bad("result_max", "%d: must be between 1 and %d bytes", c.ResultMax, work.MaxResultMax)
 	case c.RetentionMax < 1:
 		return bad("retention_max", "%d: must be at least 1", c.RetentionMax)
 	case c.MaxPayload < 1 || c.MaxPayload > 512<<20:

@@ -45,6 +45,8 @@ type Slot struct {
 	JobsDone int64      `json:"jobs_done"`
 	Job      string     `json:"job,omitempty"`
 	JobSince *time.Time `json:"job_since,omitempty"`
+	// Progress is what Job last reported of its progress, if anything.
+	Progress *work.ProgressNote `json:"progress,omitempty"`
 	// Fence and ExpiresIn (ms, on Redis' clock) are a lease's, with
 	// lock_backend redis.
 	Fence     int64 `json:"fence,omitempty"`
@@ -231,7 +233,7 @@ func Slots(s lock.Set) ([]Slot, error) {
 	for i, r := range recs {
 		a := holder.ActivityOf(r)
 		out[i] = Slot{Slot: r.Slot, Held: r.Held, NoRecord: r.NoRecord, PID: r.PID, Host: r.Host, Target: r.Target, JobsDone: a.JobsDone, Job: a.Job,
-			Since: TimePtr(r.Since), Until: TimePtr(r.Until), JobSince: TimePtr(a.JobSince), Fence: r.Fence, ExpiresIn: r.ExpiresIn.Milliseconds(), Draining: a.Draining, Children: a.Children}
+			Since: TimePtr(r.Since), Until: TimePtr(r.Until), JobSince: TimePtr(a.JobSince), Progress: a.Progress, Fence: r.Fence, ExpiresIn: r.ExpiresIn.Milliseconds(), Draining: a.Draining, Children: a.Children}
 	}
 	return out, nil
 }

@@ -38,5 +38,26 @@ serve(async (payload, job) => {
       throw new SkipRetry('asked to skip');
     case 'die':
       process.exit(3);
+    case 'result':
+      return Buffer.from(arg, 'latin1');
+    case 'text':
+      return Buffer.from(arg, 'latin1').toString('utf8');
+    case 'big':
+      return Buffer.alloc(Number(arg), 'r');
+    case 'progress':
+      job.progress(42, 'resizing');
+      await new Promise((r) => setTimeout(r, Number(arg) * 1000));
+      break;
+    case 'flood':
+      for (let i = 0; i < Number(arg); i++) job.progress(i % 101, 'flood');
+      job.progress(100, 'flooded');
+      await new Promise((r) => setTimeout(r, 1000));
+      break;
+    case 'cancellable': // stopped by a cancel: the timer takes job.signal
+      await require('timers/promises').setTimeout(3600 * 1000, undefined, { signal: job.signal });
+      break;
+    case 'stubborn': // ignores a cancel
+      await new Promise(() => {});
+      break;
   }
 });

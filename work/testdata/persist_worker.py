@@ -1,6 +1,8 @@
 """A persistent worker for work's tests: what it does depends on the payload.
 
-Every job appends "id pid attempt sha256" to $PERSIST_LOG. Flags: --exit
+Every job appends "id pid attempt sha256" to $PERSIST_LOG. result:X returns
+X (the job's result), progress:S reports 42% and sleeps S seconds, hang is
+stopped by a cancel, stubborn ignores it. Flags: --exit
 (exits 2 before ready), --import-error, --ignore-stop (lingers after stop).
 """
 import hashlib
@@ -63,6 +65,31 @@ def handle(payload, job):
         raise baton_worker.SkipRetry("asked to skip")
     elif cmd == b"grow":
         hoard.append(b"x" * (int(arg) << 20))
+    elif cmd == b"result":
+        return arg
+    elif cmd == b"text":
+        return arg.decode()
+    elif cmd == b"big":
+        return b"r" * int(arg)
+    elif cmd == b"progress":
+        job.progress(42, "resizing")
+        time.sleep(float(arg))
+    elif cmd == b"flood":
+        for i in range(int(arg)):
+            job.progress(i % 101, "flood")
+        job.progress(100, "flooded")
+        time.sleep(1)
+    elif cmd == b"steps":
+        for i in range(int(arg)):
+            job.progress(i * 100 // int(arg), "step")
+            time.sleep(0.2)
+    elif cmd == b"cancellable":
+        time.sleep(3600)
+    elif cmd == b"stubborn":
+        try:
+            time.sleep(3600)
+        except baton_worker.Cancelled:
+            time.sleep(3600)
 
 
 baton_worker.serve(handle)
