@@ -63,6 +63,7 @@ type jobOptions struct {
 	maxAttempts int
 	timeout     time.Duration
 	priority    Priority
+	after       []string // After: jobs to wait for (chain.go)
 }
 
 // In delays the job: it is queued (status counts it as scheduled) and
@@ -183,6 +184,10 @@ func EnqueueManyReplicated(ctx context.Context, rdb redis.Cmdable, q string, job
 	}
 	ids := make([]string, len(jobs))
 	sent := make([]bool, len(jobs))
+	deps, err := locateDeps(ctx, rdb, q, opts, sent)
+	if err != nil {
+		return nil, err
+	}
 	w := &waitCall{replicas: replicas, timeout: timeout}
 	calls, plan, err := sendJobs(ctx, rdb, KeysFor(q), jobs, opts, sent, w)
 	if isNoScript(err) {
@@ -194,10 +199,10 @@ func EnqueueManyReplicated(ctx context.Context, rdb redis.Cmdable, q string, job
 		dup, first := collect(calls, plan, ids, sent, true)
 		again, plan, _ := sendJobs(ctx, rdb, KeysFor(q), jobs, opts, sent, w)
 		dup2, first2 := collect(again, plan, ids, sent, false)
-		return ids, cmp.Or(first, first2, w.err(), dupErr(append(dup, dup2...)))
+		return ids, enqueueChained(ctx, rdb, q, jobs, opts, deps, ids, cmp.Or(first, first2, w.err(), dupErr(append(dup, dup2...))))
 	}
 	dup, first := collect(calls, plan, ids, sent, false)
-	return ids, cmp.Or(first, w.err(), dupErr(dup))
+	return ids, enqueueChained(ctx, rdb, q, jobs, opts, deps, ids, cmp.Or(first, w.err(), dupErr(dup)))
 }
 
 // waitCall is the WAIT that ends each pipeline of EnqueueManyReplicated

@@ -151,10 +151,11 @@ end
 // field/increment pairs for the stats hash, then one job id per unique key,
 // then, with a retention, the n entries' job ids.
 // Returns how many entries were pending and are now acknowledged.
-const ackLua = `
+const ackLua = chainAckLua + `
 local n, h = tonumber(ARGV[2]), tonumber(ARGV[3])
 local ids = {}
 for i = 6, 5 + n do ids[#ids + 1] = ARGV[i] end
+local chained = chainSettling(KEYS[1], KEYS[2], ids)
 local acked = redis.call('XACK', KEYS[1], ARGV[1], unpack(ids))
 redis.call('XDEL', KEYS[1], unpack(ids))
 local u = 6 + n + 2 * h
@@ -185,6 +186,7 @@ if keep > 0 then
   redis.pcall('ZREMRANGEBYRANK', KEYS[3], 0, -1 - tonumber(ARGV[5]))
   redis.pcall('PEXPIRE', KEYS[3], keep)
 end
+if chained then chainDone(chained) end
 return acked
 `
 
@@ -357,7 +359,7 @@ var enqueueScript = redis.NewScript(enqueueLua)
 // when another dead letter still there holds the job id (two entries claim
 // it; not when the job id is the entry's own): nothing written, 1 when
 // letters were dropped to make room, else 0.
-const deadLua = entryLua + `
+const deadLua = entryLua + chainAckLua + chainDeadLua + `
 if not pending(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return -1 end
 local bad = writable(KEYS[2], 'stream', KEYS[3], 'hash')
 if bad then return bad end
@@ -384,6 +386,7 @@ for i = l, #ARGV, 2 do
   if ARGV[i] == 'reason' then redis.pcall('HINCRBY', KEYS[4], 'dead:' .. ARGV[i + 1], 1) end
 end
 for i = 7, l - 1, 2 do redis.pcall('HINCRBY', KEYS[4], ARGV[i], ARGV[i + 1]) end
+chainDead(KEYS[4], ARGV[5], tonumber(ARGV[4]))
 if over > 0 then return 1 end
 return 0
 `

@@ -1,0 +1,257 @@
+package work
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/baton-run/baton/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// order records the payloads a handler ran, in order.
+type order struct {
+	mu  sync.Mutex
+	ran []string
+}
+
+func (o *order) handler(fail ...string) Handler {
+	return HandlerFunc(func(_ context.Context, j *Job) error {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		o.ran = append(o.ran, string(j.Payload))
+		if slices.Contains(fail, string(j.Payload)) {
+			return ErrSkipRetry
+		}
+		return nil
+	})
+}
+
+func (o *order) list() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.ran)
+}
+
+func mustEnqueue(tb testing.TB, rdb redis.Cmdable, payload string, opts ...Option) string {
+	tb.Helper()
+	id, err := Enqueue(context.Background(), rdb, "q", []byte(payload), opts...)
+	if err != nil {
+		tb.Fatalf("enqueue %s: %v", payload, err)
+	}
+	return id
+}
+
+func state(tb testing.TB, rdb redis.Cmdable, id string) *Location {
+	tb.Helper()
+	l, err := Locate(context.Background(), rdb, "q", id)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return l
+}
+
+// A chain A→B→C runs in order; C after A and B (fan-in) runs once both
+// are done; blocked jobs are counted and located with what they wait for.
+func TestChainRunsInOrder(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	a := mustEnqueue(t, rdb, "a")
+	b := mustEnqueue(t, rdb, "b", After(a))
+	c := mustEnqueue(t, rdb, "c", After(b), WithPriority(PriorityHigh))
+	x := mustEnqueue(t, rdb, "x")
+	fan := mustEnqueue(t, rdb, "fan", After(a, x, a))
+	if l := state(t, rdb, b); l.State != StateBlocked || !slices.Equal(l.WaitingFor, []string{a}) {
+		t.Fatalf("b: %+v, want blocked, waiting for %s", l, a)
+	}
+	if l := state(t, rdb, fan); l.State != StateBlocked || !slices.Equal(l.WaitingFor, []string{a, x}) {
+		t.Fatalf("fan: %+v, want blocked, waiting for %s and %s", l, a, x)
+	}
+	if n, err := ReadCounts(ctx, rdb, "q"); err != nil || n.Blocked != 3 || n.Waiting != 2 {
+		t.Fatalf("counts %+v (%v), want 3 blocked, 2 waiting", n, err)
+	}
+	var o order
+	st := new(Stats)
+	if err := runUntil(t, testConfig(rdb, o.handler()), st, func() bool { return st.Done.Load() == 5 }); !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	ran := o.list()
+	pos := func(s string) int { return slices.Index(ran, s) }
+	if len(ran) != 5 || pos("a") > pos("b") || pos("b") > pos("c") || pos("fan") < pos("a") || pos("fan") < pos("x") {
+		t.Fatalf("ran %v, want a before b before c, fan after a and x, each once", ran)
+	}
+	settled(t, rdb, "q")
+	for _, key := range []string{KeysFor("q").Blocked(), KeysFor("q").BlockedLeft(), KeysFor("q").Awaited()} {
+		if n := rdb.Exists(ctx, key).Val(); n != 0 {
+			t.Errorf("%s left behind", key)
+		}
+	}
+	_ = c
+}
+
+// A dead dependency dead-letters its dependents, and theirs, as
+// dependency_failed; requeuing the dependency, then the dependents, runs
+// them all in order.
+func TestChainDependencyDead(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	a := mustEnqueue(t, rdb, "a")
+	b := mustEnqueue(t, rdb, "b", After(a), UniqueKey("ub"))
+	c := mustEnqueue(t, rdb, "c", After(b))
+	var o order
+	fail := true
+	var mu sync.Mutex
+	h := HandlerFunc(func(ctx context.Context, j *Job) error {
+		mu.Lock()
+		f := fail && string(j.Payload) == "a"
+		mu.Unlock()
+		o.mu.Lock()
+		o.ran = append(o.ran, string(j.Payload))
+		o.mu.Unlock()
+		if f {
+			return ErrSkipRetry
+		}
+		return nil
+	})
+	st := new(Stats)
+	runUntil(t, testConfig(rdb, h), st, func() bool { return st.Dead.Load() == 1 && state(t, rdb, c).State == StateDead })
+	for _, id := range []string{b, c} {
+		l := state(t, rdb, id)
+		if l.State != StateDead || l.Dead.Reason != ReasonDependencyFailed {
+			t.Fatalf("job %s: %+v, want dead, dependency_failed", id, l)
+		}
+	}
+	if n := rdb.Exists(ctx, KeysFor("q").Unique("ub")).Val(); n != 0 {
+		t.Error("b's unique key still held after it was dead-lettered")
+	}
+	// A dependent requeued first waits again: its dependency is dead.
+	if _, err := RequeueDead(ctx, rdb, "q", b); !errors.Is(err, ErrDependencyDead) {
+		t.Fatalf("requeue b before a: %v, want ErrDependencyDead", err)
+	}
+	mu.Lock()
+	fail = false
+	mu.Unlock()
+	for _, id := range []string{a, b, c} {
+		if got, err := RequeueDead(ctx, rdb, "q", id); err != nil || got != id {
+			t.Fatalf("requeue %s: %s, %v", id, got, err)
+		}
+	}
+	if l := state(t, rdb, c); l.State != StateBlocked {
+		t.Fatalf("c requeued: %+v, want blocked", l)
+	}
+	o.ran = nil
+	st = new(Stats)
+	runUntil(t, testConfig(rdb, h), st, func() bool { return st.Done.Load() == 3 })
+	if ran := o.list(); !slices.Equal(ran, []string{"a", "b", "c"}) {
+		t.Fatalf("after requeue ran %v, want a b c", ran)
+	}
+}
+
+// A dependency already done (kept by the retention) unblocks at once; one
+// dead dead-letters the new job at once; one that does not exist, a bad
+// id, adds nothing.
+func TestChainEnqueueChecks(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	a := mustEnqueue(t, rdb, "a")
+	d := mustEnqueue(t, rdb, "d")
+	var o order
+	st := new(Stats)
+	c := testConfig(rdb, o.handler("d"))
+	c.Retention = time.Hour
+	runUntil(t, c, st, func() bool { return st.Done.Load() == 1 && st.Dead.Load() == 1 })
+	b := mustEnqueue(t, rdb, "b", After(a), In(time.Hour))
+	if l := state(t, rdb, b); l.State != StateScheduled {
+		t.Fatalf("b after a done job, delayed: %+v, want scheduled at once", l)
+	}
+	b2 := mustEnqueue(t, rdb, "b2", After(a))
+	if l := state(t, rdb, b2); l.State != StateWaiting {
+		t.Fatalf("b2 after a done job: %+v, want waiting at once", l)
+	}
+	id, err := Enqueue(ctx, rdb, "q", []byte("e"), After(a, d))
+	var de *DependencyError
+	if !errors.As(err, &de) || de.Deps[0] != d || id == "" {
+		t.Fatalf("after a dead job: %s, %v, want a DependencyError naming %s", id, err, d)
+	}
+	if l := state(t, rdb, id); l.State != StateDead || l.Dead.Reason != ReasonDependencyFailed {
+		t.Fatalf("e: %+v, want dead, dependency_failed", l)
+	}
+	before := rdb.XLen(ctx, KeysFor("q").Stream).Val()
+	for _, bad := range [][]string{{"99999999999999-0"}, {a, "1-1"}, {"nope"}, {a, "12-x"}, {}} {
+		ids, err := EnqueueMany(ctx, rdb, "q", []Message{{Payload: []byte("p")}, {Payload: []byte("f"), Options: []Option{After(bad...)}}})
+		if err == nil || ids != nil {
+			t.Errorf("after %q: %v, %v, want an error and nothing added", bad, ids, err)
+		}
+		if len(bad) > 0 && strings.Contains(bad[len(bad)-1], "-") && !strings.Contains(bad[len(bad)-1], "x") && !errors.Is(err, ErrNoDependency) {
+			t.Errorf("after %q: %v, want ErrNoDependency", bad, err)
+		}
+	}
+	if n := rdb.XLen(ctx, KeysFor("q").Stream).Val(); n != before {
+		t.Errorf("the stream went from %d to %d entries after refused enqueues", before, n)
+	}
+}
+
+// Settling the same job twice (it ran twice, or a script call is replayed
+// after a lost reply) releases its dependents once.
+func TestChainReleasedOnce(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	k := KeysFor("q")
+	a := mustEnqueue(t, rdb, "a")
+	b := mustEnqueue(t, rdb, "b")
+	c := mustEnqueue(t, rdb, "c", After(a, b))
+	if err := rdb.XGroupCreate(ctx, k.Stream, Group, "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: Group, Consumer: "h/run-0", Streams: []string{k.Stream, ">"}, Count: 2})
+	ack := func(id string) {
+		t.Helper()
+		if err := runScript(ctx, rdb, ackScript, []string{k.Stream, k.Stats, k.Done}, Group, 1, 0, 0, 0, id).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ack(a)
+	ack(a) // a replay: the entry is gone, nothing more
+	if l := state(t, rdb, c); l.State != StateBlocked || !slices.Equal(l.WaitingFor, []string{b}) {
+		t.Fatalf("c after a settled twice: %+v, want blocked on %s", l, b)
+	}
+	ack(b)
+	ack(b)
+	if n := rdb.XLen(ctx, k.Stream).Val(); n != 1 {
+		t.Fatalf("the stream holds %d entries, want c once", n)
+	}
+	if l := state(t, rdb, c); l.State != StateWaiting {
+		t.Fatalf("c: %+v, want waiting", l)
+	}
+}
+
+// Cancelling a blocked job dead-letters it as cancelled, and its
+// dependents as dependency_failed.
+func TestChainCancelBlocked(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	a := mustEnqueue(t, rdb, "a", In(time.Hour))
+	b := mustEnqueue(t, rdb, "b", After(a))
+	c := mustEnqueue(t, rdb, "c", After(b))
+	res, err := Cancel(ctx, rdb, "q", b)
+	if err != nil || res[0].Outcome != CancelDone || res[0].State != StateBlocked {
+		t.Fatalf("cancel b: %+v, %v", res, err)
+	}
+	if l := state(t, rdb, b); l.State != StateDead || l.Dead.Reason != ReasonCancelled {
+		t.Fatalf("b: %+v, want dead, cancelled", l)
+	}
+	if l := state(t, rdb, c); l.State != StateDead || l.Dead.Reason != ReasonDependencyFailed {
+		t.Fatalf("c: %+v, want dead, dependency_failed", l)
+	}
+	// Cancelling the scheduled dependency: nothing blocked on it any more.
+	if res, err := Cancel(ctx, rdb, "q", a); err != nil || res[0].Outcome != CancelDone {
+		t.Fatalf("cancel a: %+v, %v", res, err)
+	}
+	if n, _ := ReadCounts(ctx, rdb, "q"); n.Blocked != 0 || n.Dead != 3 {
+		t.Fatalf("counts %+v, want 0 blocked, 3 dead", n)
+	}
+}
