@@ -46,9 +46,10 @@ Example:
 const cancelUsage = `Usage: baton cancel [--reason TEXT] [--from FILE] ID...
 
 Cancel jobs by the id enqueue printed; ids also one per line from FILE, or
-from stdin with '-'. A waiting, scheduled or retrying job is taken out at
+from stdin with '-'. A waiting, blocked, scheduled or retrying job is taken out at
 once and dead-lettered with reason "cancelled" (its unique key freed), so
-'baton dead requeue ID' brings it back. A running job is stopped by the
+'baton dead requeue ID' brings it back (the jobs enqueued --after a
+cancelled job are dead-lettered as dependency_failed). A running job is stopped by the
 holder running it, on whichever host, within a second: an exec job's
 process group gets SIGTERM, then SIGKILL after shutdown_grace; a persistent
 child is killed and replaced; a Go handler's context is cancelled (cause

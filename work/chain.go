@@ -481,3 +481,9 @@ local id = chainBury(c, ARGV[1], rec, 'cancelled', ARGV[3], tonumber(ARGV[2]), c
 chainFailFrom(c, ARGV[1], tonumber(ARGV[2]))
 return {'blocked', id}
 `)
+
+// IsJobID reports whether id has the form of a job id (1700000000000-0).
+func IsJobID(id string) bool {
+	_, ok := parseStreamID(id)
+	return ok
+}

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/baton-run/baton/internal/faultproxy"
 	"github.com/baton-run/baton/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -253,5 +256,59 @@ func TestChainCancelBlocked(t *testing.T) {
 	}
 	if n, _ := ReadCounts(ctx, rdb, "q"); n.Blocked != 0 || n.Dead != 3 {
 		t.Fatalf("counts %+v, want 0 blocked, 3 dead", n)
+	}
+}
+
+// TestChainLostAckReply: the reply of the script that acknowledges A is
+// lost, again and again for a while (each call runs in Redis, its reply
+// never arrives, the holder sends it again): B, released by the first
+// call, enters the stream once and runs once.
+func TestChainLostAckReply(t *testing.T) {
+	srv := redistest.Start(t)
+	direct := srv.Client()
+	ctx := context.Background()
+	px, err := faultproxy.Start(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: px.Addr, ReadTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	defer rdb.Close()
+	a := mustEnqueue(t, direct, "a")
+	mustEnqueue(t, direct, "b", After(a))
+	evals := func() int64 {
+		for _, l := range strings.Split(direct.Info(ctx, "commandstats").Val(), "\n") {
+			if strings.HasPrefix(l, "cmdstat_evalsha:calls=") {
+				n, _ := strconv.ParseInt(strings.TrimPrefix(strings.Split(l, ",")[0], "cmdstat_evalsha:calls="), 10, 64)
+				return n
+			}
+		}
+		return 0
+	}
+	var o order
+	var before atomic.Int64
+	h := HandlerFunc(func(ctx context.Context, j *Job) error {
+		o.mu.Lock()
+		o.ran = append(o.ran, string(j.Payload))
+		o.mu.Unlock()
+		if string(j.Payload) == "a" {
+			before.Store(evals())
+			px.Delay(400 * time.Millisecond) // every reply now comes after the client gave up
+			time.AfterFunc(1500*time.Millisecond, func() { px.Delay(0) })
+		}
+		return nil
+	})
+	st := new(Stats)
+	runUntil(t, testConfig(rdb, h), st, func() bool { return len(o.list()) == 2 })
+	time.Sleep(300 * time.Millisecond) // a second b would be read by now
+	if got := o.list(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("ran %v, want a then b once", got)
+	}
+	if n := evals() - before.Load(); n < 3 {
+		t.Errorf("%d script calls reached Redis while replies were lost, want the ack sent again (≥ 3)", n)
+	}
+	settled(t, direct, "q")
+	if n := direct.HLen(ctx, KeysFor("q").Blocked()).Val(); n != 0 {
+		t.Errorf("%d jobs still blocked", n)
 	}
 }
