@@ -312,3 +312,41 @@ func TestChainLostAckReply(t *testing.T) {
 		t.Errorf("%d jobs still blocked", n)
 	}
 }
+
+// TestChainOnCluster: on a three-master Redis Cluster, a chain, a
+// dependency that dies and a cancel of a blocked job behave as on one
+// server: every key a chain touches is under its queue's hash tag, so each
+// step is one script on the node that holds the queue.
+func TestChainOnCluster(t *testing.T) {
+	nodes := redistest.StartCluster(t, 3)
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.Addr)
+	}
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	defer rdb.Close()
+	ctx := context.Background()
+	a := mustEnqueue(t, rdb, "a")
+	b := mustEnqueue(t, rdb, "b", After(a))
+	f := mustEnqueue(t, rdb, "fail")
+	g := mustEnqueue(t, rdb, "g", After(f, b))
+	x := mustEnqueue(t, rdb, "x", In(time.Hour))
+	y := mustEnqueue(t, rdb, "y", After(x))
+	if res, err := Cancel(ctx, rdb, "q", y); err != nil || res[0].Outcome != CancelDone {
+		t.Fatalf("cancel of a blocked job on a cluster: %+v, %v", res, err)
+	}
+	var o order
+	st := new(Stats)
+	runUntil(t, testConfig2(rdb, o.handler("fail")), st, func() bool { return st.Done.Load() == 2 && state(t, rdb, g).State == StateDead })
+	if got := o.list(); len(got) != 3 || slices.Index(got, "a") > slices.Index(got, "b") {
+		t.Fatalf("ran %v, want a before b, and fail", got)
+	}
+	if l := state(t, rdb, g); l.Dead.Reason != ReasonDependencyFailed {
+		t.Fatalf("g: %+v, want dependency_failed", l.Dead)
+	}
+}
+
+// testConfig2 is testConfig for any client.
+func testConfig2(rdb redis.UniversalClient, h Handler) Config {
+	return Config{Client: rdb, Queue: "q", Consumer: "h/run-0", Handler: h, Grace: 5 * time.Second, Logger: testLogger()}
+}
