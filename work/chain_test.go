@@ -350,3 +350,21 @@ func TestChainOnCluster(t *testing.T) {
 func testConfig2(rdb redis.UniversalClient, h Handler) Config {
 	return Config{Client: rdb, Queue: "q", Consumer: "h/run-0", Handler: h, Grace: 5 * time.Second, Logger: testLogger()}
 }
+
+// TestChainRequeueCycle: a dead letter whose after field names its own job
+// id (a producer's forged letter: enqueue cannot make one) is refused at
+// requeue, and stays.
+func TestChainRequeueCycle(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	k := KeysFor("q")
+	job := "1700000000000-0"
+	letter := rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Dead, Values: []any{PayloadField, "p", afterField, job, jobField, job, deadReason, ReasonDependencyFailed}}).Val()
+	rdb.HSet(ctx, k.DeadIndex, job, letter)
+	if _, err := RequeueDead(ctx, rdb, "q", job); !errors.Is(err, ErrBadOption) || !strings.Contains(err.Error(), "cannot wait for itself") {
+		t.Fatalf("requeue of a letter after itself: %v, want a cycle refused", err)
+	}
+	if l := state(t, rdb, job); l.State != StateDead {
+		t.Fatalf("the letter after a refused requeue: %+v, want it still dead", l)
+	}
+}

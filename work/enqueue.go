@@ -85,7 +85,7 @@ func At(t time.Time) Option {
 }
 
 // UniqueKey makes the job unique by key within its queue: while a job with
-// the same key is waiting, scheduled, running or retrying, Enqueue adds
+// the same key is waiting, blocked, scheduled, running or retrying, Enqueue adds
 // nothing and returns that job's id with ErrDuplicate. The key is released
 // when the job is done or dead-lettered, in the same script.
 func UniqueKey(key string) Option {
