@@ -63,6 +63,7 @@ func (r *rig) locate(id string) *work.Location {
 // job waits for, status counts them; bad ids are one line, exit 2, and add
 // nothing.
 func TestChainCLI(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	log := filepath.Join(r.dir, "ran")
 	a := r.enqueueOne("a")
@@ -111,6 +112,7 @@ func TestChainCLI(t *testing.T) {
 // the dependency, then of the dependents, runs them in order. Cancelling a
 // blocked job dead-letters it as cancelled.
 func TestChainDependencyFailedCLI(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	log := filepath.Join(r.dir, "ran")
 	flag := filepath.Join(r.dir, "fail")
@@ -170,6 +172,7 @@ exit 0
 // runs under the next holder. Then a holder killed while A2 runs: A2 runs
 // twice (its slot's next holder replays it), B2 enters the stream once.
 func TestChainHolderKilledAfterSettle(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	ctx := context.Background()
 	log := filepath.Join(r.dir, "ran")
