@@ -368,3 +368,63 @@ func TestChainRequeueCycle(t *testing.T) {
 		t.Fatalf("the letter after a refused requeue: %+v, want it still dead", l)
 	}
 }
+
+// TestChainDependencyMovedMeanwhile: a job waited for that settles or
+// moves between enqueue's look-up and its script is seen by the script:
+// done (with a retention) counts as done, moved to the retry schedule is
+// located again and waited for, done and forgotten (retention 0) is
+// refused, nothing written.
+func TestChainDependencyMovedMeanwhile(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	k := KeysFor("q")
+	if err := EnsureGroup(ctx, rdb, k); err != nil {
+		t.Fatal(err)
+	}
+	take := func() string {
+		t.Helper()
+		s := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: Group, Consumer: "h/run-0", Streams: []string{k.Stream, ">"}, Count: 1}).Val()
+		return s[0].Messages[0].ID
+	}
+	stale := func(id string) map[string]*Location { return map[string]*Location{id: state(t, rdb, id)} }
+	enqueueAfter := func(dep string, deps map[string]*Location) (string, error) {
+		id, _, err := blockJob(ctx, rdb, "q", []byte("b"), &jobOptions{after: []string{dep}}, deps, nil, nil)
+		return id, err
+	}
+
+	// Done meanwhile, with a retention: counts as done.
+	a := mustEnqueue(t, rdb, "a")
+	seen := stale(a)
+	e := take()
+	runScript(ctx, rdb, ackScript, []string{k.Stream, k.Stats, k.Done}, Group, 1, 0, 3600000, 1000, e, a)
+	if id, err := enqueueAfter(a, seen); err != nil || state(t, rdb, id).State != StateWaiting {
+		t.Fatalf("after a job done meanwhile (retention): %s, %v; want waiting", id, err)
+	}
+	take() // b
+
+	// Moved to the retry schedule meanwhile: waited for there.
+	r := mustEnqueue(t, rdb, "r")
+	seen = stale(r)
+	e = take()
+	if n, err := runScript(ctx, rdb, retryScript, []string{k.Stream, k.Retry, k.RetryJobs, k.Stats}, Group, e, "h/run-0", 3600000, r, 1, "failed:error").Int(); err != nil || n != 1 {
+		t.Fatalf("retry: %d, %v", n, err)
+	}
+	id, err := enqueueAfter(r, seen)
+	if l := state(t, rdb, id); err != nil || l.State != StateBlocked || !slices.Equal(l.WaitingFor, []string{r}) {
+		t.Fatalf("after a job moved to retry meanwhile: %+v, %v; want blocked on it", l, err)
+	}
+
+	// Done meanwhile with retention 0: refused, nothing written.
+	x := mustEnqueue(t, rdb, "x")
+	seen = stale(x)
+	e = take()
+	runScript(ctx, rdb, ackScript, []string{k.Stream, k.Stats, k.Done}, Group, 1, 0, 0, 0, e)
+	rdb.Del(ctx, k.Done)
+	blocked := rdb.HLen(ctx, k.Blocked()).Val()
+	if _, err := enqueueAfter(x, seen); !errors.Is(err, ErrNoDependency) {
+		t.Fatalf("after a job done and forgotten meanwhile: %v, want ErrNoDependency", err)
+	}
+	if n := rdb.HLen(ctx, k.Blocked()).Val(); n != blocked {
+		t.Fatalf("a refused enqueue wrote a blocked record")
+	}
+}
