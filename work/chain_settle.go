@@ -64,9 +64,8 @@ end
 -- the queue has no chain (one EXISTS), else the chain keys and the job ids
 -- of the entries still in the stream.
 local function chainSettling(stream, stats, ids)
-  local c = chainKeys(stats)
-  if redis.call('EXISTS', c.awaited) == 0 then return nil end
-  local jobs = {}
+  if redis.call('EXISTS', string.sub(stats, 1, #stats - 6) .. ':awaited') == 0 then return nil end
+  local c, jobs = chainKeys(stats), {}
   for _, id in ipairs(ids) do
     local e = redis.call('XRANGE', stream, id, id)
     if #e > 0 then
@@ -142,8 +141,7 @@ local function chainFailFrom(c, job, deadMax)
   end
 end
 local function chainDead(stats, job, deadMax)
-  local c = chainKeys(stats)
-  if redis.call('EXISTS', c.awaited) == 0 then return end
-  chainFailFrom(c, job, deadMax)
+  if redis.call('EXISTS', string.sub(stats, 1, #stats - 6) .. ':awaited') == 0 then return end
+  chainFailFrom(chainKeys(stats), job, deadMax)
 end
 `

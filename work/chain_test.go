@@ -428,3 +428,40 @@ func TestChainDependencyMovedMeanwhile(t *testing.T) {
 		t.Fatalf("a refused enqueue wrote a blocked record")
 	}
 }
+
+// TestChainNoCostWithoutChains: a queue without chains pays one EXISTS per
+// ack script call and nothing else of chains (no XRANGE, no HGET); with a
+// chain waiting in the queue the same acks read their entries' job ids.
+func TestChainNoCostWithoutChains(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	stat := func(cmd string) int64 {
+		for _, l := range strings.Split(rdb.Info(ctx, "commandstats").Val(), "\n") {
+			if p := "cmdstat_" + cmd + ":calls="; strings.HasPrefix(l, p) {
+				n, _ := strconv.ParseInt(strings.TrimPrefix(strings.Split(l, ",")[0], p), 10, 64)
+				return n
+			}
+		}
+		return 0
+	}
+	drain := func(n int64) {
+		t.Helper()
+		enqueue(t, rdb, "q", int(n))
+		st := new(Stats)
+		runUntil(t, testConfig(rdb, HandlerFunc(func(context.Context, *Job) error { return nil })), st, func() bool { return st.Done.Load() == n })
+	}
+	rdb.ConfigResetStat(ctx)
+	drain(500)
+	if x, h := stat("xrange"), stat("hget"); x != 0 || h != 0 {
+		t.Fatalf("500 plain jobs: %d XRANGE, %d HGET; want none", x, h)
+	}
+	if e, s := stat("exists"), stat("evalsha"); e == 0 || e > s {
+		t.Fatalf("500 plain jobs: %d EXISTS for %d script calls; want at most one per call", e, s)
+	}
+	mustEnqueue(t, rdb, "b", After(mustEnqueue(t, rdb, "a", In(time.Hour))))
+	rdb.ConfigResetStat(ctx)
+	drain(100)
+	if x := stat("xrange"); x < 100 {
+		t.Fatalf("with a chain in the queue: %d XRANGE for 100 acked jobs, want one each", x)
+	}
+}
