@@ -199,7 +199,8 @@ func TestChainEnqueueChecks(t *testing.T) {
 }
 
 // Settling the same job twice (it ran twice, or a script call is replayed
-// after a lost reply) releases its dependents once.
+// after a lost reply) releases its dependents once; a fenced settle
+// releases nothing.
 func TestChainReleasedOnce(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
@@ -216,6 +217,15 @@ func TestChainReleasedOnce(t *testing.T) {
 		if err := runScript(ctx, rdb, ackScript, []string{k.Stream, k.Stats, k.Done}, Group, 1, 0, 0, 0, id).Err(); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// A fenced holder's ack (its lease lost) writes nothing, release
+	// included.
+	err := runScript(ctx, rdb, fenced[ackScript], []string{k.Stream, k.Stats, k.Done, k.Stream + ":lease:run:0"}, Group, 1, 0, 0, 0, a, 7).Err()
+	if !IsFenced(err) {
+		t.Fatalf("fenced ack: %v, want FENCED", err)
+	}
+	if l := state(t, rdb, c); l.State != StateBlocked || len(l.WaitingFor) != 2 {
+		t.Fatalf("c after a fenced ack of a: %+v, want blocked on a and b", l)
 	}
 	ack(a)
 	ack(a) // a replay: the entry is gone, nothing more
