@@ -46,19 +46,19 @@ Example:
 const cancelUsage = `Usage: baton cancel [--reason TEXT] [--from FILE] ID...
 
 Cancel jobs by the id enqueue printed; ids also one per line from FILE, or
-from stdin with '-'. A waiting, blocked, scheduled or retrying job is taken
-out at once and dead-lettered with reason "cancelled" (its unique key
-freed), so 'baton dead requeue ID' brings it back; the jobs enqueued
---after it are dead-lettered as dependency_failed. A running job is stopped
-by the holder running it, on whichever host, within a second: an exec
-job's process group gets SIGTERM, then SIGKILL after shutdown_grace; a
-persistent child is killed and replaced; a Go handler's context is
-cancelled (cause work.ErrCancelled). It is dead-lettered as cancelled,
-never retried, and cancel waits for that. A job that finishes before the
-cancel reaches it stays done: one outcome, never both. Exit 0 when every
-job was cancelled; 1 when one was done, dead or unknown (an id of another
-queue is unknown), or still running when the wait ended (shutdown_grace +
-5s).
+from stdin with '-'. A waiting, scheduled or retrying job is taken out at
+once and dead-lettered with reason "cancelled" (its unique key freed), so
+'baton dead requeue ID' brings it back. A running job is stopped by the
+holder running it, on whichever host, within a second: an exec job's
+process group gets SIGTERM, then SIGKILL after shutdown_grace; a persistent
+child is killed and replaced; a Go handler's context is cancelled (cause
+work.ErrCancelled). It is dead-lettered as cancelled, never retried, and
+cancel waits for that. A job that finishes before the cancel reaches it
+stays done: one outcome, never both. Exit 0 when every job was cancelled;
+1 when one was done, dead or unknown (an id of another queue is unknown),
+or still running when the wait ended (shutdown_grace + 5s). A blocked job
+(enqueue --after) is taken out like a waiting one; the jobs enqueued
+--after a cancelled job are dead-lettered as dependency_failed.
 
 {{flags}}
 Example:

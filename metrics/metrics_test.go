@@ -111,23 +111,26 @@ func TestMetricsAgainstKnownWork(t *testing.T) {
 	reg.MustRegister(NewCollector(rdb, Queue{Name: "q", Run: run, Keep: 2}))
 	families := scrape(t, reg)
 	want := map[string]float64{
-		`baton_up{queue="q"}`:                                         1,
-		`baton_jobs_done_total{queue="q"}`:                            101,
-		`baton_jobs_retried_total{queue="q"}`:                         1,
-		`baton_job_runs_failed_total{kind="error",queue="q"}`:         4,
-		`baton_job_runs_failed_total{kind="timeout",queue="q"}`:       1,
-		`baton_job_runs_failed_total{kind="rejected",queue="q"}`:      1,
-		`baton_job_runs_failed_total{kind="crashed",queue="q"}`:       0,
-		`baton_jobs_dead_total{queue="q",reason="failed"}`:            3,
-		`baton_jobs_dead_total{queue="q",reason="timeout"}`:           1,
-		`baton_jobs_dead_total{queue="q",reason="rejected"}`:          1,
-		`baton_jobs_dead_total{queue="q",reason="crashed"}`:           0,
-		`baton_jobs{queue="q",state="waiting"}`:                       0,
-		`baton_jobs{queue="q",state="pending"}`:                       0,
-		`baton_jobs{queue="q",state="scheduled"}`:                     1,
-		`baton_jobs{queue="q",state="dead"}`:                          5,
+		`baton_up{queue="q"}`:                                    1,
+		`baton_jobs_done_total{queue="q"}`:                       101,
+		`baton_jobs_retried_total{queue="q"}`:                    1,
+		`baton_job_runs_failed_total{kind="error",queue="q"}`:    4,
+		`baton_job_runs_failed_total{kind="timeout",queue="q"}`:  1,
+		`baton_job_runs_failed_total{kind="rejected",queue="q"}`: 1,
+		`baton_job_runs_failed_total{kind="crashed",queue="q"}`:  0,
+		`baton_jobs_dead_total{queue="q",reason="failed"}`:       3,
+		`baton_jobs_dead_total{queue="q",reason="timeout"}`:      1,
+		`baton_jobs_dead_total{queue="q",reason="rejected"}`:     1,
+		`baton_jobs_dead_total{queue="q",reason="crashed"}`:      0,
+		`baton_jobs{queue="q",state="waiting"}`:                  0,
+		`baton_jobs{queue="q",state="pending"}`:                  0,
+		`baton_jobs{queue="q",state="scheduled"}`:                1,
+		`baton_jobs{queue="q",state="dead"}`:                     5,
+
+		// chains: none here, but each is reported from zero
 		`baton_jobs{queue="q",state="blocked"}`:                       0,
 		`baton_jobs_dead_total{queue="q",reason="dependency_failed"}`: 0,
+
 		// Every run that ended, by its outcome: 101 done; 4 errors (the
 		// flaky job's first run, retried, and 3 dead), a timeout, a rejection.
 		`baton_job_duration_seconds_count{outcome="done",queue="q"}`:              101,
