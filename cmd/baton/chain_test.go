@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -74,6 +75,11 @@ func TestChainCLI(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "blocked, waiting for "+a) {
 		t.Fatalf("job %s: exit %d, %q %s; want blocked, waiting for %s", b, code, out, errOut, a)
 	}
+	out, _, _ = r.baton("job", "--json", b)
+	var loc work.Location
+	if err := json.Unmarshal([]byte(out), &loc); err != nil || loc.State != work.StateBlocked || !slices.Equal(loc.WaitingFor, []string{a}) {
+		t.Fatalf("job --json %s: %s (%v); want blocked, waiting_for [%s]", b, out, err, a)
+	}
 	out, _, _ = r.baton("job", d)
 	if !strings.Contains(out, "blocked, waiting for "+a+", "+c) {
 		t.Fatalf("job %s: %q, want waiting for %s, %s", d, out, a, c)
@@ -109,7 +115,8 @@ func TestChainCLI(t *testing.T) {
 // TestChainDependencyFailedCLI: a dependency that dies dead-letters its
 // dependents (dependency_failed); a job enqueued after a dead one is
 // dead-lettered at once (its id printed, a warning); baton dead requeue of
-// the dependency, then of the dependents, runs them in order. Cancelling a
+// a dependent while its dependency is dead is refused; dead requeue --all
+// runs them all in order. Cancelling a
 // blocked job dead-letters it as cancelled.
 func TestChainDependencyFailedCLI(t *testing.T) {
 	t.Parallel()
@@ -144,15 +151,17 @@ exit 0
 	if err := os.Remove(flag); err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range []string{a, b, c} {
-		if _, errOut, code := r.baton("dead", "requeue", id); code != 0 {
-			t.Fatalf("dead requeue %s: exit %d: %s", id, code, errOut)
-		}
+	// Letters are listed oldest first, a dependency's before its
+	// dependents': requeue --all blocks each again behind its own.
+	if out, errOut, code := r.baton("dead", "requeue", "--all"); code != 0 || !strings.Contains(out, "requeued 4 jobs") {
+		t.Fatalf("dead requeue --all: exit %d: %s %s", code, out, errOut)
 	}
-	eventually(t, 20*time.Second, "c done after requeue", func() bool { return len(ran(t, log)) >= 4 })
+	eventually(t, 20*time.Second, "b, c, e done after requeue", func() bool { return len(ran(t, log)) >= 5 })
 	time.Sleep(200 * time.Millisecond)
-	if got := ran(t, log); !slices.Equal(got, []string{"a", "a", "b", "c"}) {
-		t.Fatalf("ran %v, want a (failed), then a b c", got)
+	got := ran(t, log)
+	pos := func(p string) int { return slices.Index(got[1:], p) }
+	if len(got) != 5 || got[0] != "a" || pos("a") != 0 || pos("b") > pos("c") || pos("e") < 0 {
+		t.Fatalf("ran %v, want a (failed), then a, b before c, and e", got)
 	}
 	// cancel of a blocked job
 	x := r.enqueueOne("--in", "1h", "x")
