@@ -68,10 +68,13 @@ func (k Keys) Blocked() string { return k.Stream + ":blocked" }
 // not yet done> <due, unix ms; 0: now>".
 func (k Keys) BlockedLeft() string { return k.Stream + ":blocked:left" }
 
-// Awaited is the hash of jobs that blocked jobs wait for: job id → the ids
-// of the jobs blocked on it, space-separated. It exists only while a chain
-// does: the settle scripts look at it only then.
+// Awaited is the hash of jobs that blocked jobs wait for: job id → "1"; the
+// ids of the jobs blocked on each are in the set AwaitedBy(job id). It
+// exists only while a chain does: the settle scripts look at it only then.
 func (k Keys) Awaited() string { return k.Stream + ":awaited" }
+
+// AwaitedBy is the set of the jobs blocked on job id.
+func (k Keys) AwaitedBy(id string) string { return k.Awaited() + ":" + id }
 
 // After makes the job wait until every job named (ids of the same queue,
 // as Enqueue returned them) is done: it is blocked (Locate, status), then
@@ -273,8 +276,8 @@ func chainRecord(payload []byte, o *jobOptions) []byte {
 // each job waited for where the caller saw it (done and dead are checked
 // first, wherever it was seen), takes the job's unique key, and writes the
 // job's record and count to the blocked hashes and its id to the awaited
-// lists of those not yet done (once: a list that names it already keeps
-// it, counted once). With none left the job goes to its stream (or the
+// sets of those not yet done (a set that names it already, from a former
+// blocking, keeps it once: counted once). With none left the job goes to its stream (or the
 // scheduled set, when due later) at once, by the same release the settle
 // scripts run. A job waited for that is dead dead-letters the new job as
 // dependency_failed at once; on a requeue it refuses, writing nothing.
@@ -365,12 +368,8 @@ end
 redis.call('HSET', KEYS[7], job, rec)
 redis.call('HSET', KEYS[8], job, string.format('%d', #live + 1) .. ' ' .. ARGV[3])
 for _, dep in ipairs(live) do
-  local cur = redis.call('HGET', KEYS[9], dep)
-  if not cur then
-    redis.call('HSET', KEYS[9], dep, job)
-  elseif not string.find(' ' .. cur .. ' ', ' ' .. job .. ' ', 1, true) then
-    redis.call('HSET', KEYS[9], dep, cur .. ' ' .. job)
-  end
+  redis.call('SADD', KEYS[9] .. ':' .. dep, job)
+  redis.call('HSET', KEYS[9], dep, '1')
 end
 if ukey ~= KEYS[1] then
   if tonumber(ARGV[7]) > 0 then
@@ -425,7 +424,7 @@ func requeueChained(ctx context.Context, rdb redis.Cmdable, q string, d *DeadLet
 }
 
 // blockedAt fills in a blocked job's location from its count ("<left>
-// <due>"): the jobs it still waits for (those whose awaited list names
+// <due>"): the jobs it still waits for (those whose awaited set names
 // it) and its due time, if delayed.
 func blockedAt(ctx context.Context, rdb redis.Cmdable, k Keys, loc *Location, left string) error {
 	loc.State = StateBlocked
@@ -442,12 +441,17 @@ func blockedAt(ctx context.Context, rdb redis.Cmdable, k Keys, loc *Location, le
 		return err
 	}
 	deps := strings.Split(after, ",")
-	lists, err := rdb.HMGet(ctx, k.Awaited(), deps...).Result()
-	if err != nil {
+	member := make([]*redis.BoolCmd, len(deps))
+	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, dep := range deps {
+			member[i] = p.SIsMember(ctx, k.AwaitedBy(dep), loc.ID)
+		}
+		return nil
+	}); err != nil {
 		return err
 	}
-	for i, l := range lists {
-		if s, _ := l.(string); slices.Contains(strings.Fields(s), loc.ID) {
+	for i, m := range member {
+		if m.Val() {
 			loc.WaitingFor = append(loc.WaitingFor, deps[i])
 		}
 	}

@@ -6,9 +6,10 @@ package work
 // lose the release and a replayed call cannot release twice.
 //
 // The record that only moves forward is the awaited hash: a dependency's
-// field is taken out by the call that settles it, and the dependents it
-// names are released (their count of dependencies left goes down by one)
-// or dead-lettered in that call. A second settle of the same job (it ran
+// field (and the set of its dependents, baton:{q}:awaited:<job id>) is
+// taken out by the call that settles it, and the dependents are released
+// (their count of dependencies left goes down by one) or dead-lettered in
+// that call. A second settle of the same job (it ran
 // twice, a script replayed after a lost reply) finds no field and does
 // nothing. With no chain in the queue the awaited hash does not exist, and
 // a settle costs one EXISTS per script call.
@@ -82,11 +83,12 @@ end
 local function chainDone(c)
   local now
   for _, job in ipairs(c.jobs) do
-    local deps = redis.call('HGET', c.awaited, job)
-    if deps then
-      redis.call('HDEL', c.awaited, job)
+    if redis.call('HDEL', c.awaited, job) == 1 then
+      local set = c.awaited .. ':' .. job
+      local deps = redis.call('SMEMBERS', set)
+      redis.call('DEL', set)
       now = now or chainNow()
-      for d in string.gmatch(deps, '%S+') do chainRelease(c, d, now) end
+      for _, d in ipairs(deps) do chainRelease(c, d, now) end
     end
   end
 end
@@ -126,11 +128,12 @@ local function chainFailFrom(c, job, deadMax)
   while w <= #todo do
     local x = todo[w]
     w = w + 1
-    local deps = redis.call('HGET', c.awaited, x)
-    if deps then
-      redis.call('HDEL', c.awaited, x)
+    if redis.call('HDEL', c.awaited, x) == 1 then
+      local set = c.awaited .. ':' .. x
+      local deps = redis.call('SMEMBERS', set)
+      redis.call('DEL', set)
       now = now or chainNow()
-      for d in string.gmatch(deps, '%S+') do
+      for _, d in ipairs(deps) do
         local rec = redis.call('HGET', c.blocked, d)
         if rec then
           chainBury(c, d, rec, 'dependency_failed', 'dependency ' .. x .. ' is dead', deadMax, now)

@@ -88,7 +88,7 @@ func TestChainRunsInOrder(t *testing.T) {
 		t.Fatalf("ran %v, want a before b before c, fan after a and x, each once", ran)
 	}
 	settled(t, rdb, "q")
-	for _, key := range []string{KeysFor("q").Blocked(), KeysFor("q").BlockedLeft(), KeysFor("q").Awaited()} {
+	for _, key := range []string{KeysFor("q").Blocked(), KeysFor("q").BlockedLeft(), KeysFor("q").Awaited(), KeysFor("q").AwaitedBy(a), KeysFor("q").AwaitedBy(x)} {
 		if n := rdb.Exists(ctx, key).Val(); n != 0 {
 			t.Errorf("%s left behind", key)
 		}
