@@ -230,3 +230,26 @@ exit 0
 		t.Fatalf("runs %v, want a, b, b2 once and a2 twice", count)
 	}
 }
+
+// TestChainAfterDoneJobCLI: with a retention, a job enqueued --after a job
+// already done runs at once; without one (retention 0), the done job is
+// unknown and the enqueue is refused, exit 2, naming retention.
+func TestChainAfterDoneJobCLI(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	log := filepath.Join(r.dir, "ran")
+	a := r.enqueueOne("a")
+	x := r.enqueueOne("x")
+	h := r.start("run", "--lifetime", "1m", "--poll-interval", "50ms", "--retention", "1h", "--", r.chainJob(log))
+	eventually(t, 20*time.Second, "a and x ran", func() bool { return len(ran(t, log)) == 2 })
+	b := r.enqueueOne("--after", a, "b")
+	eventually(t, 20*time.Second, "b ran", func() bool { return slices.Contains(ran(t, log), "b") })
+	_ = syscall.Kill(h.cmd.Process.Pid, syscall.SIGKILL)
+	h.wait(t, 10*time.Second)
+	r.client().Del(context.Background(), work.KeysFor("default").Done) // as with retention 0
+	out, errOut, code := r.baton("enqueue", "--after", x, "y")
+	if code != 2 || out != "" || !strings.Contains(errOut, "retention") {
+		t.Fatalf("enqueue after a done job not kept: exit %d, %q, %q; want exit 2 naming retention", code, out, errOut)
+	}
+	_ = b
+}
