@@ -146,9 +146,11 @@ func locateDep(ctx context.Context, rdb redis.Cmdable, q, dep string, unknownDon
 }
 
 // enqueueChained adds the chained jobs of EnqueueMany (those locateDeps
-// marked) one script call each, after the others, and folds their
-// duplicates and dependency failures into prev, the error of the others.
-func enqueueChained(ctx context.Context, rdb redis.Cmdable, q string, jobs []Message, opts []jobOptions, deps map[string]*Location, ids []string, prev error) error {
+// marked) one script call each, after the others, each followed by w's
+// WAIT on its connection when replicas are asked for, and folds their
+// duplicates, dependency failures and replication into prev, the error of
+// the others.
+func enqueueChained(ctx context.Context, rdb redis.Cmdable, q string, jobs []Message, opts []jobOptions, deps map[string]*Location, ids []string, w *waitCall, prev error) error {
 	if deps == nil {
 		return prev
 	}
@@ -162,7 +164,7 @@ func enqueueChained(ctx context.Context, rdb redis.Cmdable, q string, jobs []Mes
 		if len(opts[i].after) == 0 {
 			continue
 		}
-		id, dead, err := blockJob(ctx, rdb, q, jobs[i].Payload, &opts[i], deps, nil, nil)
+		id, dead, err := blockJob(ctx, rdb, q, jobs[i].Payload, &opts[i], deps, nil, nil, w)
 		ids[i] = id
 		switch {
 		case errors.Is(err, ErrDuplicate):
@@ -175,6 +177,9 @@ func enqueueChained(ctx context.Context, rdb redis.Cmdable, q string, jobs []Mes
 	}
 	if prev != nil {
 		return prev
+	}
+	if err := w.err(); err != nil {
+		return err
 	}
 	if len(failed.Jobs) > 0 {
 		return errors.Join(&failed, dupErr(dup))
@@ -210,7 +215,7 @@ type requeued struct{ letter, job string }
 // id of a job waited for that was dead (the job was dead-lettered at
 // once). With re, it requeues that dead letter (same id), taking a job
 // waited for that is nowhere as done, and refusing while one is dead.
-func blockJob(ctx context.Context, rdb redis.Cmdable, q string, payload []byte, o *jobOptions, deps map[string]*Location, rec []byte, re *requeued) (id, dead string, err error) {
+func blockJob(ctx context.Context, rdb redis.Cmdable, q string, payload []byte, o *jobOptions, deps map[string]*Location, rec []byte, re *requeued, w *waitCall) (id, dead string, err error) {
 	k := KeysFor(q)
 	if rec == nil {
 		rec = chainRecord(payload, o)
@@ -234,7 +239,7 @@ func blockJob(ctx context.Context, rdb redis.Cmdable, q string, payload []byte, 
 		for _, dep := range o.after {
 			args = append(args, dep, hint(deps[dep]))
 		}
-		v, err := runScript(ctx, rdb, blockScript, keys, args...).StringSlice()
+		v, err := blockCall(ctx, rdb, keys, args, w)
 		if err != nil {
 			return "", "", err
 		}
@@ -261,6 +266,31 @@ func blockJob(ctx context.Context, rdb redis.Cmdable, q string, payload []byte, 
 		return v[1], "", nil
 	}
 	return "", "", fmt.Errorf("the jobs it waits for kept moving; try again")
+}
+
+// blockCall runs blockScript once; with replicas asked for (w), followed
+// by WAIT in the same pipeline, on the same connection, which WAIT needs.
+func blockCall(ctx context.Context, rdb redis.Cmdable, keys []string, args []any, w *waitCall) ([]string, error) {
+	if w == nil || w.replicas == 0 {
+		return runScript(ctx, rdb, blockScript, keys, args...).StringSlice()
+	}
+	for try := 0; ; try++ {
+		var c *redis.Cmd
+		wait := redis.NewIntCmd(ctx, "wait", w.replicas, w.timeout.Milliseconds())
+		_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			c = blockScript.EvalSha(ctx, p, keys, args...)
+			_ = p.Process(ctx, wait)
+			return nil
+		})
+		if isNoScript(c.Err()) && try == 0 {
+			if err := blockScript.Load(ctx, rdb).Err(); err != nil {
+				return nil, scriptingErr("SCRIPT LOAD", err)
+			}
+			continue
+		}
+		w.cmds = append(w.cmds, wait)
+		return c.StringSlice()
+	}
 }
 
 // chainRecord packs a chained job's record: its fields, its dependencies
@@ -419,7 +449,7 @@ func requeueChained(ctx context.Context, rdb redis.Cmdable, q string, d *DeadLet
 		rec = appendPackedString(appendPackedString(rec, f), d.Fields[f])
 	}
 	rec = appendPackedString(appendPackedString(rec, afterField), strings.Join(o.after, ","))
-	id, _, err := blockJob(ctx, rdb, q, nil, o, deps, rec, &requeued{letter: d.ID, job: d.JobID})
+	id, _, err := blockJob(ctx, rdb, q, nil, o, deps, rec, &requeued{letter: d.ID, job: d.JobID}, nil)
 	return id, err
 }
 

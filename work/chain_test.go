@@ -398,7 +398,7 @@ func TestChainDependencyMovedMeanwhile(t *testing.T) {
 	}
 	stale := func(id string) map[string]*Location { return map[string]*Location{id: state(t, rdb, id)} }
 	enqueueAfter := func(dep string, deps map[string]*Location) (string, error) {
-		id, _, err := blockJob(ctx, rdb, "q", []byte("b"), &jobOptions{after: []string{dep}}, deps, nil, nil)
+		id, _, err := blockJob(ctx, rdb, "q", []byte("b"), &jobOptions{after: []string{dep}}, deps, nil, nil, nil)
 		return id, err
 	}
 
@@ -473,5 +473,76 @@ func TestChainNoCostWithoutChains(t *testing.T) {
 	drain(100)
 	if x := stat("xrange"); x < 100 {
 		t.Fatalf("with a chain in the queue: %d XRANGE for 100 acked jobs, want one each", x)
+	}
+}
+
+// TestChainReplicated: EnqueueManyReplicated waits for the replicas after
+// a chained job's own write (WAIT on the script's connection), not only
+// before it: a replica cut off (faultproxy) between the master and it
+// confirms nothing, ErrNotReplicated, with the job's id; once it is back
+// the same call is confirmed; a lost script (NOSCRIPT) is loaded and sent
+// again.
+func TestChainReplicated(t *testing.T) {
+	master := redistest.Start(t)
+	replica := redistest.Start(t)
+	rdb := master.Client()
+	ctx := context.Background()
+	px, err := faultproxy.Start(master.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	host, port, _ := strings.Cut(px.Addr, ":")
+	if err := replica.Client().ReplicaOf(ctx, host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(10 * time.Second); !strings.Contains(replica.Client().Info(ctx, "replication").Val(), "master_link_status:up"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the replica never synced")
+		}
+	}
+	a := mustEnqueue(t, rdb, "a")
+	// The replica has acknowledged everything written so far: a WAIT
+	// before the chained job's write is satisfied at once.
+	acked := func() bool {
+		info := rdb.Info(ctx, "replication").Val()
+		var master, rep int64 = -1, -2
+		for _, l := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(l, "master_repl_offset:"); ok {
+				master, _ = strconv.ParseInt(v, 10, 64)
+			}
+			if v, ok := strings.CutPrefix(l, "slave0:"); ok {
+				for _, f := range strings.Split(v, ",") {
+					if o, ok := strings.CutPrefix(f, "offset="); ok {
+						rep, _ = strconv.ParseInt(o, 10, 64)
+					}
+				}
+			}
+		}
+		return rep >= master
+	}
+	for end := time.Now().Add(10 * time.Second); !acked(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the replica never acknowledged the master's offset")
+		}
+	}
+	chained := func(p string) ([]string, error) {
+		return EnqueueManyReplicated(ctx, rdb, "q", []Message{{Payload: []byte(p), Options: []Option{After(a)}}}, 1, 300*time.Millisecond)
+	}
+	px.Partition(true)
+	ids, err := chained("b")
+	px.Partition(false)
+	if !errors.Is(err, ErrNotReplicated) || len(ids) != 1 || ids[0] == "" {
+		t.Fatalf("chained job, its replica cut off: %v, %v; want its id and ErrNotReplicated", ids, err)
+	}
+	if l := state(t, rdb, ids[0]); l.State != StateBlocked {
+		t.Fatalf("b: %+v, want blocked", l)
+	}
+	if ids, err = chained("c"); err != nil || state(t, rdb, ids[0]).State != StateBlocked {
+		t.Fatalf("chained job, replica back: %v, %v; want confirmed and blocked", ids, err)
+	}
+	rdb.ScriptFlush(ctx) // the pipeline's EVALSHA meets NOSCRIPT: loaded, sent again
+	if ids, err = chained("d"); err != nil || state(t, rdb, ids[0]).State != StateBlocked {
+		t.Fatalf("after SCRIPT FLUSH: %v, %v; want a blocked job, confirmed", ids, err)
 	}
 }

@@ -199,10 +199,10 @@ func EnqueueManyReplicated(ctx context.Context, rdb redis.Cmdable, q string, job
 		dup, first := collect(calls, plan, ids, sent, true)
 		again, plan, _ := sendJobs(ctx, rdb, KeysFor(q), jobs, opts, sent, w)
 		dup2, first2 := collect(again, plan, ids, sent, false)
-		return ids, enqueueChained(ctx, rdb, q, jobs, opts, deps, ids, cmp.Or(first, first2, w.err(), dupErr(append(dup, dup2...))))
+		return ids, enqueueChained(ctx, rdb, q, jobs, opts, deps, ids, w, cmp.Or(first, first2, w.err(), dupErr(append(dup, dup2...))))
 	}
 	dup, first := collect(calls, plan, ids, sent, false)
-	return ids, enqueueChained(ctx, rdb, q, jobs, opts, deps, ids, cmp.Or(first, w.err(), dupErr(dup)))
+	return ids, enqueueChained(ctx, rdb, q, jobs, opts, deps, ids, w, cmp.Or(first, w.err(), dupErr(dup)))
 }
 
 // waitCall is the WAIT that ends each pipeline of EnqueueManyReplicated
