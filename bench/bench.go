@@ -59,6 +59,8 @@ func (b *bench) measure(ctx context.Context, sel []string) error {
 			err = b.control(ctx)
 		case "periodic":
 			err = b.periodic(ctx)
+		case "chains":
+			err = b.chains(ctx)
 		}
 		if err != nil {
 			return err

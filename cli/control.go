@@ -58,7 +58,9 @@ work.ErrCancelled). It is dead-lettered as cancelled, never retried, and
 cancel waits for that. A job that finishes before the cancel reaches it
 stays done: one outcome, never both. Exit 0 when every job was cancelled;
 1 when one was done, dead or unknown (an id of another queue is unknown),
-or still running when the wait ended (shutdown_grace + 5s). On a
+or still running when the wait ended (shutdown_grace + 5s). A blocked job
+(enqueue --after) is taken out like a waiting one; the jobs enqueued
+--after a cancelled job are dead-lettered as dependency_failed. On a
 terminal, many ids show a progress line on stderr and a summary (--quiet:
 neither).
 

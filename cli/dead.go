@@ -25,6 +25,8 @@ const deadUsage = `Usage: baton dead list [--json] [--limit N]
 Dead letters are jobs that will not run again: they failed max_attempts
 times (failed, timeout), killed their holder every time (crashed), could
 not run at all (too_large, malformed), or were cancelled (baton cancel).
+A job enqueued --after one that died is dead too (dependency_failed):
+requeue the one it waits for first, or both with --all (oldest first).
 list shows them oldest first without their payloads; show prints one with
 its payload; requeue puts jobs back in the queue with their attempts
 starting over; purge deletes them. On a terminal, requeue and purge of

@@ -39,6 +39,11 @@ Job options (each applies to every job of the call):
   --max-attempts N  this job's own max_attempts
   --priority P      high, normal (default) or low: a holder takes waiting
                     high jobs before normal ones, normal before low
+  --after ID[,ID…]  wait, blocked, until every job named (of this queue) is
+                    done, then run; when one is dead-lettered, so is this
+                    job (reason dependency_failed). An id that is not on the
+                    queue (a done job counts only within retention), or not a
+                    job id, adds nothing (exit 2)
 
 {{flags}}
 Example:
@@ -46,6 +51,8 @@ Example:
   find /srv/img -name '*.jpg' | baton enqueue --queue thumbs --quiet
   baton enqueue --queue mail --in 10m --unique-key welcome-42 '{"user":42}'
   baton enqueue --queue mail --priority high '{"reset":42}'
+  a=$(baton enqueue --queue build fetch); b=$(baton enqueue --queue build --after "$a" compile)
+  baton enqueue --queue build --after "$a,$b" package
 `
 
 // enqueueChunk is how many jobs go in one pipeline round trip.
@@ -59,6 +66,7 @@ type enqueueFlags struct {
 	in, uniqueFor, timeout time.Duration
 	at, uniqueKey, prio    string
 	maxAttempts            int
+	after                  []string
 }
 
 // newEnqueueFlags builds enqueue's flag set.
@@ -76,6 +84,7 @@ func newEnqueueFlags() (*pflag.FlagSet, *enqueueFlags) {
 	fs.DurationVar(&f.timeout, "timeout", 0, "this job's own job_timeout")
 	fs.IntVar(&f.maxAttempts, "max-attempts", 0, "this job's own max_attempts (default: the queue's)")
 	fs.StringVar(&f.prio, "priority", "normal", "high, normal or low")
+	fs.StringSliceVar(&f.after, "after", nil, "run only once these jobs are done (ids, comma-separated)")
 	return fs, f
 }
 
@@ -114,7 +123,7 @@ func runEnqueue(ctx context.Context, e *env, args []string) error {
 	defer m.Finish()
 	out := bufio.NewWriter(m.Writer(e.Stdout))
 	defer out.Flush()
-	return sendJobs(ctx, rdb, cfg, payloads, opts, func(id string, dup bool) {
+	return sendJobs(ctx, rdb, cfg, payloads, opts, e.Stderr, func(id string, dup bool) {
 		m.Add(1)
 		switch {
 		case *asJSON:
@@ -176,6 +185,13 @@ func (f *enqueueFlags) options(uniqueSet, attemptsSet bool) ([]work.Option, erro
 	if p != work.PriorityNormal {
 		opts = append(opts, work.WithPriority(p))
 	}
+	if f.after != nil {
+		o, err := afterOption(f.after)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, o)
+	}
 	return opts, nil
 }
 
@@ -229,7 +245,7 @@ func checkPayloads(e *env, payloads [][]byte, lines []int, max int, skip bool) (
 // enqueue_wait_replicas, each chunk ends with WAIT; a chunk that too few
 // replicas confirmed is still reported (its jobs are queued) and fails the
 // call.
-func sendJobs(ctx context.Context, rdb redis.Cmdable, cfg *config.Config, payloads [][]byte, opts []work.Option, report func(id string, dup bool)) error {
+func sendJobs(ctx context.Context, rdb redis.Cmdable, cfg *config.Config, payloads [][]byte, opts []work.Option, warn io.Writer, report func(id string, dup bool)) error {
 	added := 0
 	for start := 0; start < len(payloads); start += enqueueChunk {
 		chunk := payloads[start:min(start+enqueueChunk, len(payloads))]
@@ -244,6 +260,12 @@ func sendJobs(ctx context.Context, rdb redis.Cmdable, cfg *config.Config, payloa
 			for _, i := range de.Jobs {
 				dups[i] = true
 			}
+			err = nil
+		}
+		if err, ok := chainErr(err, ids, start); ok {
+			return err
+		}
+		if dependencyFailed(warn, ids, err) {
 			err = nil
 		}
 		for i, id := range ids {

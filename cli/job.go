@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/baton-run/baton/holder"
+	"strings"
 	"time"
 
 	"github.com/baton-run/baton/internal/config"
@@ -19,7 +20,8 @@ Say where a job is, by the id enqueue printed: waiting (and how many
 waiting jobs are ahead of it), running (on which slot, since when, which
 attempt; with the holder's pid when it runs on this host, or with
 lock_backend redis its pid and host wherever it runs, and the job's own
-process when the holder runs on this host), scheduled (due
+process when the holder runs on this host), blocked (enqueued with
+--after: the jobs it still waits for), scheduled (due
 when), retrying (attempt, due when), dead (why), done (when; only with
 retention > 0, which keeps done jobs that long), or unknown: a done job not
 kept (retention 0, the default, or its record expired or was dropped) or
@@ -206,6 +208,8 @@ func describeJob(l *work.Location, h jobHolder) string {
 			s += fmt.Sprintf("; the job's process is pid %d", h.JobPID)
 		}
 		return s
+	case work.StateBlocked:
+		return describeBlocked(l)
 	case work.StateScheduled:
 		return fmt.Sprintf("job %s: scheduled, due %s (%s)", l.ID, l.Due.Local().Format(time.DateTime), in(l.Due))
 	case work.StateRetrying:
@@ -217,4 +221,16 @@ func describeJob(l *work.Location, h jobHolder) string {
 			l.ID, l.Dead.Reason, l.Attempts, l.Dead.FailedAt.Local().Format(time.DateTime), l.ID)
 	}
 	return fmt.Sprintf("job %s: %s", l.ID, l.State)
+}
+
+// describeBlocked says what a blocked job waits for.
+func describeBlocked(l *work.Location) string {
+	s := fmt.Sprintf("job %s: blocked, waiting for %s", l.ID, strings.Join(l.WaitingFor, ", "))
+	if len(l.WaitingFor) == 0 {
+		s = fmt.Sprintf("job %s: blocked, released in a moment (the jobs it waited for are settled)", l.ID)
+	}
+	if !l.Due.IsZero() {
+		s += fmt.Sprintf("; then due %s", l.Due.Local().Format(time.DateTime))
+	}
+	return s
 }

@@ -24,7 +24,8 @@ served, resident memory), the queue's last slot events (takes, promotions,
 retirements, deaths, dead letters), how long fewer than k run slots were
 held and the mean gap between a slot's holders, and its jobs: waiting (never
 delivered), pending (running or left by a holder that died), scheduled
-(delayed by enqueue --in or --at), retrying (failed, due later), dead (see
+(delayed by enqueue --in or --at), blocked (enqueued --after jobs not yet
+done; shown when there are some), retrying (failed, due later), dead (see
 'baton dead') and done (all time), and the [[periodic]] entries (next tick,
 last tick claimed and its job, ticks missed and skipped; a warning when a
 tick went unclaimed). It also says when Redis is at maxmemory or may evict
@@ -131,6 +132,9 @@ func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 	}
 	if j := rep.Jobs; j != nil {
 		fmt.Fprintf(w, "jobs  %d waiting, %d pending, %d scheduled, %d retrying, %d dead, %d done\n", j.Waiting, j.Pending, j.Scheduled, j.Retrying, j.Dead, j.Done)
+		if j.Blocked > 0 {
+			fmt.Fprintf(w, "      %d blocked: enqueued --after jobs not yet done\n", j.Blocked)
+		}
 		if b := j.ByPriority; b != nil {
 			fmt.Fprintf(w, "      waiting by priority: %d high, %d normal, %d low\n", b["high"], b["normal"], b["low"])
 		}

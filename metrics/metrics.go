@@ -64,7 +64,7 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 var (
 	up          = desc("up", "1 when the queue's Redis answered this scrape, else 0.")
 	paused      = desc("queue_paused", "1 while the queue is paused (baton pause): no holder starts a job; running jobs finish.")
-	jobs        = desc("jobs", "Jobs by where they are now: waiting, pending (running or left by a dead holder), scheduled, retrying, dead.", "state")
+	jobs        = desc("jobs", "Jobs by where they are now: waiting, pending (running or left by a dead holder), scheduled, retrying, dead, blocked (enqueued after jobs not yet done).", "state")
 	oldest      = desc("oldest_waiting_seconds", "How long the oldest waiting job has waited (0 when none waits).")
 	done        = desc("jobs_done_total", "Jobs acknowledged, all time.")
 	retried     = desc("jobs_retried_total", "Failed runs scheduled for a retry, all time.")
@@ -84,7 +84,7 @@ var (
 	ticks       = desc("periodic_ticks_total", "Ticks of each [[periodic]] entry claimed, by outcome: enqueued, missed (too late for its catch_up), skipped (overlap = \"skip\"), all time.", "entry", "outcome")
 	cronFire    = desc("cron_last_fire_timestamp_seconds", "The last time cron started baton run on each host, as a Unix time, as the host's holders published it (within a second). Silent past 2 C + a margin: cron stopped there.", "host")
 	gaps        = desc("slot_gap_seconds", "Gaps between a kept run slot's holders: from one's leave (or death) to the next's take, by who took it (standby, candidate), all time.", "by")
-	reasons     = []string{work.ReasonFailed, work.ReasonTimeout, work.ReasonCrashed, work.ReasonTooLarge, work.ReasonMalformed, work.ReasonRejected, work.ReasonCancelled}
+	reasons     = []string{work.ReasonFailed, work.ReasonTimeout, work.ReasonCrashed, work.ReasonTooLarge, work.ReasonMalformed, work.ReasonRejected, work.ReasonCancelled, work.ReasonDependencyFailed}
 	allDescs    = []*prometheus.Desc{up, paused, jobs, oldest, done, retried, failed, dead, duration, slotsHeld, slotsKept, holderAge, overdue, noRecord, leaseLeft, memUsed, memMax, belowK, gaps, lastTick, ticks, cronFire}
 	failedKinds = map[string][]string{ // kind → stats fields that add up to it
 		work.FailedError:   {work.StatFailedPrefix + work.FailedError, work.StatDeadPrefix + work.ReasonFailed},
@@ -147,7 +147,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 func (c *Collector) queue(ch chan<- prometheus.Metric, q string, n *work.Counts) {
 	for state, v := range map[string]int64{
 		work.StateWaiting: n.Waiting, "pending": n.Pending, work.StateScheduled: n.Scheduled,
-		work.StateRetrying: n.Retrying, work.StateDead: n.Dead,
+		work.StateRetrying: n.Retrying, work.StateDead: n.Dead, work.StateBlocked: n.Blocked,
 	} {
 		ch <- gauge(jobs, float64(v), q, state)
 	}

@@ -126,6 +126,11 @@ func TestMetricsAgainstKnownWork(t *testing.T) {
 		`baton_jobs{queue="q",state="pending"}`:                  0,
 		`baton_jobs{queue="q",state="scheduled"}`:                1,
 		`baton_jobs{queue="q",state="dead"}`:                     5,
+
+		// chains: none here, but each is reported from zero
+		`baton_jobs{queue="q",state="blocked"}`:                       0,
+		`baton_jobs_dead_total{queue="q",reason="dependency_failed"}`: 0,
+
 		// Every run that ended, by its outcome: 101 done; 4 errors (the
 		// flaky job's first run, retried, and 3 dead), a timeout, a rejection.
 		`baton_job_duration_seconds_count{outcome="done",queue="q"}`:              101,

@@ -25,7 +25,7 @@ const cancelKeep = time.Hour
 // CancelResult is what became of one id given to Cancel.
 type CancelResult struct {
 	ID      string `json:"id"`
-	State   string `json:"state"`                 // where the job was: waiting, scheduled, retrying, running, done, dead, unknown
+	State   string `json:"state"`                 // where the job was: waiting, blocked, scheduled, retrying, running, done, dead, unknown
 	Outcome string `json:"outcome"`               // CancelDone, CancelRequested or CancelNothing
 	Letter  string `json:"dead_letter,omitempty"` // the dead letter's id (CancelDone)
 	Slot    string `json:"slot,omitempty"`        // the slot running it (CancelRequested)
@@ -97,6 +97,16 @@ func cancelOne(ctx context.Context, rdb redis.Cmdable, q string, o CancelOptions
 			unique, _ = runScript(ctx, rdb, recordFieldScript, []string{k.RetryJobs}, id, uniqueField).Text()
 		case StateScheduled:
 			unique, _ = runScript(ctx, rdb, recordFieldScript, []string{k.ScheduledJobs}, id, uniqueField).Text()
+		case StateBlocked:
+			letter, err := cancelBlocked(ctx, rdb, k, o, id)
+			if err != nil {
+				return res, err
+			}
+			if letter == "" {
+				continue // released or dead-lettered meanwhile: look again
+			}
+			res.Outcome, res.Letter = CancelDone, letter
+			return res, nil
 		default: // done, dead, unknown
 			res.Outcome = CancelNothing
 			return res, nil
@@ -147,7 +157,7 @@ func cancelOne(ctx context.Context, rdb redis.Cmdable, q string, o CancelOptions
 // scheduled, waiting); {"running", consumer} when requested; {"gone"} when
 // the job is not where the caller saw it, or its unique key is not
 // KEYS[5] (the caller looks again).
-var cancelScript = redis.NewScript(entryLua + notifyLua + `
+var cancelScript = redis.NewScript(entryLua + notifyLua + chainAckLua + chainDeadLua + `
 local job, entry = ARGV[2], ARGV[3]
 local function ukey(f)
   for i = 1, #f, 2 do
@@ -198,6 +208,7 @@ for _, s in ipairs({{KEYS[7], KEYS[8], 'retrying'}, {KEYS[9], KEYS[10], 'schedul
     redis.call('ZREM', s[1], job)
     redis.call('HDEL', s[2], job)
     if u then release(u, job) end
+    chainDead(KEYS[4], job, tonumber(ARGV[4]))
     return {s[3], id}
   end
 end
@@ -222,6 +233,7 @@ if (u or KEYS[1]) ~= KEYS[5] then return {'gone'} end
 local id = bury(f, runs, entry)
 redis.call('XDEL', KEYS[1], entry)
 if u then release(u, job) end
+chainDead(KEYS[4], job, tonumber(ARGV[4]))
 return {'waiting', id}
 `)
 

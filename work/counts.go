@@ -16,6 +16,7 @@ type Counts struct {
 	Scheduled int64 `json:"scheduled"` // delayed by their producer (In, At)
 	Retrying  int64 `json:"retrying"`  // failed, waiting for their retry time
 	Dead      int64 `json:"dead"`      // dead letters kept
+	Blocked   int64 `json:"blocked"`   // waiting for the jobs they were enqueued after (After)
 	Done      int64 `json:"done"`      // acknowledged, all time
 	// OldestWaiting is how long the oldest waiting job has waited (since it
 	// entered the stream: a retry or a given-back job re-enters); 0 when
@@ -37,7 +38,7 @@ func ReadCounts(ctx context.Context, rdb redis.Cmdable, q string) (*Counts, erro
 	k := KeysFor(q)
 	var xlen [3]*redis.IntCmd
 	var groups [3]*redis.XInfoGroupsCmd
-	var scheduled, retrying, dead *redis.IntCmd
+	var scheduled, retrying, dead, blocked *redis.IntCmd
 	var stats, paused *redis.MapStringStringCmd
 	var pausedTTL *redis.DurationCmd
 	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -48,12 +49,13 @@ func ReadCounts(ctx context.Context, rdb redis.Cmdable, q string) (*Counts, erro
 		scheduled = p.ZCard(ctx, k.Scheduled)
 		retrying = p.ZCard(ctx, k.Retry)
 		dead = p.XLen(ctx, k.Dead)
+		blocked = p.HLen(ctx, k.Blocked())
 		stats = p.HGetAll(ctx, k.Stats)
 		paused = p.HGetAll(ctx, k.Paused)
 		pausedTTL = p.PTTL(ctx, k.Paused)
 		return nil
 	})
-	c := &Counts{Scheduled: scheduled.Val(), Retrying: retrying.Val(), Dead: dead.Val(), Stats: map[string]int64{},
+	c := &Counts{Scheduled: scheduled.Val(), Retrying: retrying.Val(), Dead: dead.Val(), Blocked: blocked.Val(), Stats: map[string]int64{},
 		Paused: pauseOf(paused.Val(), pausedTTL.Val())}
 	var waiting [3]int64
 	for _, level := range readOrder {

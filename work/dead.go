@@ -170,6 +170,9 @@ func RequeueDead(ctx context.Context, rdb redis.Cmdable, q, id string) (string, 
 	if err != nil {
 		return "", err
 	}
+	if d, err := GetDead(ctx, rdb, q, did); err == nil && d.Fields[afterField] != "" {
+		return requeueChained(ctx, rdb, q, d) // blocked again on what it waits for
+	}
 	v, err := runScript(ctx, rdb, requeueScript, []string{k.Dead, k.DeadIndex, k.Stream, k.High, k.Low}, did).Result()
 	if err != nil {
 		return "", deadIDErr(id, err)

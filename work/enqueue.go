@@ -64,6 +64,7 @@ type jobOptions struct {
 	maxAttempts int
 	timeout     time.Duration
 	priority    Priority
+	after       []string // After: jobs to wait for (chain.go)
 
 	traceParent, traceState string // the producer span's context (carryTrace), or ""
 }
@@ -87,7 +88,7 @@ func At(t time.Time) Option {
 }
 
 // UniqueKey makes the job unique by key within its queue: while a job with
-// the same key is waiting, scheduled, running or retrying, Enqueue adds
+// the same key is waiting, blocked, scheduled, running or retrying, Enqueue adds
 // nothing and returns that job's id with ErrDuplicate. The key is released
 // when the job is done or dead-lettered, in the same script.
 func UniqueKey(key string) Option {
@@ -194,6 +195,10 @@ func EnqueueManyReplicated(ctx context.Context, rdb redis.Cmdable, q string, job
 	}
 	ids = make([]string, len(jobs))
 	sent := make([]bool, len(jobs))
+	deps, err := locateDeps(ctx, rdb, q, opts, sent)
+	if err != nil {
+		return nil, err
+	}
 	w := &waitCall{replicas: replicas, timeout: timeout}
 	calls, plan, err := sendJobs(ctx, rdb, KeysFor(q), jobs, opts, sent, w)
 	if isNoScript(err) {
@@ -205,10 +210,10 @@ func EnqueueManyReplicated(ctx context.Context, rdb redis.Cmdable, q string, job
 		dup, first := collect(calls, plan, ids, sent, true)
 		again, plan, _ := sendJobs(ctx, rdb, KeysFor(q), jobs, opts, sent, w)
 		dup2, first2 := collect(again, plan, ids, sent, false)
-		return ids, cmp.Or(first, first2, w.err(), dupErr(append(dup, dup2...)))
+		return ids, enqueueChained(ctx, rdb, q, jobs, opts, deps, ids, w, cmp.Or(first, first2, w.err(), dupErr(append(dup, dup2...))))
 	}
 	dup, first := collect(calls, plan, ids, sent, false)
-	return ids, cmp.Or(first, w.err(), dupErr(dup))
+	return ids, enqueueChained(ctx, rdb, q, jobs, opts, deps, ids, w, cmp.Or(first, w.err(), dupErr(dup)))
 }
 
 // waitCall is the WAIT that ends each pipeline of EnqueueManyReplicated

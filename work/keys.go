@@ -162,7 +162,7 @@ end
 // then, with a retention, the n entries' job ids, then pairs of job id and
 // result for the jobs that set a result.
 // Returns how many entries were pending and are now acknowledged.
-const ackLua = notifyLua + `
+const ackLua = notifyLua + chainAckLua + `
 local n, h = tonumber(ARGV[2]), tonumber(ARGV[3])
 local ids = {}
 for i = 6, 5 + n do ids[#ids + 1] = ARGV[i] end
@@ -178,6 +178,7 @@ if extra and redis.call('EXISTS', KEYS[4]) == 1 then
     if job then notify(KEYS[4], job, 'done\n' .. (r[job] or '')) end
   end
 end
+local chained = chainSettling(KEYS[1], KEYS[2], ids)
 local acked = redis.call('XACK', KEYS[1], ARGV[1], unpack(ids))
 redis.call('XDEL', KEYS[1], unpack(ids))
 for i = 6, #KEYS do
@@ -221,6 +222,7 @@ if keep > 0 then
   redis.pcall('ZREMRANGEBYRANK', KEYS[3], 0, -1 - tonumber(ARGV[5]))
   redis.pcall('PEXPIRE', KEYS[3], keep)
 end
+if chained then chainDone(chained) end
 return acked
 `
 
@@ -395,7 +397,7 @@ var enqueueScript = redis.NewScript(enqueueLua)
 // when another dead letter still there holds the job id (two entries claim
 // it; not when the job id is the entry's own): nothing written, 1 when
 // letters were dropped to make room, else 0.
-const deadLua = entryLua + notifyLua + `
+const deadLua = entryLua + notifyLua + chainAckLua + chainDeadLua + `
 if not pending(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return -1 end
 local bad = writable(KEYS[2], 'stream', KEYS[3], 'hash')
 if bad then return bad end
@@ -429,6 +431,7 @@ if redis.call('EXISTS', KEYS[6]) == 1 then
   end
   notify(KEYS[6], ARGV[5], 'dead\n' .. reason .. '\n' .. why)
 end
+chainDead(KEYS[4], ARGV[5], tonumber(ARGV[4]))
 if over > 0 then return 1 end
 return 0
 `

@@ -49,6 +49,8 @@ type Location struct {
 	Dead *DeadLetter `json:"dead_letter,omitempty"`
 	// DoneAt is when it was acknowledged as done, on Redis' clock (done).
 	DoneAt time.Time `json:"done_at,omitzero"`
+	// WaitingFor are the jobs it still waits for (blocked: After).
+	WaitingFor []string `json:"waiting_for,omitempty"`
 }
 
 // recordFieldScript reads one field of a packed retry or scheduled record.
@@ -69,7 +71,7 @@ func Locate(ctx context.Context, rdb redis.Cmdable, q, id string) (*Location, er
 	k := KeysFor(q)
 	loc := &Location{ID: id, State: StateUnknown}
 	var retry, sched, done *redis.FloatCmd
-	var letter *redis.StringCmd
+	var letter, left *redis.StringCmd
 	var own *redis.XMessageSliceCmd
 	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		retry = p.ZScore(ctx, k.Retry, id)
@@ -77,12 +79,15 @@ func Locate(ctx context.Context, rdb redis.Cmdable, q, id string) (*Location, er
 		done = p.ZScore(ctx, k.Done, id)
 		letter = p.HGet(ctx, k.DeadIndex, id)
 		own = p.XRange(ctx, k.Stream, id, id)
+		left = p.HGet(ctx, k.BlockedLeft(), id)
 		return nil
 	})
 	if err != nil && !isRedisNil(err) {
 		return nil, err
 	}
 	switch {
+	case left.Err() == nil:
+		return loc, blockedAt(ctx, rdb, k, loc, left.Val())
 	case retry.Err() == nil:
 		loc.State, loc.Due = StateRetrying, time.UnixMilli(int64(retry.Val()))
 		if a, err := runScript(ctx, rdb, recordFieldScript, []string{k.RetryJobs}, id, attemptsField).Text(); err == nil {

@@ -271,7 +271,7 @@ func queueCounts(ctx context.Context, rdb redis.Cmdable, q string) (*work.Counts
 		return nil, nil, nil, fmt.Errorf("read redis memory: %w", err)
 	}
 	var others []string
-	if c.Waiting+c.Pending+c.Scheduled+c.Retrying+c.Dead == 0 && len(c.Stats) == 0 {
+	if c.Waiting+c.Pending+c.Scheduled+c.Retrying+c.Dead+c.Blocked == 0 && len(c.Stats) == 0 {
 		if qs, err := work.Queues(ctx, rdb); err == nil && !slices.Contains(qs, q) {
 			others = append(qs[:0:0], qs...)
 		}
