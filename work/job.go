@@ -54,11 +54,17 @@ type Job struct {
 	// Periodic names the [[periodic]] entry that enqueued the job
 	// (BATON_PERIODIC); "" for other jobs.
 	Periodic string
+	// Batch is the summary of the batch whose callback this job is
+	// (BATON_BATCH and BATON_BATCH_SUMMARY for exec jobs); nil for other
+	// jobs, batch members included.
+	Batch *BatchSummary
 
-	maxAttempts int    // the job's own max_attempts; 0: the queue's
-	unique      string // the job's unique key, freed when it is done or dead
-	verdict     string // a dead-letter reason decided on reading: do not run
-	problem     string // why, for the dead letter
+	batch        string // the batch this job is a member of, "" for none
+	batchSummary string // Batch as its JSON
+	maxAttempts  int    // the job's own max_attempts; 0: the queue's
+	unique       string // the job's unique key, freed when it is done or dead
+	verdict      string // a dead-letter reason decided on reading: do not run
+	problem      string // why, for the dead letter
 
 	cancelled atomic.Bool // cancelled (baton cancel); set by the keeper, after cancelWhy
 	cancelWhy string      // the cancel's reason, for the dead letter; the keeper's, then read-only

@@ -46,7 +46,11 @@ type frame struct {
 	Size     int    `json:"size,omitempty"`
 	Tick     string `json:"tick,omitempty"`     // a periodic job's tick, RFC 3339
 	Periodic string `json:"periodic,omitempty"` // a periodic job's entry name
-	body     []byte
+	// Batch and BatchSummary: a batch callback's batch id and summary
+	// (work.BatchSummary as JSON).
+	Batch        string          `json:"batch,omitempty"`
+	BatchSummary json.RawMessage `json:"batch_summary,omitempty"`
+	body         []byte
 }
 
 // errProtocol is a child that broke the framing or spoke out of turn.

@@ -82,5 +82,6 @@ func jobFrame(j *Job) frame {
 	if j.Periodic != "" {
 		f.Tick = j.Tick.Format(time.RFC3339)
 	}
+	j.batchFrame(&f)
 	return f
 }

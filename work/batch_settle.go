@@ -1,0 +1,151 @@
+package work
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// The holder's side of batches: a member (an entry with a batch field) is
+// acknowledged by batchAckScript and dead-lettered by batchDeadScript,
+// which count it in its batch in the same step. Jobs without a batch never
+// reach this file: they cost nothing more.
+
+// batchAcks is the batch members of one level waiting to be acknowledged;
+// the settler's own.
+type batchAcks struct {
+	entries []any // triples: entry id, job id, batch number (1-based, in ids)
+	ids     []string
+	hist    histogram
+}
+
+// add queues member j for the next batch ack.
+func (b *batchAcks) add(j *Job, dur time.Duration) {
+	n := 0
+	for i, id := range b.ids {
+		if id == j.batch {
+			n = i + 1
+		}
+	}
+	if n == 0 {
+		b.ids = append(b.ids, j.batch)
+		n = len(b.ids)
+	}
+	b.entries = append(b.entries, j.Entry, j.ID, n)
+	b.hist.add(dur)
+}
+
+// ackBatchMembers acknowledges and counts the members in b in one script
+// call, then forwards callbacks the call put in the outbox.
+func (r *runner) ackBatchMembers(level Priority, b *batchAcks) {
+	if len(b.entries) == 0 {
+		return
+	}
+	n := len(b.entries) / 3
+	defer func() {
+		r.survived(recover(), n)
+		for i := 0; i < len(b.entries); i += 3 {
+			r.forget(entryKey{level, b.entries[i].(string)})
+		}
+		b.entries, b.ids = b.entries[:0], b.ids[:0]
+	}()
+	k := r.keys
+	keys := make([]string, 0, 7+4*len(b.ids))
+	keys = append(keys, k.StreamOf(level), k.Stats, k.Done, k.batchOutbox(), k.Dead, k.DeadIndex, k.Stream)
+	for _, id := range b.ids {
+		keys = append(keys, k.batch(id), k.batchSettled(id), k.batchDeadIDs(id), k.batchSignal(id))
+	}
+	args := []any{Group, r.c.Queue, 0, 0, 0}
+	if r.c.Retention > 0 {
+		args[2], args[3] = r.c.Retention.Milliseconds(), r.c.RetentionMax
+	}
+	args, pairs := b.hist.pairs(args)
+	args[4] = pairs
+	args = append(args, len(b.ids))
+	for _, id := range b.ids {
+		args = append(args, id)
+	}
+	args = append(args, b.entries...)
+	var res []any
+	err := r.redisRetry(func(ctx context.Context) error {
+		var err error
+		res, err = r.write(ctx, batchAckScript, keys, args...).Slice()
+		return err
+	})
+	if err != nil {
+		r.moveFailed(err, n, "could not acknowledge finished batch jobs; they stay pending and will run again")
+		return
+	}
+	if len(res) == 2 {
+		acked, _ := res[0].(int64)
+		r.st.Done.Add(acked)
+		if out, _ := res[1].(int64); out > 0 {
+			r.forwardBatches()
+		}
+	}
+}
+
+// batchDead turns deadLetter's script call into batchDeadScript's for a
+// batch member: its batch's keys and id added last.
+func (r *runner) batchDead(j *Job, keys []string, args []any) ([]string, []any) {
+	k := r.keys
+	keys = append(keys, k.batch(j.batch), k.batchSettled(j.batch), k.batchDeadIDs(j.batch), k.batchSignal(j.batch), k.batchOutbox(), k.Stream)
+	return keys, append(args, r.c.Queue, j.batch)
+}
+
+// forwardBatches forwards the callbacks of complete batches bound for
+// another queue (ForwardBatches); a failure is logged, and the next holder
+// or settle tries again.
+func (r *runner) forwardBatches() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n, err := ForwardBatches(ctx, r.c.Client, r.c.Queue)
+	if err != nil {
+		r.c.Logger.Warn().Err(err).Msg("could not forward a batch's callback to its queue; the next holder tries again")
+	} else if n > 0 {
+		r.c.Logger.Info().Int("batches", n).Msg("forwarded batch callbacks to their queues")
+	}
+}
+
+// batchOf reads a member's batch field and a callback's batch fields into
+// j (one map lookup each for any other job), and says what is wrong with a
+// value baton never writes.
+func (j *Job) batchOf(v map[string]any) (field string, val any, why string) {
+	if b, ok := v[batchField]; ok {
+		s, _ := b.(string)
+		if !ValidBatchID(s) {
+			return batchField, b, "want a batch id such as b1a2b3c4d5e6f7"
+		}
+		j.batch = s
+	}
+	if b, ok := v[batchCallbackField]; ok {
+		s, _ := b.(string)
+		if !ValidBatchID(s) {
+			return batchCallbackField, b, "want a batch id such as b1a2b3c4d5e6f7"
+		}
+		raw, _ := v[batchSummaryField].(string)
+		var sum BatchSummary
+		if err := json.Unmarshal([]byte(raw), &sum); err != nil {
+			return batchSummaryField, raw, fmt.Sprintf("want the batch's summary (JSON): %v", err)
+		}
+		j.Batch, j.batchSummary = &sum, raw
+	}
+	return "", nil, ""
+}
+
+// batchEnv is BATON_BATCH and BATON_BATCH_SUMMARY for a batch's callback,
+// else nil.
+func (j *Job) batchEnv() []string {
+	if j.Batch == nil {
+		return nil
+	}
+	return []string{"BATON_BATCH=" + j.Batch.ID, "BATON_BATCH_SUMMARY=" + j.batchSummary}
+}
+
+// batchFrame adds a callback's batch id and summary to its job frame.
+func (j *Job) batchFrame(f *frame) {
+	if j.Batch != nil {
+		f.Batch, f.BatchSummary = j.Batch.ID, json.RawMessage(j.batchSummary)
+	}
+}
