@@ -183,6 +183,31 @@ return res
 
 var batchDeadScript = redis.NewScript(batchDeadLua)
 
+// batchCancelLua is cancelScript for a batch member: a member it
+// dead-letters (waiting, retrying or scheduled) is counted dead in the same
+// step; a running one is left to its holder, whose dead letter counts it.
+//
+// KEYS: cancelScript's, then B, S, D, G, O, the queue's normal stream;
+// ARGV: cancelScript's, then the queue, then the batch id.
+// Returns cancelScript's reply.
+var batchCancelLua = entryLua + batchLua + `
+local bk = {}
+for i = 6, 1, -1 do bk[i] = table.remove(KEYS) end
+local bid = table.remove(ARGV)
+local bqueue = table.remove(ARGV)
+local function cancel_body()
+` + strings.TrimPrefix(cancelLua, entryLua) + `
+end
+local res = cancel_body()
+if res[1] == 'waiting' or res[1] == 'retrying' or res[1] == 'scheduled' then
+  bcount(bk[1], bk[2], bk[3], ARGV[2], 'x')
+  bcomplete(bk[1], bk[2], bk[3], bk[4], bk[5], bk[6], KEYS[2], KEYS[3], bid, bqueue)
+end
+return res
+`
+
+var batchCancelScript = redis.NewScript(batchCancelLua)
+
 func init() {
 	fenced[batchAckScript] = redis.NewScript(fenceLua + batchAckLua)
 	fenced[batchDeadScript] = redis.NewScript(fenceLua + batchDeadLua)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // The holder's side of batches: a member (an entry with a batch field) is
@@ -89,9 +91,20 @@ func (r *runner) ackBatchMembers(level Priority, b *batchAcks) {
 // batchDead turns deadLetter's script call into batchDeadScript's for a
 // batch member: its batch's keys and id added last.
 func (r *runner) batchDead(j *Job, keys []string, args []any) ([]string, []any) {
-	k := r.keys
-	keys = append(keys, k.batch(j.batch), k.batchSettled(j.batch), k.batchDeadIDs(j.batch), k.batchSignal(j.batch), k.batchOutbox(), k.Stream)
-	return keys, append(args, r.c.Queue, j.batch)
+	return append(keys, r.keys.batchKeys(j.batch)...), append(args, r.c.Queue, j.batch)
+}
+
+// batchKeys are the keys batchDeadLua and batchCancelLua take last: B, S,
+// D, G of batch id, the outbox, the queue's normal stream.
+func (k Keys) batchKeys(id string) []string {
+	return []string{k.batch(id), k.batchSettled(id), k.batchDeadIDs(id), k.batchSignal(id), k.batchOutbox(), k.Stream}
+}
+
+// recordBatch is the batch field of a retry or scheduled record ("" for
+// none): a cancel reads it to count a member it dead-letters.
+func recordBatch(ctx context.Context, rdb redis.Cmdable, records, id string) string {
+	s, _ := runScript(ctx, rdb, recordFieldScript, []string{records}, id, batchField).Text()
+	return s
 }
 
 // forwardBatches forwards the callbacks of complete batches bound for

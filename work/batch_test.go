@@ -474,3 +474,33 @@ func TestBatchCallbackOtherQueueOnCluster(t *testing.T) {
 	c2.Client, c2.Queue = cc, dst
 	runUntil(t, c2, st, func() bool { return cb.count(b.ID()) == 1 })
 }
+
+// A member cancelled while waiting is dead (cancelled) for its batch, counted
+// in the cancel's script: the batch completes without it.
+func TestBatchCancelledMember(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	b, _ := NewBatch(ctx, rdb, "q", BatchCallback([]byte("cb"), ""))
+	ids, err := b.AddAndClose(ctx, messages(2, "job")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Cancel(ctx, rdb, "q", ids[0])
+	if err != nil || res[0].Outcome != CancelDone {
+		t.Fatal(res, err)
+	}
+	if _, err := Cancel(ctx, rdb, "q", ids[0]); err != nil { // again: nothing more
+		t.Fatal(err)
+	}
+	var cb callbacks
+	st := new(Stats)
+	runUntil(t, testConfig(rdb, HandlerFunc(func(_ context.Context, j *Job) error {
+		if j.Batch != nil {
+			cb.record(j)
+		}
+		return nil
+	})), st, func() bool { return cb.count(b.ID()) == 1 })
+	if s := cb.got[b.ID()][0]; s.Done != 1 || s.Dead != 1 || s.DeadIDs[0] != ids[0] {
+		t.Fatalf("%+v", s)
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -238,4 +239,60 @@ sleep 0.05
 		t.Fatalf("summary %q: %v", lines[0], err)
 	}
 	t.Logf("%d runs for %d jobs", len(readLines(t, out)), n)
+}
+
+// A lost reply: the holder's ack of a member reaches Redis while the way
+// back is cut (a partition), so the holder sends it again; the replay, run
+// after the first, finds the entry acknowledged and counts nothing. The
+// batch stays incomplete until its other member is done (a member counted
+// twice would complete it early), and the callback fires once.
+func TestBatchLostReply(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	px := r.proxy()
+	started, cb := filepath.Join(r.dir, "started"), filepath.Join(r.dir, "cb")
+	job := r.script("job.sh", `p=$(cat)
+if [ -n "$BATON_BATCH" ]; then echo "$BATON_BATCH_SUMMARY" >> `+cb+`; exit 0; fi
+echo "$p" >> `+started+`
+while [ ! -e `+r.dir+`/go-$p ]; do sleep 0.02; done
+`)
+	stdout, stderr, code := r.baton("enqueue", "--batch-callback", "cb", "a", "last")
+	if code != 0 {
+		t.Fatal(stderr)
+	}
+	id, a := batchID(t, stderr), strings.Fields(stdout)[0]
+	r.start("run", "--redis-url", "redis://"+px.Addr+"/0?read_timeout=300ms", "--redis-down-exit", "1m",
+		"--lifetime", "1m", "--standby-slots", "0", "--concurrency", "2", "--", job)
+	eventually(t, 20*time.Second, "both members run", func() bool { return len(readLines(t, started)) == 2 })
+	mon := monitor(t, r.redis.Addr)
+	px.Partition(true)
+	if err := os.WriteFile(filepath.Join(r.dir, "go-a"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // a's ack is sent, times out, and is sent again: all held
+	px.Partition(false)
+	acks := func() int {
+		n := 0
+		for _, l := range mon.lines() {
+			if strings.Contains(l, `"evalsha"`) && strings.Contains(l, `"`+a+`"`) && strings.Contains(l, ":batch:"+id) {
+				n++
+			}
+		}
+		return n
+	}
+	eventually(t, 20*time.Second, "a's ack reaches Redis again", func() bool { return acks() >= 2 })
+	if b := r.batch("default", id); b.Done != 1 || b.Complete || len(readLines(t, cb)) != 0 {
+		t.Fatalf("after a's replayed ack: %+v, want a counted once and the batch waiting for last", b)
+	}
+	if err := os.WriteFile(filepath.Join(r.dir, "go-last"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the callback ran", func() bool { return len(readLines(t, cb)) >= 1 })
+	time.Sleep(500 * time.Millisecond) // a second callback would have run by now
+	lines := readLines(t, cb)
+	var s work.BatchSummary
+	if len(lines) != 1 || json.Unmarshal([]byte(lines[0]), &s) != nil || s.Done != 2 || s.Total != 2 {
+		t.Fatalf("callbacks %q", lines)
+	}
+	t.Logf("a's ack reached Redis %d times; counted once", acks())
 }
