@@ -226,11 +226,14 @@ func TestBatchAckReplayed(t *testing.T) {
 	}
 	rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: Group, Consumer: "c", Streams: []string{KeysFor("q").Stream, ">"}, Count: 2})
 	r := &runner{c: Config{Client: rdb, Queue: "q", Logger: testLogger(), RedisDownExit: time.Second}, st: new(Stats), keys: KeysFor("q"), active: map[entryKey]*Job{}}
-	for _, id := range ids {
+	for i, id := range ids {
 		for range 3 { // the script replayed: as after a lost reply
 			var m batchAcks
 			m.add(&Job{ID: id, Entry: id, batch: b.ID()}, time.Millisecond)
 			r.ackBatchMembers(PriorityNormal, &m)
+		}
+		if info, _ := GetBatch(ctx, rdb, "q", b.ID()); info.Done != int64(i+1) || info.Complete != (i == 1) {
+			t.Fatalf("after member %d's acks: %+v", i+1, info)
 		}
 	}
 	info, err := GetBatch(ctx, rdb, "q", b.ID())

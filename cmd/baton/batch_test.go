@@ -256,14 +256,21 @@ if [ -n "$BATON_BATCH" ]; then echo "$BATON_BATCH_SUMMARY" >> `+cb+`; exit 0; fi
 echo "$p" >> `+started+`
 while [ ! -e `+r.dir+`/go-$p ]; do sleep 0.02; done
 `)
-	stdout, stderr, code := r.baton("enqueue", "--batch-callback", "cb", "a", "last")
+	// w, done first, has the holder load the script: a's ack then runs
+	// as soon as it reaches Redis.
+	if err := os.WriteFile(filepath.Join(r.dir, "go-w"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := r.baton("enqueue", "--batch-callback", "cb", "w", "a", "last")
 	if code != 0 {
 		t.Fatal(stderr)
 	}
-	id, a := batchID(t, stderr), strings.Fields(stdout)[0]
+	id, a := batchID(t, stderr), strings.Fields(stdout)[1]
 	r.start("run", "--redis-url", "redis://"+px.Addr+"/0?read_timeout=300ms", "--redis-down-exit", "1m",
 		"--lifetime", "1m", "--standby-slots", "0", "--concurrency", "2", "--", job)
-	eventually(t, 20*time.Second, "both members run", func() bool { return len(readLines(t, started)) == 2 })
+	eventually(t, 20*time.Second, "w is done, a and last run", func() bool {
+		return len(readLines(t, started)) == 3 && r.batch("default", id).Done == 1
+	})
 	mon := monitor(t, r.redis.Addr)
 	px.Partition(true)
 	if err := os.WriteFile(filepath.Join(r.dir, "go-a"), nil, 0o644); err != nil {
@@ -280,8 +287,8 @@ while [ ! -e `+r.dir+`/go-$p ]; do sleep 0.02; done
 		}
 		return n
 	}
-	eventually(t, 20*time.Second, "a's ack reaches Redis again", func() bool { return acks() >= 2 })
-	if b := r.batch("default", id); b.Done != 1 || b.Complete || len(readLines(t, cb)) != 0 {
+	eventually(t, 20*time.Second, "a's ack reaches Redis twice", func() bool { return acks() >= 2 })
+	if b := r.batch("default", id); b.Done != 2 || b.Complete || len(readLines(t, cb)) != 0 {
 		t.Fatalf("after a's replayed ack: %+v, want a counted once and the batch waiting for last", b)
 	}
 	if err := os.WriteFile(filepath.Join(r.dir, "go-last"), nil, 0o644); err != nil {
@@ -291,7 +298,7 @@ while [ ! -e `+r.dir+`/go-$p ]; do sleep 0.02; done
 	time.Sleep(500 * time.Millisecond) // a second callback would have run by now
 	lines := readLines(t, cb)
 	var s work.BatchSummary
-	if len(lines) != 1 || json.Unmarshal([]byte(lines[0]), &s) != nil || s.Done != 2 || s.Total != 2 {
+	if len(lines) != 1 || json.Unmarshal([]byte(lines[0]), &s) != nil || s.Done != 3 || s.Total != 3 {
 		t.Fatalf("callbacks %q", lines)
 	}
 	t.Logf("a's ack reached Redis %d times; counted once", acks())
