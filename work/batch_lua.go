@@ -1,6 +1,7 @@
 package work
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -28,37 +29,29 @@ const batchKeep = 7 * 24 * 3600
 const maxBatchDeadIDs = 1000
 
 // batchLua holds the Lua helpers of the batch scripts. A batch's keys, all
-// in its queue's hash slot: B the batch (hash), S its settled members (hash
-// job id → "d" done or "x" dead; dropped when complete), D the first dead
+// in its queue's hash slot: B the batch (hash), S its dead members (hash
+// job id → "x" dead, "d" once a requeued one is done; dropped when
+// complete), D the first dead
 // members' ids (list), G the signal Wait blocks on (list); O the queue's
 // outbox of complete batches whose callback goes to another queue (set).
 //
-// bcount counts one member's outcome once per job id, whatever replays the
-// settle: a job id already counted is not counted again, except a dead
-// member (requeued) that is now done, which moves from dead to done. A
-// complete batch or one gone counts nothing more.
+// bdead counts one member's death once per job id, whatever replays the
+// settle: a job id already in S is not counted again (a member requeued and
+// dead again). A complete batch or one gone counts nothing more. A done
+// member is counted by batchAckLua alone: once per entry, by the XACK that
+// acknowledged it.
 //
 // bcomplete completes a closed batch whose members are all settled, once:
 // it builds the summary, enqueues the callback in the batch's own queue (or
 // dead-letters it as batch_failed; or puts the batch in the outbox for a
 // callback in another queue), and pushes the signal.
-const batchLua = `
-local function bcount(B, S, D, job, outcome)
+var batchLua = `
+local function bdead(B, S, D, job)
   local c = redis.call('HMGET', B, 'created', 'completed')
   if not c[1] or c[2] then return end
-  local prev = redis.call('HGET', S, job)
-  if prev == outcome or prev == 'd' then return end
-  if prev == 'x' then
-    redis.call('HINCRBY', B, 'dead', -1)
-    redis.call('LREM', D, 1, job)
-  end
-  redis.call('HSET', S, job, outcome)
-  if outcome == 'd' then
-    redis.call('HINCRBY', B, 'done', 1)
-  else
-    redis.call('HINCRBY', B, 'dead', 1)
-    if redis.call('LLEN', D) < ` + "1000" + ` then redis.call('RPUSH', D, job) end
-  end
+  if redis.call('HSETNX', S, job, 'x') == 0 then return end
+  redis.call('HINCRBY', B, 'dead', 1)
+  if redis.call('LLEN', D) < ` + strconv.Itoa(maxBatchDeadIDs) + ` then redis.call('RPUSH', D, job) end
 end
 local function bcomplete(B, S, D, G, O, stream, dead, index, id, queue)
   local h = redis.call('HMGET', B, 'closed', 'total', 'done', 'dead', 'completed', 'name', 'callback', 'cbqueue', 'success_only', 'has_callback')
@@ -93,7 +86,7 @@ local function bcomplete(B, S, D, G, O, stream, dead, index, id, queue)
   redis.call('HSET', B, 'completed', now, 'summary', summary, 'callback_id', cid, 'callback_state', state)
   redis.call('DEL', S)
   redis.call('RPUSH', G, '1')
-  for _, k in ipairs({B, D, G}) do redis.call('EXPIRE', k, ` + "604800" + `) end
+  for _, k in ipairs({B, D, G}) do redis.call('EXPIRE', k, ` + strconv.Itoa(batchKeep) + `) end
   if state == 'outbox' then return 2 end
   return 1
 end
@@ -101,43 +94,67 @@ end
 
 // batchAckLua acknowledges finished batch members and counts each in its
 // batch, in one step: a member is counted only when this call acknowledged
-// its entry (XACK 1), so a replayed call (a lost reply), a second run's ack
-// or a fenced holder's write counts nothing. Then each batch it touched
-// completes if it can.
+// its entry (XACK 1: once per entry, ever), so a replayed call (a lost
+// reply), a second run's ack or a fenced holder's write counts nothing. A
+// job has one live entry at a time, and only a requeue from the dead
+// letters makes a done after a count: that member moves from dead to done.
+// Then each batch it touched completes if it can.
 //
 // KEYS[1] the members' stream, KEYS[2] stats, KEYS[3] done set, KEYS[4]
 // outbox, KEYS[5] dead, KEYS[6] dead index, KEYS[7] the queue's normal
 // stream (callbacks go there), then B, S, D, G per batch;
 // ARGV[1] group, ARGV[2] queue, ARGV[3] retention (ms; 0: record nothing),
 // ARGV[4] retention_max, ARGV[5] h, ARGV[6..5+2h] stats field/increment
-// pairs, then nb, nb batch ids, then per member: entry id, job id, batch
-// number (1..nb).
+// pairs, then nb, nb batch ids, then per member: entry id, job id ("" when
+// the entry's own), batch number (1..nb).
 // Returns {acknowledged, batches put in the outbox}.
-const batchAckLua = batchLua + `
+var batchAckLua = batchLua + `
 local h = tonumber(ARGV[5])
 local p = 6 + 2 * h
 local nb = tonumber(ARGV[p])
 local first = p + nb + 1
-local acked, jobs, touched = 0, {}, {}
+-- live[n]: batch n's done count to add, or false when it is complete or
+-- gone; dead[n]: it has dead members (its settled hash exists). Both read
+-- once per call: it completes only at the end of this script.
+local acked, entries, jobs, live, dead = 0, {}, {}, {}, {}
 for i = first, #ARGV, 3 do
   if redis.call('XACK', KEYS[1], ARGV[1], ARGV[i]) == 1 then
     acked = acked + 1
-    local b = 8 + 4 * (tonumber(ARGV[i + 2]) - 1)
-    bcount(KEYS[b], KEYS[b + 1], KEYS[b + 2], ARGV[i + 1], 'd')
-    touched[tonumber(ARGV[i + 2])] = true
+    local n = tonumber(ARGV[i + 2])
+    local b = 8 + 4 * (n - 1)
+    if live[n] == nil then
+      local c = redis.call('HMGET', KEYS[b], 'created', 'completed')
+      live[n] = (c[1] and not c[2]) and 0 or false
+      dead[n] = live[n] and redis.call('EXISTS', KEYS[b + 1]) == 1
+    end
+    if live[n] then
+      local job = ARGV[i + 1]
+      if job == '' then job = ARGV[i] end
+      if dead[n] and redis.call('HGET', KEYS[b + 1], job) == 'x' then
+        -- a dead member requeued, done now: from dead to done
+        redis.call('HSET', KEYS[b + 1], job, 'd')
+        redis.call('HINCRBY', KEYS[b], 'dead', -1)
+        redis.call('LREM', KEYS[b + 2], 1, job)
+      end
+      live[n] = live[n] + 1
+    end
   end
-  redis.call('XDEL', KEYS[1], ARGV[i])
-  jobs[#jobs + 1] = ARGV[i + 1]
+  entries[#entries + 1] = ARGV[i]
+  jobs[#jobs + 1] = ARGV[i + 1] ~= '' and ARGV[i + 1] or ARGV[i]
 end
+redis.call('XDEL', KEYS[1], unpack(entries))
 if acked > 0 then
   redis.pcall('HINCRBY', KEYS[2], 'done', acked)
   for i = 6, 5 + 2 * h, 2 do redis.pcall('HINCRBY', KEYS[2], ARGV[i], ARGV[i + 1]) end
 end
 local out = 0
-for n in pairs(touched) do
-  local b = 8 + 4 * (n - 1)
-  if bcomplete(KEYS[b], KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[4], KEYS[7], KEYS[5], KEYS[6], ARGV[p + n], ARGV[2]) == 2 then
-    out = out + 1
+for n, add in pairs(live) do
+  if add then
+    local b = 8 + 4 * (n - 1)
+    if add > 0 then redis.call('HINCRBY', KEYS[b], 'done', add) end
+    if bcomplete(KEYS[b], KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[4], KEYS[7], KEYS[5], KEYS[6], ARGV[p + n], ARGV[2]) == 2 then
+      out = out + 1
+    end
   end
 end
 local keep = tonumber(ARGV[3])
@@ -175,7 +192,7 @@ local function dead_settle()
 end
 local res = dead_settle()
 if type(res) == 'number' and res >= 0 then
-  bcount(bk[1], bk[2], bk[3], ARGV[5], 'x')
+  bdead(bk[1], bk[2], bk[3], ARGV[5])
   bcomplete(bk[1], bk[2], bk[3], bk[4], bk[5], bk[6], KEYS[2], KEYS[3], bid, bqueue)
 end
 return res
@@ -200,7 +217,7 @@ local function cancel_body()
 end
 local res = cancel_body()
 if res[1] == 'waiting' or res[1] == 'retrying' or res[1] == 'scheduled' then
-  bcount(bk[1], bk[2], bk[3], ARGV[2], 'x')
+  bdead(bk[1], bk[2], bk[3], ARGV[2])
   bcomplete(bk[1], bk[2], bk[3], bk[4], bk[5], bk[6], KEYS[2], KEYS[3], bid, bqueue)
 end
 return res

@@ -34,7 +34,11 @@ func (b *batchAcks) add(j *Job, dur time.Duration) {
 		b.ids = append(b.ids, j.batch)
 		n = len(b.ids)
 	}
-	b.entries = append(b.entries, j.Entry, j.ID, n)
+	id := j.ID
+	if id == j.Entry {
+		id = "" // the usual case: one string less to send
+	}
+	b.entries = append(b.entries, j.Entry, id, n)
 	b.hist.add(dur)
 }
 

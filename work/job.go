@@ -13,6 +13,10 @@
 // (RetryBackoff, doubling, capped at RetryBackoffMax) until MaxAttempts, then
 // dead-lettered; ErrSkipRetry dead-letters it at once. The package never
 // handles signals and never exits the process.
+//
+// NewBatch groups jobs into a batch whose callback job runs exactly once,
+// after every member is done or dead; Batch.Wait blocks until then
+// (docs/workflows.md).
 package work
 
 import (
