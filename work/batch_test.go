@@ -507,3 +507,30 @@ func TestBatchCancelledMember(t *testing.T) {
 		t.Fatalf("%+v", s)
 	}
 }
+
+// A callback's entry gives the job its summary: Job.Batch, the exec
+// environment and the worker protocol's job frame; a member's gives none.
+func TestBatchCallbackFields(t *testing.T) {
+	sum := `{"id":"bx1","name":"n","queue":"q","total":2,"done":1,"dead":1,"dead_ids":["1-0"],"completed_at":5}`
+	r := &runner{c: Config{Queue: "q", MaxPayload: 1 << 20, MaxAttempts: 3}}
+	j := r.toJob(redis.XMessage{ID: "9-0", Values: map[string]any{PayloadField: "cb", batchCallbackField: "bx1", batchSummaryField: sum}}, 1, PriorityNormal)
+	if j.verdict != "" || j.Batch == nil || j.Batch.ID != "bx1" || j.Batch.Dead != 1 || j.Batch.DeadIDs[0] != "1-0" {
+		t.Fatalf("callback job %+v (verdict %q: %s)", j.Batch, j.verdict, j.problem)
+	}
+	if env := j.batchEnv(); len(env) != 2 || env[0] != "BATON_BATCH=bx1" || env[1] != "BATON_BATCH_SUMMARY="+sum {
+		t.Fatalf("env %q", env)
+	}
+	f := jobFrame(j)
+	if head := string(f.encode()[0]); !strings.Contains(head, `"batch":"bx1"`) || !strings.Contains(head, `"batch_summary":`+sum) {
+		t.Fatalf("frame header %s", head)
+	}
+	m := r.toJob(redis.XMessage{ID: "8-0", Values: map[string]any{PayloadField: "m", batchField: "bx1"}}, 1, PriorityNormal)
+	mf := jobFrame(m)
+	if m.Batch != nil || m.batch != "bx1" || m.batchEnv() != nil || strings.Contains(string(mf.encode()[0]), "batch") {
+		t.Fatalf("member %+v", m)
+	}
+	bad := r.toJob(redis.XMessage{ID: "7-0", Values: map[string]any{PayloadField: "cb", batchCallbackField: "bx1", batchSummaryField: "{"}}, 1, PriorityNormal)
+	if bad.verdict != ReasonMalformed {
+		t.Fatalf("a callback with a bad summary: verdict %q", bad.verdict)
+	}
+}
