@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-run/baton/internal/redistest"
 	"github.com/baton-run/baton/work"
+	"github.com/redis/go-redis/v9"
 )
 
 // batchJSON is `baton batch ID --json`.
@@ -302,4 +304,50 @@ while [ ! -e `+r.dir+`/go-$p ]; do sleep 0.02; done
 		t.Fatalf("callbacks %q", lines)
 	}
 	t.Logf("a's ack reached Redis %d times; counted once", acks())
+}
+
+// A batch's callback in a queue on another node of a Redis Cluster: the
+// holder of the batch's queue forwards it from the outbox, once; a holder
+// of the callback's queue runs it with the summary.
+func TestBatchCallbackOnClusterNode(t *testing.T) {
+	t.Parallel()
+	nodes := redistest.StartCluster(t, 3)
+	r := rigOn(t, nodes[0])
+	r.extraEnv = []string{"BATON_REDIS_URL=redis:///0"}
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.Addr)
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	defer cc.Close()
+	ctx := context.Background()
+	node := func(q string) int64 { return cc.ClusterKeySlot(ctx, work.KeysFor(q).Stream).Val() * 3 / 16384 }
+	src, dst := "a", "b"
+	for i := 0; node(src) == node(dst); i++ {
+		dst = "b" + strconv.Itoa(i)
+	}
+	topo := []string{"--redis-cluster", strings.Join(addrs, ",")}
+	cb := filepath.Join(r.dir, "cb")
+	job := r.script("job.sh", `p=$(cat)
+if [ -n "$BATON_BATCH" ]; then echo "$p $BATON_BATCH_SUMMARY" >> `+cb+`; fi
+`)
+	_, stderr, code := r.baton(append([]string{"enqueue", "-q", "--queue", src, "--batch-callback", "fan-in", "--batch-callback-queue", dst, "j1", "j2", "j3"}, topo...)...)
+	if code != 0 {
+		t.Fatal(stderr)
+	}
+	id := batchID(t, stderr)
+	for _, q := range []string{src, dst} {
+		r.start(append([]string{"run", "--queue", q, "--standby-slots", "0", "--lifetime", "1m", "--lock-dir", filepath.Join(r.dir, "locks-"+q)}, append(topo, "--", job)...)...)
+	}
+	eventually(t, 30*time.Second, "the callback ran in queue "+dst, func() bool { return len(readLines(t, cb)) >= 1 })
+	time.Sleep(500 * time.Millisecond) // a second one would have run by now
+	lines := readLines(t, cb)
+	var s work.BatchSummary
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], "fan-in ") || json.Unmarshal([]byte(strings.TrimPrefix(lines[0], "fan-in ")), &s) != nil || s.ID != id || s.Done != 3 {
+		t.Fatalf("callbacks %q", lines)
+	}
+	out, _, code := r.baton(append([]string{"batch", "--queue", src, id}, topo...)...)
+	if code != 0 || !strings.Contains(out, "enqueued, job ") || !strings.Contains(out, "in queue "+dst) {
+		t.Fatalf("batch %s: %s", id, out)
+	}
 }
