@@ -14,6 +14,19 @@ import (
 // which count it in its batch in the same step. Jobs without a batch never
 // reach this file: they cost nothing more.
 
+// jobBatch is a job's batch fields, behind one pointer so that a job
+// without a batch carries only that: the batch it is a member of ("" for
+// none), and for a callback its summary as JSON (Job.Batch).
+type jobBatch struct{ member, summary string }
+
+// inBatch is the batch j is a member of, "" for none.
+func (j *Job) inBatch() string {
+	if j.bat == nil {
+		return ""
+	}
+	return j.bat.member
+}
+
 // batchAcks is the batch members of one level waiting to be acknowledged;
 // the settler's own.
 type batchAcks struct {
@@ -26,12 +39,12 @@ type batchAcks struct {
 func (b *batchAcks) add(j *Job, dur time.Duration) {
 	n := 0
 	for i, id := range b.ids {
-		if id == j.batch {
+		if id == j.inBatch() {
 			n = i + 1
 		}
 	}
 	if n == 0 {
-		b.ids = append(b.ids, j.batch)
+		b.ids = append(b.ids, j.inBatch())
 		n = len(b.ids)
 	}
 	id := j.ID
@@ -95,7 +108,7 @@ func (r *runner) ackBatchMembers(level Priority, b *batchAcks) {
 // batchDead turns deadLetter's script call into batchDeadScript's for a
 // batch member: its batch's keys and id added last.
 func (r *runner) batchDead(j *Job, keys []string, args []any) ([]string, []any) {
-	return append(keys, r.keys.batchKeys(j.batch)...), append(args, r.c.Queue, j.batch)
+	return append(keys, r.keys.batchKeys(j.inBatch())...), append(args, r.c.Queue, j.inBatch())
 }
 
 // batchKeys are the keys batchDeadLua and batchCancelLua take last: B, S,
@@ -134,7 +147,7 @@ func (j *Job) batchOf(v map[string]any) (field string, val any, why string) {
 		if !ValidBatchID(s) {
 			return batchField, b, "want a batch id such as b1a2b3c4d5e6f7"
 		}
-		j.batch = s
+		j.bat = &jobBatch{member: s}
 	}
 	if b, ok := v[batchCallbackField]; ok {
 		s, _ := b.(string)
@@ -146,7 +159,10 @@ func (j *Job) batchOf(v map[string]any) (field string, val any, why string) {
 		if err := json.Unmarshal([]byte(raw), &sum); err != nil {
 			return batchSummaryField, raw, fmt.Sprintf("want the batch's summary (JSON): %v", err)
 		}
-		j.Batch, j.batchSummary = &sum, raw
+		if j.bat == nil {
+			j.bat = new(jobBatch)
+		}
+		j.Batch, j.bat.summary = &sum, raw
 	}
 	return "", nil, ""
 }
@@ -157,12 +173,12 @@ func (j *Job) batchEnv() []string {
 	if j.Batch == nil {
 		return nil
 	}
-	return []string{"BATON_BATCH=" + j.Batch.ID, "BATON_BATCH_SUMMARY=" + j.batchSummary}
+	return []string{"BATON_BATCH=" + j.Batch.ID, "BATON_BATCH_SUMMARY=" + j.bat.summary}
 }
 
 // batchFrame adds a callback's batch id and summary to its job frame.
 func (j *Job) batchFrame(f *frame) {
 	if j.Batch != nil {
-		f.Batch, f.BatchSummary = j.Batch.ID, json.RawMessage(j.batchSummary)
+		f.Batch, f.BatchSummary = j.Batch.ID, json.RawMessage(j.bat.summary)
 	}
 }

@@ -229,7 +229,7 @@ func TestBatchAckReplayed(t *testing.T) {
 	for i, id := range ids {
 		for range 3 { // the script replayed: as after a lost reply
 			var m batchAcks
-			m.add(&Job{ID: id, Entry: id, batch: b.ID()}, time.Millisecond)
+			m.add(&Job{ID: id, Entry: id, bat: &jobBatch{member: b.ID()}}, time.Millisecond)
 			r.ackBatchMembers(PriorityNormal, &m)
 		}
 		if info, _ := GetBatch(ctx, rdb, "q", b.ID()); info.Done != int64(i+1) || info.Complete != (i == 1) {
@@ -305,7 +305,7 @@ func TestBatchRunTwiceAndFenced(t *testing.T) {
 	// A stale second run's ack of the same member: counts nothing more.
 	r := &runner{c: Config{Client: rdb, Queue: "q", Logger: testLogger(), RedisDownExit: time.Second}, st: new(Stats), keys: KeysFor("q"), active: map[entryKey]*Job{}}
 	var m batchAcks
-	m.add(&Job{ID: "1-0", Entry: "1-0", batch: b.ID()}, 0)
+	m.add(&Job{ID: "1-0", Entry: "1-0", bat: &jobBatch{member: b.ID()}}, 0)
 	r.ackBatchMembers(PriorityNormal, &m)
 	if info, _ := GetBatch(ctx, rdb, "q", b.ID()); info.Done != 1 || cb.count(b.ID()) != 1 {
 		t.Fatalf("%+v, callbacks %d", info, cb.count(b.ID()))
@@ -526,7 +526,7 @@ func TestBatchCallbackFields(t *testing.T) {
 	}
 	m := r.toJob(redis.XMessage{ID: "8-0", Values: map[string]any{PayloadField: "m", batchField: "bx1"}}, 1, PriorityNormal)
 	mf := jobFrame(m)
-	if m.Batch != nil || m.batch != "bx1" || m.batchEnv() != nil || strings.Contains(string(mf.encode()[0]), "batch") {
+	if m.Batch != nil || m.inBatch() != "bx1" || m.batchEnv() != nil || strings.Contains(string(mf.encode()[0]), "batch") {
 		t.Fatalf("member %+v", m)
 	}
 	bad := r.toJob(redis.XMessage{ID: "7-0", Values: map[string]any{PayloadField: "cb", batchCallbackField: "bx1", batchSummaryField: "{"}}, 1, PriorityNormal)

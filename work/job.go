@@ -62,13 +62,13 @@ type Job struct {
 	// (BATON_BATCH and BATON_BATCH_SUMMARY for exec jobs); nil for other
 	// jobs, batch members included.
 	Batch *BatchSummary
+	// bat is its batch fields (batch_settle.go); nil for other jobs.
+	bat *jobBatch
 
-	batch        string // the batch this job is a member of, "" for none
-	batchSummary string // Batch as its JSON
-	maxAttempts  int    // the job's own max_attempts; 0: the queue's
-	unique       string // the job's unique key, freed when it is done or dead
-	verdict      string // a dead-letter reason decided on reading: do not run
-	problem      string // why, for the dead letter
+	maxAttempts int    // the job's own max_attempts; 0: the queue's
+	unique      string // the job's unique key, freed when it is done or dead
+	verdict     string // a dead-letter reason decided on reading: do not run
+	problem     string // why, for the dead letter
 
 	cancelled atomic.Bool // cancelled (baton cancel); set by the keeper, after cancelWhy
 	cancelWhy string      // the cancel's reason, for the dead letter; the keeper's, then read-only

@@ -59,7 +59,7 @@ func (r *runner) settle() {
 			r.cancelled(j, res.dur)
 		case res.dead != "":
 			r.deadLetter(j, res.dead, j.problem, nil) // never ran: no duration
-		case res.err == nil && j.batch != "":
+		case res.err == nil && j.inBatch() != "":
 			members[j.Priority].add(j, res.dur)
 			n++
 		case res.err == nil:
@@ -324,7 +324,7 @@ func (r *runner) deadLetter(j *Job, reason, why string, run []any) bool {
 		script, keys := deadScript, []string{stream, r.keys.Dead, r.keys.DeadIndex, r.keys.Stats, unique}
 		args = append(args, deadReason, reason, attemptsField, j.Attempt, deadError, why, deadEntry, j.Entry,
 			deadFailedAt, time.Now().UnixMilli())
-		if j.batch != "" {
+		if j.inBatch() != "" {
 			script = batchDeadScript
 			keys, args = r.batchDead(j, keys, args)
 		}
@@ -348,7 +348,7 @@ func (r *runner) deadLetter(j *Job, reason, why string, run []any) bool {
 		log.Warn().Int("dead_max", r.c.DeadMax).Msg("dead letters full: dropped the oldest")
 	}
 	r.st.Dead.Add(1)
-	if j.batch != "" {
+	if j.inBatch() != "" {
 		r.forwardBatches() // the letter may have completed a batch bound for another queue
 	}
 	log.Error().Str("job", j.ID).Str("entry", j.Entry).Str("reason", reason).Int("attempts", j.Attempt).Str("error", why).Msg("job dead-lettered")
