@@ -94,8 +94,10 @@ end
 
 // batchAckLua acknowledges finished batch members and counts each in its
 // batch, in one step: a member is counted only when this call acknowledged
-// its entry (XACK 1: once per entry, ever), so a replayed call (a lost
-// reply), a second run's ack or a fenced holder's write counts nothing. A
+// its entry (once per entry, ever), so a replayed call (a lost reply), a
+// second run's ack or a fenced holder's write counts nothing. One XACK for
+// all; only when it acknowledged fewer than all does the script look for
+// which (those still in the stream). A
 // job has one live entry at a time, and only a requeue from the dead
 // letters makes a done after a count: that member moves from dead to done.
 // Then each batch it touched completes if it can.
@@ -113,14 +115,27 @@ local h = tonumber(ARGV[5])
 local p = 6 + 2 * h
 local nb = tonumber(ARGV[p])
 local first = p + nb + 1
+local entries, jobs = {}, {}
+for i = first, #ARGV, 3 do
+  entries[#entries + 1] = ARGV[i]
+  jobs[#jobs + 1] = ARGV[i + 1] ~= '' and ARGV[i + 1] or ARGV[i]
+end
+local acked = redis.call('XACK', KEYS[1], ARGV[1], unpack(entries))
+-- fresh[k]: entry k was pending and this call acknowledged it. Usually all
+-- were (nil: all). Else, those still in the stream were: every script that
+-- acknowledges an entry deletes it in the same step.
+local fresh = nil
+if acked < #entries then
+  fresh = {}
+  for k, e in ipairs(entries) do fresh[k] = #redis.call('XRANGE', KEYS[1], e, e) > 0 end
+end
 -- live[n]: batch n's done count to add, or false when it is complete or
 -- gone; dead[n]: it has dead members (its settled hash exists). Both read
 -- once per call: it completes only at the end of this script.
-local acked, entries, jobs, live, dead = 0, {}, {}, {}, {}
-for i = first, #ARGV, 3 do
-  if redis.call('XACK', KEYS[1], ARGV[1], ARGV[i]) == 1 then
-    acked = acked + 1
-    local n = tonumber(ARGV[i + 2])
+local live, dead = {}, {}
+for k = 1, #entries do
+  if not fresh or fresh[k] then
+    local n = tonumber(ARGV[first + 3 * (k - 1) + 2])
     local b = 8 + 4 * (n - 1)
     if live[n] == nil then
       local c = redis.call('HMGET', KEYS[b], 'created', 'completed')
@@ -128,19 +143,15 @@ for i = first, #ARGV, 3 do
       dead[n] = live[n] and redis.call('EXISTS', KEYS[b + 1]) == 1
     end
     if live[n] then
-      local job = ARGV[i + 1]
-      if job == '' then job = ARGV[i] end
-      if dead[n] and redis.call('HGET', KEYS[b + 1], job) == 'x' then
+      if dead[n] and redis.call('HGET', KEYS[b + 1], jobs[k]) == 'x' then
         -- a dead member requeued, done now: from dead to done
-        redis.call('HSET', KEYS[b + 1], job, 'd')
+        redis.call('HSET', KEYS[b + 1], jobs[k], 'd')
         redis.call('HINCRBY', KEYS[b], 'dead', -1)
-        redis.call('LREM', KEYS[b + 2], 1, job)
+        redis.call('LREM', KEYS[b + 2], 1, jobs[k])
       end
       live[n] = live[n] + 1
     end
   end
-  entries[#entries + 1] = ARGV[i]
-  jobs[#jobs + 1] = ARGV[i + 1] ~= '' and ARGV[i + 1] or ARGV[i]
 end
 redis.call('XDEL', KEYS[1], unpack(entries))
 if acked > 0 then

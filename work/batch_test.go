@@ -220,24 +220,28 @@ func TestBatchAckReplayed(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := NewBatch(ctx, rdb, "q", BatchCallback([]byte("cb"), ""))
-	ids, err := b.AddAndClose(ctx, messages(2, "job")...)
+	ids, err := b.AddAndClose(ctx, messages(3, "job")...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: Group, Consumer: "c", Streams: []string{KeysFor("q").Stream, ">"}, Count: 2})
+	rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: Group, Consumer: "c", Streams: []string{KeysFor("q").Stream, ">"}, Count: 3})
 	r := &runner{c: Config{Client: rdb, Queue: "q", Logger: testLogger(), RedisDownExit: time.Second}, st: new(Stats), keys: KeysFor("q"), active: map[entryKey]*Job{}}
-	for i, id := range ids {
-		for range 3 { // the script replayed: as after a lost reply
+	// Each call replayed three times (as after a lost reply); the second
+	// call carries the first's member again beside a new one.
+	for i, call := range [][]string{ids[:1], ids[:2], ids[2:]} {
+		for range 3 {
 			var m batchAcks
-			m.add(&Job{ID: id, Entry: id, bat: &jobBatch{member: b.ID()}}, time.Millisecond)
+			for _, id := range call {
+				m.add(&Job{ID: id, Entry: id, bat: &jobBatch{member: b.ID()}}, time.Millisecond)
+			}
 			r.ackBatchMembers(PriorityNormal, &m)
 		}
-		if info, _ := GetBatch(ctx, rdb, "q", b.ID()); info.Done != int64(i+1) || info.Complete != (i == 1) {
-			t.Fatalf("after member %d's acks: %+v", i+1, info)
+		if info, _ := GetBatch(ctx, rdb, "q", b.ID()); info.Done != int64(i+1) || info.Complete != (i == 2) {
+			t.Fatalf("after call %d: %+v", i+1, info)
 		}
 	}
 	info, err := GetBatch(ctx, rdb, "q", b.ID())
-	if err != nil || info.Done != 2 || info.Dead != 0 || !info.Complete {
+	if err != nil || info.Done != 3 || info.Dead != 0 || !info.Complete {
 		t.Fatalf("%+v %v", info, err)
 	}
 	n := 0
