@@ -35,7 +35,7 @@ const (
 )
 
 // workflowsHandler records each callback run and rejects the members meant
-// to die; the others succeed after a few milliseconds.
+// to die; the others succeed after 0 to 20 ms.
 func workflowsHandler() work.Handler {
 	opt, _ := redis.ParseURL(os.Getenv("BATON_REDIS_URL"))
 	rdb := redis.NewClient(opt)
@@ -47,7 +47,7 @@ func workflowsHandler() work.Handler {
 		if strings.HasPrefix(string(j.Payload), workflowDieOne) {
 			return fmt.Errorf("meant to die: %w", work.ErrSkipRetry)
 		}
-		time.Sleep(time.Duration(rand.IntN(5)) * time.Millisecond)
+		time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
 		return nil
 	})
 }
