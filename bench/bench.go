@@ -53,6 +53,8 @@ func (b *bench) measure(ctx context.Context, sel []string) error {
 			err = b.workers(ctx)
 		case "clients":
 			err = b.clients(ctx)
+		case "workflows":
+			err = b.workflows(ctx)
 		case "fleet":
 			err = b.fleet(ctx)
 		case "control":

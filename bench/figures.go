@@ -148,6 +148,9 @@ func (r *results) targets() []target {
 	ratio("client_node_batch >= 0.5 x client_go_batch", "client_node_batch", "client_go_batch", 0.5)
 	ratio("client_py_batch > rq_enqueue_many", "client_py_batch", "rq_enqueue_many", 1)
 	ratio("client_node_batch > bullmq_add_bulk", "client_node_batch", "bullmq_add_bulk", 1)
+	ratio("batch_100k_c10 >= 0.8 x nobatch_100k_c10", "batch_100k_c10", "nobatch_100k_c10", 0.8)
+	below("batch_callback_p99_ms <= 50", "batch_callback_p99_ms", 50.001)
+	below("batch_wait_p99_ms <= 10", "batch_wait_p99_ms", 10.001)
 	return out
 }
 

@@ -41,7 +41,7 @@ type runConfig struct {
 	Quick            bool   `json:"quick"`
 }
 
-var groups = []string{"throughput", "enqueue", "producers", "exec", "pickup", "promotion", "recovery", "loser", "holder", "workers", "clients", "chains"}
+var groups = []string{"throughput", "enqueue", "producers", "exec", "pickup", "promotion", "recovery", "loser", "holder", "workers", "clients", "chains", "workflows"}
 
 // onlyGroups run with -only alone, never in the full table: fleet takes
 // about 5 minutes a run (200 hand-overs of a 1–1.5 s lifetime each),

@@ -75,6 +75,7 @@ func commands() []command {
 		{name: "pause", summary: "stop every holder of the queue starting jobs, until resumed", usage: pauseUsage, flags: flagsOf(pauseFlags), run: runPause},
 		{name: "resume", summary: "let a paused queue's holders start jobs again", usage: resumeUsage, flags: flagsOf(resumeFlags), run: runResume},
 		{name: "cancel", summary: "cancel jobs: take them out, or stop them where they run", usage: cancelUsage, flags: flagsOf(cancelFlags), run: runCancel},
+		{name: "batch", summary: "open, close, show or list batches: jobs with a callback", usage: batchUsage, flags: flagsOf(batchFlags), words: batchVerbs, run: runBatch},
 		{name: "job", summary: "say where a job is: waiting, running, retrying, dead", usage: jobUsage, flags: flagsOf(jobFlags), run: runJob},
 		{name: "periodic", summary: "list the periodic entries (next tick, last tick and job); forget a retired host", usage: periodicUsage, flags: flagsOf(periodicFlags), words: periodicVerbs, run: runPeriodic},
 		{name: "metrics", summary: "print or serve the queue's Prometheus metrics", usage: metricsUsage, flags: flagsOf(metricsFlags), run: runMetrics},

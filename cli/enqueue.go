@@ -45,6 +45,16 @@ Job options (each applies to every job of the call):
                     queue (a done job counts only within retention), or not a
                     job id, adds nothing (exit 2)
 
+Batches (docs/workflows.md): the jobs of the call as one batch whose
+callback job runs once every one of them is done or dead; the batch id is
+printed on stderr. No --in, --at or --unique-key with a batch.
+  --batch-callback P        the callback job's payload: makes the batch
+  --batch-callback-queue Q  the callback's queue (default: this one)
+  --batch-name NAME         the batch's name
+  --on-success-only         run the callback only if no job died (else it
+                            is dead-lettered as batch_failed)
+  --batch ID                add the jobs to an open batch (baton batch open)
+
 {{flags}}
 Example:
   baton enqueue --queue thumbs /srv/img/1.jpg /srv/img/2.jpg
@@ -53,6 +63,7 @@ Example:
   baton enqueue --queue mail --priority high '{"reset":42}'
   a=$(baton enqueue --queue build fetch); b=$(baton enqueue --queue build --after "$a" compile)
   baton enqueue --queue build --after "$a,$b" package
+  ls /srv/img/*.jpg | baton enqueue --queue thumbs --batch-callback 'zip /srv/thumbs' --quiet
 `
 
 // enqueueChunk is how many jobs go in one pipeline round trip.
@@ -67,6 +78,7 @@ type enqueueFlags struct {
 	at, uniqueKey, prio    string
 	maxAttempts            int
 	after                  []string
+	batch                  batchEnqueue // --batch, --batch-callback…: batch.go
 }
 
 // newEnqueueFlags builds enqueue's flag set.
@@ -85,6 +97,8 @@ func newEnqueueFlags() (*pflag.FlagSet, *enqueueFlags) {
 	fs.IntVar(&f.maxAttempts, "max-attempts", 0, "this job's own max_attempts (default: the queue's)")
 	fs.StringVar(&f.prio, "priority", "normal", "high, normal or low")
 	fs.StringSliceVar(&f.after, "after", nil, "run only once these jobs are done (ids, comma-separated)")
+	fs.StringVar(&f.batch.id, "batch", "", "add the jobs to this open batch ('baton batch open')")
+	f.batch.cb.bind(fs, "batch-")
 	return fs, f
 }
 
@@ -95,6 +109,10 @@ func runEnqueue(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	opts, err := f.options(fs.Changed("unique-key"), fs.Changed("max-attempts"))
+	if err != nil {
+		return err
+	}
+	inBatch, err := f.batch.check(fs)
 	if err != nil {
 		return err
 	}
@@ -123,6 +141,16 @@ func runEnqueue(ctx context.Context, e *env, args []string) error {
 	defer m.Finish()
 	out := bufio.NewWriter(m.Writer(e.Stdout))
 	defer out.Flush()
+	if inBatch {
+		return f.batch.send(ctx, e, fs, rdb, cfg, payloads, opts, func(id, batch string) {
+			switch {
+			case *asJSON:
+				fmt.Fprintf(out, "{\"id\":%q,\"duplicate\":false,\"batch\":%q}\n", id, batch)
+			case !*quiet:
+				fmt.Fprintln(out, id)
+			}
+		})
+	}
 	return sendJobs(ctx, rdb, cfg, payloads, opts, e.Stderr, func(id string, dup bool) {
 		m.Add(1)
 		switch {

@@ -73,6 +73,7 @@ type indexPage struct {
 	Charts    charts
 	Dead      []deadRow
 	DeadShown int
+	Batches   []batchRow // open batches, with a progress bar (batches.go)
 }
 
 // queueOf is the queue a request names (?queue=), the configured one by
@@ -165,6 +166,7 @@ func (s *server) index(w http.ResponseWriter, r *http.Request) {
 	if p.Report.Jobs != nil {
 		p.Charts = buildCharts(samples, p.Report.Jobs.Stats, s.o.Now())
 	}
+	p.Batches = openBatches(ctx, s.o.Redis, q)
 	dls, err := work.ListDeadNewest(ctx, s.o.Redis, q, deadShown)
 	if err != nil {
 		s.fail(w, http.StatusBadGateway, fmt.Errorf("list dead letters: %w", err))

@@ -454,3 +454,31 @@ func TestDashboardPeriodic(t *testing.T) {
 		t.Error("another queue's page shows the config's periodic entries")
 	}
 }
+
+// Open batches show with a progress bar; complete ones do not.
+func TestDashboardOpenBatches(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	b, err := work.NewBatch(ctx, f.rdb, "q", work.BatchName("album-7"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Add(ctx, work.Message{Payload: []byte("1")}, work.Message{Payload: []byte("2")}); err != nil {
+		t.Fatal(err)
+	}
+	done, _ := work.NewBatch(ctx, f.rdb, "q", work.BatchName("finished"))
+	if err := done.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ts := f.server(t, Options{})
+	code, h, body := get(t, ts, "/")
+	checkSafe(t, h, body)
+	for _, want := range []string{`id="open-batches"`, "<code>" + b.ID() + "</code>", "<td>album-7</td>", `<progress max="100" value="0">`} {
+		if code != 200 || !strings.Contains(body, want) {
+			t.Errorf("GET / (%d) lacks %q", code, want)
+		}
+	}
+	if strings.Contains(body, "finished") {
+		t.Error("a complete batch is shown as open")
+	}
+}

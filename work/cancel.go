@@ -85,18 +85,21 @@ func cancelOne(ctx context.Context, rdb redis.Cmdable, q string, o CancelOptions
 			return res, err
 		}
 		res.State = loc.State
-		stream, entry, unique := k.Stream, "", ""
+		stream, entry, unique, batch := k.Stream, "", "", ""
 		switch loc.State {
 		case StateWaiting, StateRunning:
 			level, _ := ParsePriority(loc.Priority)
 			stream, entry = k.StreamOf(level), loc.Entry
 			if m, err := rdb.XRange(ctx, stream, entry, entry).Result(); err == nil && len(m) == 1 {
 				unique, _ = m[0].Values[uniqueField].(string)
+				batch, _ = m[0].Values[batchField].(string)
 			}
 		case StateRetrying:
 			unique, _ = runScript(ctx, rdb, recordFieldScript, []string{k.RetryJobs}, id, uniqueField).Text()
+			batch = recordBatch(ctx, rdb, k.RetryJobs, id)
 		case StateScheduled:
 			unique, _ = runScript(ctx, rdb, recordFieldScript, []string{k.ScheduledJobs}, id, uniqueField).Text()
+			batch = recordBatch(ctx, rdb, k.ScheduledJobs, id)
 		case StateBlocked:
 			letter, err := cancelBlocked(ctx, rdb, k, o, id)
 			if err != nil {
@@ -115,11 +118,17 @@ func cancelOne(ctx context.Context, rdb redis.Cmdable, q string, o CancelOptions
 		if unique != "" {
 			ukey = k.Unique(unique)
 		}
-		v, err := runScript(ctx, rdb, cancelScript,
-			[]string{stream, k.Dead, k.DeadIndex, k.Stats, ukey, k.Cancel, k.Retry, k.RetryJobs, k.Scheduled, k.ScheduledJobs, k.Waiters},
-			Group, id, entry, o.DeadMax, o.Reason, cancelKeep.Milliseconds(), time.Now().UnixMilli(), k.Unique("")).StringSlice()
+		script, keys := cancelScript, []string{stream, k.Dead, k.DeadIndex, k.Stats, ukey, k.Cancel, k.Retry, k.RetryJobs, k.Scheduled, k.ScheduledJobs, k.Waiters}
+		args := []any{Group, id, entry, o.DeadMax, o.Reason, cancelKeep.Milliseconds(), time.Now().UnixMilli(), k.Unique("")}
+		if batch != "" { // a batch member: counted dead in the same step (batch_settle.go)
+			script, keys, args = batchCancelScript, append(keys, k.batchKeys(batch)...), append(args, q, batch)
+		}
+		v, err := runScript(ctx, rdb, script, keys, args...).StringSlice()
 		if err != nil {
 			return res, err
+		}
+		if batch != "" {
+			_, _ = ForwardBatches(ctx, rdb, q) // a callback bound for another queue; else the next holder's
 		}
 		if len(v) == 0 {
 			return res, errors.New("cancel script replied nothing")
@@ -157,7 +166,7 @@ func cancelOne(ctx context.Context, rdb redis.Cmdable, q string, o CancelOptions
 // scheduled, waiting); {"running", consumer} when requested; {"gone"} when
 // the job is not where the caller saw it, or its unique key is not
 // KEYS[5] (the caller looks again).
-var cancelScript = redis.NewScript(entryLua + notifyLua + chainAckLua + chainDeadLua + `
+const cancelLua = entryLua + notifyLua + chainAckLua + chainDeadLua + `
 local job, entry = ARGV[2], ARGV[3]
 local function ukey(f)
   for i = 1, #f, 2 do
@@ -235,7 +244,9 @@ redis.call('XDEL', KEYS[1], entry)
 if u then release(u, job) end
 chainDead(KEYS[4], job, tonumber(ARGV[4]))
 return {'waiting', id}
-`)
+`
+
+var cancelScript = redis.NewScript(cancelLua)
 
 // AwaitCancel waits until a job whose cancel was requested (it was
 // running) is no longer running, polling every 50 ms until ctx ends, and

@@ -13,6 +13,10 @@
 // (RetryBackoff, doubling, capped at RetryBackoffMax) until MaxAttempts, then
 // dead-lettered; ErrSkipRetry dead-letters it at once. The package never
 // handles signals and never exits the process.
+//
+// NewBatch groups jobs into a batch whose callback job runs exactly once,
+// after every member is done or dead; Batch.Wait blocks until then
+// (docs/workflows.md).
 package work
 
 import (
@@ -54,6 +58,12 @@ type Job struct {
 	// Periodic names the [[periodic]] entry that enqueued the job
 	// (BATON_PERIODIC); "" for other jobs.
 	Periodic string
+	// Batch is the summary of the batch whose callback this job is
+	// (BATON_BATCH and BATON_BATCH_SUMMARY for exec jobs); nil for other
+	// jobs, batch members included.
+	Batch *BatchSummary
+	// bat is its batch fields (batch_settle.go); nil for other jobs.
+	bat *jobBatch
 
 	maxAttempts int    // the job's own max_attempts; 0: the queue's
 	unique      string // the job's unique key, freed when it is done or dead

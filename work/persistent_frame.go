@@ -53,7 +53,11 @@ type frame struct {
 	// The job's W3C trace context (Job.TraceParent), for the child's spans.
 	Traceparent string `json:"traceparent,omitempty"`
 	Tracestate  string `json:"tracestate,omitempty"`
-	body        []byte
+	// Batch and BatchSummary: a batch callback's batch id and summary
+	// (work.BatchSummary as JSON).
+	Batch        string          `json:"batch,omitempty"`
+	BatchSummary json.RawMessage `json:"batch_summary,omitempty"`
+	body         []byte
 }
 
 // errProtocol is a child that broke the framing or spoke out of turn.

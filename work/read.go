@@ -516,6 +516,9 @@ func (j *Job) reserved(v map[string]any, level Priority) string {
 			return bad(priorityField, l, "want high, normal or low")
 		}
 	}
+	if field, val, why := j.batchOf(v); why != "" {
+		return bad(field, val, why)
+	}
 	return j.traceOf(v)
 }
 

@@ -32,11 +32,13 @@ const maxErrorLen = 2048
 // visibility_timeout.
 func (r *runner) settle() {
 	const most = 256
-	var acks [3]ackBatch // by level
-	n := 0               // entries in acks
+	var acks [3]ackBatch     // by level
+	var members [3]batchAcks // batch members, by level: acked apart (batch_settle.go)
+	n := 0                   // entries in acks
 	flush := func() {
 		for level := range acks {
 			r.ack(Priority(level), &acks[level])
+			r.ackBatchMembers(Priority(level), &members[level])
 		}
 		n = 0
 	}
@@ -60,6 +62,9 @@ func (r *runner) settle() {
 			r.cancelled(j, res.dur)
 		case res.dead != "":
 			r.deadLetter(j, res.dead, j.problem, nil) // never ran: no duration
+		case res.err == nil && j.inBatch() != "":
+			members[j.Priority].add(j, res.dur)
+			n++
 		case res.err == nil:
 			b := &acks[j.Priority]
 			b.ids = append(b.ids, j.Entry)
@@ -93,6 +98,7 @@ func (r *runner) settle() {
 			}
 		}
 	}
+	r.forwardBatches() // what a holder killed half way left in the outbox
 	for res := range r.results {
 		one(res)
 		take()
@@ -325,9 +331,14 @@ func (r *runner) deadLetter(j *Job, reason, why string, run []any) bool {
 	err := r.redisRetry(func(ctx context.Context) error {
 		var err error
 		args := append([]any{Group, j.Entry, r.c.Consumer, r.c.DeadMax, j.ID, len(run) / 2}, run...)
-		n, err = r.write(ctx, deadScript, []string{stream, r.keys.Dead, r.keys.DeadIndex, r.keys.Stats, unique, r.keys.Waiters},
-			append(args, deadReason, reason, attemptsField, j.Attempt, deadError, why, deadEntry, j.Entry,
-				deadFailedAt, time.Now().UnixMilli())...).Int64()
+		script, keys := deadScript, []string{stream, r.keys.Dead, r.keys.DeadIndex, r.keys.Stats, unique, r.keys.Waiters}
+		args = append(args, deadReason, reason, attemptsField, j.Attempt, deadError, why, deadEntry, j.Entry,
+			deadFailedAt, time.Now().UnixMilli())
+		if j.inBatch() != "" {
+			script = batchDeadScript
+			keys, args = r.batchDead(j, keys, args)
+		}
+		n, err = r.write(ctx, script, keys, args...).Int64()
 		return err
 	})
 	log := r.c.Logger
@@ -347,6 +358,9 @@ func (r *runner) deadLetter(j *Job, reason, why string, run []any) bool {
 		log.Warn().Int("dead_max", r.c.DeadMax).Msg("dead letters full: dropped the oldest")
 	}
 	r.st.Dead.Add(1)
+	if j.inBatch() != "" {
+		r.forwardBatches() // the letter may have completed a batch bound for another queue
+	}
 	log.Error().Str("job", j.ID).Str("entry", j.Entry).Str("reason", reason).Int("attempts", j.Attempt).Str("error", why).Msg("job dead-lettered")
 	return true
 }

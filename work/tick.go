@@ -83,5 +83,6 @@ func jobFrame(j *Job) frame {
 		f.Tick = j.Tick.Format(time.RFC3339)
 	}
 	f.Traceparent, f.Tracestate = j.TraceParent()
+	j.batchFrame(&f)
 	return f
 }

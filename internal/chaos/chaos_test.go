@@ -79,6 +79,8 @@ func TestMain(m *testing.M) {
 	switch {
 	case os.Getenv("BATON_PROTOCOL") != "":
 		os.Exit(worker()) // a persistent holder's child
+	case os.Getenv(asBaton) == "1" && os.Getenv(asWorkflows) == "1":
+		os.Exit(cli.Main(context.Background(), os.Args[1:], cli.Options{Handler: workflowsHandler()}))
 	case os.Getenv(asBaton) == "1" && os.Getenv(asPeriodic) == "1":
 		os.Exit(cli.Main(context.Background(), os.Args[1:], cli.Options{Handler: periodicHandler()}))
 	case os.Getenv(asBaton) == "1" && os.Getenv(asFleet) == "1":
