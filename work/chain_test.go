@@ -214,13 +214,13 @@ func TestChainReleasedOnce(t *testing.T) {
 	rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: Group, Consumer: "h/run-0", Streams: []string{k.Stream, ">"}, Count: 2})
 	ack := func(id string) {
 		t.Helper()
-		if err := runScript(ctx, rdb, ackScript, []string{k.Stream, k.Stats, k.Done}, Group, 1, 0, 0, 0, id).Err(); err != nil {
+		if err := runScript(ctx, rdb, ackScript, []string{k.Stream, k.Stats, k.Done, k.Waiters, k.Results}, Group, 1, 0, 0, 0, id).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// A fenced holder's ack (its lease lost) writes nothing, release
 	// included.
-	err := runScript(ctx, rdb, fenced[ackScript], []string{k.Stream, k.Stats, k.Done, k.Stream + ":lease:run:0"}, Group, 1, 0, 0, 0, a, 7).Err()
+	err := runScript(ctx, rdb, fenced[ackScript], []string{k.Stream, k.Stats, k.Done, k.Waiters, k.Results, k.Stream + ":lease:run:0"}, Group, 1, 0, 0, 0, a, 7).Err()
 	if !IsFenced(err) {
 		t.Fatalf("fenced ack: %v, want FENCED", err)
 	}
@@ -406,7 +406,7 @@ func TestChainDependencyMovedMeanwhile(t *testing.T) {
 	a := mustEnqueue(t, rdb, "a")
 	seen := stale(a)
 	e := take()
-	runScript(ctx, rdb, ackScript, []string{k.Stream, k.Stats, k.Done}, Group, 1, 0, 3600000, 1000, e, a)
+	runScript(ctx, rdb, ackScript, []string{k.Stream, k.Stats, k.Done, k.Waiters, k.Results}, Group, 1, 0, 3600000, 1000, e, a)
 	if id, err := enqueueAfter(a, seen); err != nil || state(t, rdb, id).State != StateWaiting {
 		t.Fatalf("after a job done meanwhile (retention): %s, %v; want waiting", id, err)
 	}
@@ -428,7 +428,7 @@ func TestChainDependencyMovedMeanwhile(t *testing.T) {
 	x := mustEnqueue(t, rdb, "x")
 	seen = stale(x)
 	e = take()
-	runScript(ctx, rdb, ackScript, []string{k.Stream, k.Stats, k.Done}, Group, 1, 0, 0, 0, e)
+	runScript(ctx, rdb, ackScript, []string{k.Stream, k.Stats, k.Done, k.Waiters, k.Results}, Group, 1, 0, 0, 0, e)
 	rdb.Del(ctx, k.Done)
 	blocked := rdb.HLen(ctx, k.Blocked()).Val()
 	if _, err := enqueueAfter(x, seen); !errors.Is(err, ErrNoDependency) {

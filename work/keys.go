@@ -169,7 +169,11 @@ for i = 6, 5 + n do ids[#ids + 1] = ARGV[i] end
 local keep = tonumber(ARGV[4])
 local u = 6 + n + 2 * h
 local res = u + #KEYS - 5 + (keep > 0 and n or 0) -- the first result pair
-local extra = redis.call('EXISTS', KEYS[4], KEYS[5]) > 0 -- waiters, or results to trim
+-- One EXISTS per call when no waiter, result or chain is about (the hot
+-- path); a closer look only when one is.
+local awaited = string.sub(KEYS[2], 1, #KEYS[2] - 6) .. ':awaited'
+local any = redis.call('EXISTS', KEYS[4], KEYS[5], awaited) > 0
+local extra = any and redis.call('EXISTS', KEYS[4], KEYS[5]) > 0 -- waiters, or results to trim
 if extra and redis.call('EXISTS', KEYS[4]) == 1 then
   local r = {}
   for i = res, #ARGV, 2 do r[ARGV[i]] = ARGV[i + 1] end
@@ -178,7 +182,7 @@ if extra and redis.call('EXISTS', KEYS[4]) == 1 then
     if job then notify(KEYS[4], job, 'done\n' .. (r[job] or '')) end
   end
 end
-local chained = chainSettling(KEYS[1], KEYS[2], ids)
+local chained = any and chainSettling(KEYS[1], KEYS[2], ids)
 local acked = redis.call('XACK', KEYS[1], ARGV[1], unpack(ids))
 redis.call('XDEL', KEYS[1], unpack(ids))
 for i = 6, #KEYS do
