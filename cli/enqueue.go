@@ -36,6 +36,9 @@ Job options (each applies to every job of the call):
   --max-attempts N  this job's own max_attempts
   --priority P      high, normal (default) or low: a holder takes waiting
                     high jobs before normal ones, normal before low
+  --key K           the job's key (a tenant, a customer): at most
+                    key_concurrency of a key's jobs run at once, and keys
+                    take turns (docs/keys.md)
 
 {{flags}}
 Example:
@@ -43,6 +46,7 @@ Example:
   find /srv/img -name '*.jpg' | baton enqueue --queue thumbs --quiet
   baton enqueue --queue mail --in 10m --unique-key welcome-42 '{"user":42}'
   baton enqueue --queue mail --priority high '{"reset":42}'
+  baton enqueue --queue api --key customer-42 '{"call":"refund"}'
 `
 
 // enqueueChunk is how many jobs go in one pipeline round trip.
@@ -56,6 +60,7 @@ type enqueueFlags struct {
 	in, uniqueFor, timeout time.Duration
 	at, uniqueKey, prio    string
 	maxAttempts            int
+	key                    string // --key (enqueue_key.go)
 }
 
 // newEnqueueFlags builds enqueue's flag set.
@@ -73,6 +78,7 @@ func newEnqueueFlags() (*pflag.FlagSet, *enqueueFlags) {
 	fs.DurationVar(&f.timeout, "timeout", 0, "this job's own job_timeout")
 	fs.IntVar(&f.maxAttempts, "max-attempts", 0, "this job's own max_attempts (default: the queue's)")
 	fs.StringVar(&f.prio, "priority", "normal", "high, normal or low")
+	fs.StringVar(&f.key, "key", "", "the job's key: at most key_concurrency of a key's jobs run at once")
 	return fs, f
 }
 
@@ -84,6 +90,9 @@ func runEnqueue(ctx context.Context, e *env, args []string) error {
 	}
 	opts, err := f.options(fs.Changed("unique-key"), fs.Changed("max-attempts"))
 	if err != nil {
+		return err
+	}
+	if opts, err = f.keyOption(opts, fs.Changed("key")); err != nil {
 		return err
 	}
 	cfg, err := cf.Load(e.Getenv)

@@ -277,7 +277,7 @@ func (h *Holder) workConfig(i int, until time.Time, handler work.Handler, fenceK
 		MaxJobs: cfg.MaxJobs, RedisDownExit: cfg.RedisDownExit.D(),
 		MaxAttempts: cfg.MaxAttempts, RetryBackoff: cfg.RetryBackoff.D(), RetryBackoffMax: cfg.RetryBackoffMax.D(),
 		DeadMax: cfg.DeadMax, Retention: cfg.Retention.D(), RetentionMax: cfg.RetentionMax, MaxPayload: cfg.MaxPayload, VisibilityTimeout: cfg.VisibilityTimeout.D(),
-		RateLimit: rate, Fence: fenceCfg,
+		RateLimit: rate, Fence: fenceCfg, KeyCaps: cfg.KeyCaps(),
 		Logger: h.log,
 	}
 }

@@ -54,11 +54,15 @@ type Job struct {
 	// Periodic names the [[periodic]] entry that enqueued the job
 	// (BATON_PERIODIC); "" for other jobs.
 	Periodic string
+	// Key is the job's key (work.Key, enqueue --key), "" for none: at most
+	// the key's cap of its jobs run at once (docs/keys.md).
+	Key string
 
 	maxAttempts int    // the job's own max_attempts; 0: the queue's
 	unique      string // the job's unique key, freed when it is done or dead
 	verdict     string // a dead-letter reason decided on reading: do not run
 	problem     string // why, for the dead letter
+	admitted    bool   // a keyed job that holds its key's permit (key_read.go)
 
 	cancelled atomic.Bool // cancelled (baton cancel); set by the keeper, after cancelWhy
 	cancelWhy string      // the cancel's reason, for the dead letter; the keeper's, then read-only

@@ -75,6 +75,9 @@ type Config struct {
 	// checked against it in Redis, and each job gets its token (Job.Fence).
 	// nil: no fencing (flock slots on one machine).
 	Fence *Fence
+	// KeyCaps are the per-key caps (docs/keys.md). Zero: keys take turns,
+	// uncapped.
+	KeyCaps KeyCaps
 }
 
 // Errors of Run.
@@ -197,6 +200,7 @@ func Run(ctx context.Context, c Config, st *Stats) error {
 	if c.Fence != nil {
 		r.fence = c.Fence.Token
 	}
+	r.kk.limits = packLimits(c.KeyCaps.Limits)
 	// Assume slow jobs until measured otherwise: read one per worker at first.
 	r.meanNS.Store(int64(time.Second))
 	return r.run(ctx)
@@ -235,6 +239,8 @@ type runner struct {
 	mu      sync.Mutex
 	active  map[entryKey]*Job // entries read and not yet settled; guarded by mu
 	workers []*worker         // one per worker goroutine, for the keeper's cancels; guarded by mu
+
+	kk keyState // keys (key_read.go)
 
 	paused atomic.Bool  // the queue is paused: start nothing; set by the keeper
 	down   atomic.Int64 // unix ns when Redis started failing, 0 when fine
@@ -344,6 +350,7 @@ func (r *runner) run(ctx context.Context) error {
 	reader.Wait()
 	close(r.results)
 	<-ackDone
+	r.flushKeyPermits()
 	close(keeperStop)
 	<-keeperDone
 	if r.fatal != nil {
