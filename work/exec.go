@@ -78,7 +78,7 @@ func (x *Exec) Handle(ctx context.Context, j *Job) error {
 	run := x.prepare(cmd, x.Env, x.Holder, j.Queue, j.Slot, append([]string{
 		"BATON_JOB_ID=" + j.ID,
 		"BATON_ATTEMPT=" + strconv.Itoa(j.Attempt),
-	}, j.tickEnv()...)...)
+	}, append(j.tickEnv(), j.keyEnv()...)...)...)
 	// Our own pipes, so Wait returns when the child exits even if something it
 	// left behind still holds them; what it left is killed right after.
 	pipes, err := startPipes(cmd, j.Payload, stdout, stderr)

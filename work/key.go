@@ -101,3 +101,11 @@ func (k Keys) keyBase() string { return k.Stream + ":key:" }
 func (k Keys) rings() []string {
 	return []string{k.KeyRing(PriorityHigh), k.KeyRing(PriorityNormal), k.KeyRing(PriorityLow)}
 }
+
+// keyEnv is BATON_KEY for an exec job that has a key, else nil.
+func (j *Job) keyEnv() []string {
+	if j.Key == "" {
+		return nil
+	}
+	return []string{"BATON_KEY=" + j.Key}
+}
