@@ -71,7 +71,11 @@ func runJob(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	} else {
-		fmt.Fprintln(e.Stdout, describeJob(loc, holder))
+		line := describeJob(loc, holder)
+		if loc.Key != "" {
+			line = describeKeyed(cfg, loc)
+		}
+		fmt.Fprintln(e.Stdout, line)
 	}
 	if loc.State == work.StateUnknown {
 		return fmt.Errorf("job %s is unknown on queue %s", loc.ID, cfg.Queue)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/baton-run/baton/internal/config"
 	"github.com/baton-run/baton/work"
 )
 
@@ -33,4 +34,18 @@ func printKeys(w io.Writer, k *work.KeyReport) {
 		fmt.Fprintf(w, "      %-24s %6d waiting %4d running%s\n", l.Key, l.Waiting, l.Running, capped)
 	}
 	fmt.Fprintln(w)
+}
+
+// describeKeyed says, for baton job, that a job waits in its key's list,
+// and whether for the key's cap or for its turn.
+func describeKeyed(cfg *config.Config, l *work.Location) string {
+	level := ""
+	if l.Priority != "" {
+		level = " at " + l.Priority + " priority"
+	}
+	s := fmt.Sprintf("job %s: waiting%s in key %s's list (%d waiting, %d running)", l.ID, level, l.Key, l.KeyWaiting, l.KeyRunning)
+	if c := cfg.KeyCaps().Of(l.Key); c > 0 && l.KeyRunning >= int64(c) {
+		return s + fmt.Sprintf(": waits for its key's cap (key_concurrency %d)", c)
+	}
+	return s + ": waits for its key's turn"
 }

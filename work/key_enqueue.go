@@ -8,7 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-//go:embed lua/key_enqueue.lua
+//go:embed keylua/enqueue.lua
 var keyEnqueueLua string
 
 // keyEnqueueScript adds jobs that have a key and no delay: each job's id is

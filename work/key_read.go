@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-//go:embed lua/key_take.lua
+//go:embed keylua/take.lua
 var keyTakeLua string
 
 // keyTakeScript is a holder's read while keys have waiting jobs. Per level,

@@ -114,3 +114,30 @@ func ReadKeys(ctx context.Context, rdb redis.Cmdable, q string, caps KeyCaps, to
 	rep.Top = loads[:min(top, len(loads))]
 	return rep, nil
 }
+
+// locateKeyed fills in a job waiting in its key's list.
+func locateKeyed(ctx context.Context, rdb redis.Cmdable, k Keys, loc *Location) error {
+	key, err := runScript(ctx, rdb, recordFieldScript, []string{k.KeyJobs()}, loc.ID, keyField).Text()
+	if err != nil {
+		return fmt.Errorf("read waiting keyed job: %w", err)
+	}
+	level := PriorityNormal
+	if p, err := runScript(ctx, rdb, recordFieldScript, []string{k.KeyJobs()}, loc.ID, priorityField).Text(); err == nil {
+		level, _ = ParsePriority(p)
+	}
+	loc.State, loc.Key = StateWaiting, key
+	if level != PriorityNormal {
+		loc.Priority = level.String()
+	}
+	var running, waiting *redis.IntCmd
+	_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		running = p.HLen(ctx, k.KeyRun(key))
+		waiting = p.LLen(ctx, k.KeyList(level, key))
+		return nil
+	})
+	loc.KeyRunning, loc.KeyWaiting = running.Val(), waiting.Val()
+	return err
+}
+
+// Of returns key k's cap, 0 for none.
+func (c KeyCaps) Of(k string) int { return c.of(k) }

@@ -1,4 +1,4 @@
--- key_enqueue: adds jobs that have a key and no delay to their keys' lists
+-- keys enqueue: adds jobs that have a key and no delay to their keys' lists
 -- (work/key_enqueue.go, keyEnqueueScript, says what it does, its KEYS, ARGV
 -- and reply).
 local A = cmsgpack.unpack(ARGV[2])

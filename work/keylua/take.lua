@@ -1,4 +1,4 @@
--- key_take: a holder's read while keys have waiting jobs (work/key_read.go,
+-- keys take: a holder's read while keys have waiting jobs (work/key_read.go,
 -- keyTakeScript, says what it does, its KEYS, ARGV and reply).
 local g, c, left, base, dflt = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
 local names = {'high', 'normal', 'low'}
