@@ -55,6 +55,8 @@ func (b *bench) measure(ctx context.Context, sel []string) error {
 			err = b.clients(ctx)
 		case "fleet":
 			err = b.fleet(ctx)
+		case "keys":
+			err = b.keys(ctx)
 		}
 		if err != nil {
 			return err

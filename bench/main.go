@@ -44,7 +44,7 @@ var groups = []string{"throughput", "enqueue", "producers", "exec", "pickup", "p
 
 // onlyGroups run with -only alone, never in the full table: fleet takes
 // about 5 minutes a run (200 hand-overs of a 1–1.5 s lifetime each).
-var onlyGroups = []string{"fleet"}
+var onlyGroups = []string{"fleet", "keys"}
 
 func main() {
 	var (

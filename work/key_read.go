@@ -227,7 +227,7 @@ func (r *runner) admit(ctx context.Context, jobs []*Job) ([]*Job, error) {
 	}
 	r.mu.Lock()
 	for _, j := range jobs {
-		if j.admitted {
+		if j.admitted && r.c.KeyCaps.of(j.Key) > 0 {
 			if r.kk.held == nil {
 				r.kk.held = map[entryKey]string{}
 			}
@@ -283,4 +283,13 @@ func packLimits(l map[string]int) string {
 		b = appendPackedString(b, strconv.Itoa(n))
 	}
 	return string(b)
+}
+
+// keysAtStart looks once, as the holder starts, whether keys have waiting
+// jobs: then its first read takes turns at once rather than after a
+// blocking read of the (empty) stream and the keeper's first tick.
+func (r *runner) keysAtStart(ctx context.Context) {
+	if n, err := r.c.Client.Exists(ctx, r.keys.rings()...).Result(); err == nil {
+		r.keysSeen(n)
+	}
 }

@@ -275,6 +275,7 @@ func (r *runner) run(ctx context.Context) error {
 	if used, err := levelsInUse(ctx, r.c.Client, r.keys); err == nil {
 		r.levels.Store(used)
 	}
+	r.keysAtStart(ctx)
 	// Before the first read: a holder that starts on a paused queue starts
 	// nothing (and says so once); the keeper follows the pause from here.
 	if h, err := r.c.Client.HGetAll(ctx, r.keys.Paused).Result(); err == nil {

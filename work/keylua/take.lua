@@ -71,9 +71,12 @@ for li = 1, 3 do
           exists = true
         end
         local e = redis.call('XADD', s, '*', unpack(cmsgpack.unpack(rec)))
-        fresh[lvl .. ':' .. e] = true
-        redis.call('HSET', run, lvl .. ':' .. e, id)
-        redis.call('PEXPIRE', run, 86400000)
+        if cap > 0 then
+          -- an uncapped key needs no permit: its jobs are counted nowhere
+          fresh[lvl .. ':' .. e] = true
+          redis.call('HSET', run, lvl .. ':' .. e, id)
+          redis.call('PEXPIRE', run, 86400000)
+        end
         fed, left = fed + 1, left - 1
       end
     else
