@@ -130,7 +130,8 @@ func TestKeyRateLimit(t *testing.T) {
 }
 
 // 1,000 keys wait behind one key's backlog: each has its first job run in
-// the first turn, within about 1,000 jobs, not after the backlog.
+// the first turn, while the backlog's key runs one quantum (4 jobs) per
+// turn, not its 3,000 jobs first.
 func TestKeyFairThousandKeys(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
@@ -145,13 +146,13 @@ func TestKeyFairThousandKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := map[string]int{}
-	n := 0
+	var order []string
 	st := new(Stats)
 	c := testConfig(rdb, HandlerFunc(func(_ context.Context, j *Job) error {
 		if _, ok := first[j.Key]; !ok {
-			first[j.Key] = n
+			first[j.Key] = len(order)
 		}
-		n++
+		order = append(order, j.Key)
 		return nil
 	}))
 	runUntil(t, c, st, func() bool { return st.Done.Load() == 5000 })
@@ -164,8 +165,16 @@ func TestKeyFairThousandKeys(t *testing.T) {
 			worst = max(worst, at)
 		}
 	}
-	if worst > 1001+256 {
-		t.Fatalf("a small key's first job ran as number %d: not in the first turn", worst+1)
+	big := 0
+	for _, k := range order[:worst] {
+		if k == "big" {
+			big++
+		}
+	}
+	// One turn: a quantum of big's and every small key's first; a read
+	// batch of slack may start a second turn.
+	if big > 8 {
+		t.Fatalf("%d of big's jobs ran before every small key had run one (the last as number %d)", big, worst+1)
 	}
 	levelsSettled(t, rdb)
 	keysClean(t, rdb)
