@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // A failed keyed job is retried with its key, through its key's list (no
@@ -214,5 +215,57 @@ func TestKeyCancelWaiting(t *testing.T) {
 		t.Fatalf("ran %v of %v", ran, ids)
 	}
 	levelsSettled(t, rdb)
+	keysClean(t, rdb)
+}
+
+// A producer's raw entry whose key field is no valid key is dead-lettered
+// as malformed, unrun; a valid one is parked in its key's list and runs.
+func TestKeyRawField(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	k := KeysFor("q")
+	if err := ensureGroup(ctx, rdb, k.Stream); err != nil {
+		t.Fatal(err)
+	}
+	bad := rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: []any{PayloadField, "x", keyField, "a{b"}}).Val()
+	good := rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: []any{PayloadField, "y", keyField, "raw"}}).Val()
+	var got *Job
+	st := new(Stats)
+	c := testConfig(rdb, HandlerFunc(func(_ context.Context, j *Job) error { got = j; return nil }))
+	c.KeyCaps = KeyCaps{Default: 1}
+	runUntil(t, c, st, func() bool { return st.Done.Load() == 1 && st.Dead.Load() == 1 })
+	if got.ID != good || got.Key != "raw" {
+		t.Errorf("ran %s with key %q, want %s with raw", got.ID, got.Key, good)
+	}
+	if d, err := GetDead(ctx, rdb, "q", bad); err != nil || d.Reason != ReasonMalformed {
+		t.Errorf("bad key's letter %+v (%v), want malformed", d, err)
+	}
+	levelsSettled(t, rdb)
+	keysClean(t, rdb)
+}
+
+// Paused, a queue starts no keyed job either; resumed, they run.
+func TestKeyPause(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	if err := PauseQueue(ctx, rdb, "q", Pause{User: "test"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	enqueueKeyed(t, rdb, "k", 5)
+	st := new(Stats)
+	c := testConfig(rdb, HandlerFunc(func(context.Context, *Job) error { return nil }))
+	ctx2, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- Run(ctx2, c, st) }()
+	time.Sleep(700 * time.Millisecond) // a few keeper ticks: nothing may start
+	if n := st.Done.Load(); n != 0 {
+		t.Fatalf("%d keyed jobs ran on a paused queue", n)
+	}
+	if _, err := Resume(ctx, rdb, "q"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool { return st.Done.Load() == 5 })
+	cancel()
+	<-errc
 	keysClean(t, rdb)
 }
