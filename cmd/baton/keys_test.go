@@ -159,3 +159,24 @@ func TestKeyCapHolderStoppedPastLease(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	r.drainAll(1)
 }
+
+// TestKeyPeriodic: a [[periodic]] entry's key goes with each job it
+// enqueues (BATON_KEY), under key_concurrency; a bad one is refused.
+func TestKeyPeriodic(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	keys := filepath.Join(r.dir, "keys")
+	job := r.script("job.sh", "cat >/dev/null; echo \"$BATON_KEY\" >> "+keys+"\n")
+	cfg := r.periodicConfig("key_concurrency = 1\n[[periodic]]\nname = \"beat\"\nschedule = \"@every 1s\"\nkey = \"tenant-1\"\n")
+	p := r.start("run", "--config", cfg, "--", job)
+	eventually(t, 20*time.Second, "two periodic jobs ran with their key", func() bool {
+		l := readLines(t, keys)
+		return len(l) >= 2 && l[0] == "tenant-1" && l[1] == "tenant-1"
+	})
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	p.wait(t, 10*time.Second)
+	bad := r.periodicConfig("[[periodic]]\nname = \"beat\"\nschedule = \"@every 1s\"\nkey = \"a}b\"\n")
+	if _, errOut, code := r.baton("check", "--config", bad); code != 2 || !strings.Contains(errOut, "key: bad job key") {
+		t.Fatalf("check of a bad periodic key: exit %d, %s", code, errOut)
+	}
+}
