@@ -63,6 +63,8 @@ func (b *bench) measure(ctx context.Context, sel []string) error {
 			err = b.periodic(ctx)
 		case "chains":
 			err = b.chains(ctx)
+		case "keys":
+			err = b.keys(ctx)
 		}
 		if err != nil {
 			return err

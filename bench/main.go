@@ -46,8 +46,8 @@ var groups = []string{"throughput", "enqueue", "producers", "exec", "pickup", "p
 // onlyGroups run with -only alone, never in the full table: fleet takes
 // about 5 minutes a run (200 hand-overs of a 1–1.5 s lifetime each),
 // control about 2 (20 pauses of 2 s, 100 cancels), periodic about 8 (a
-// minute of ticks, then its other figures).
-var onlyGroups = []string{"fleet", "control", "periodic"}
+// minute of ticks, then its other figures), keys a few (50,000 jobs).
+var onlyGroups = []string{"fleet", "control", "periodic", "keys"}
 
 func main() {
 	var (

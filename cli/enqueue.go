@@ -43,7 +43,10 @@ Job options (each applies to every job of the call):
                     done, then run; when one is dead-lettered, so is this
                     job (reason dependency_failed). An id that is not on the
                     queue (a done job counts only within retention), or not a
-                    job id, adds nothing (exit 2)
+                    job id, adds nothing (exit 2)  --key K           the job's key (a tenant, a customer): at most
+                    key_concurrency of a key's jobs run at once, and keys
+                    take turns (docs/keys.md)
+
 
 Batches (docs/workflows.md): the jobs of the call as one batch whose
 callback job runs once every one of them is done or dead; the batch id is
@@ -64,6 +67,7 @@ Example:
   a=$(baton enqueue --queue build fetch); b=$(baton enqueue --queue build --after "$a" compile)
   baton enqueue --queue build --after "$a,$b" package
   ls /srv/img/*.jpg | baton enqueue --queue thumbs --batch-callback 'zip /srv/thumbs' --quiet
+  baton enqueue --queue api --key customer-42 '{"call":"refund"}'
 `
 
 // enqueueChunk is how many jobs go in one pipeline round trip.
@@ -79,6 +83,7 @@ type enqueueFlags struct {
 	maxAttempts            int
 	after                  []string
 	batch                  batchEnqueue // --batch, --batch-callback…: batch.go
+	key                    string       // --key (enqueue_key.go)
 }
 
 // newEnqueueFlags builds enqueue's flag set.
@@ -99,6 +104,7 @@ func newEnqueueFlags() (*pflag.FlagSet, *enqueueFlags) {
 	fs.StringSliceVar(&f.after, "after", nil, "run only once these jobs are done (ids, comma-separated)")
 	fs.StringVar(&f.batch.id, "batch", "", "add the jobs to this open batch ('baton batch open')")
 	f.batch.cb.bind(fs, "batch-")
+	fs.StringVar(&f.key, "key", "", "the job's key: at most key_concurrency of a key's jobs run at once")
 	return fs, f
 }
 
@@ -110,6 +116,9 @@ func runEnqueue(ctx context.Context, e *env, args []string) error {
 	}
 	opts, err := f.options(fs.Changed("unique-key"), fs.Changed("max-attempts"))
 	if err != nil {
+		return err
+	}
+	if opts, err = f.keyOption(opts, fs.Changed("key")); err != nil {
 		return err
 	}
 	inBatch, err := f.batch.check(fs)

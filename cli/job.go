@@ -116,6 +116,9 @@ func runJob(ctx context.Context, e *env, args []string) error {
 		}
 	} else {
 		s := describeJob(loc, holder)
+		if loc.Key != "" {
+			s = describeKeyed(cfg, loc)
+		}
 		switch {
 		case progress != nil:
 			s += fmt.Sprintf("; progress %s (reported %s ago)", progress, max(time.Since(progress.At).Round(100*time.Millisecond), 0))

@@ -145,6 +145,7 @@ func printStatus(w io.Writer, cfg *config.Config, rep *statusReport) {
 	} else {
 		fmt.Fprintf(w, "jobs  unknown (%s)\n\n", redisCause(cfg, rep))
 	}
+	printKeys(w, rep.Keys)
 	if rep.Rate != "" {
 		fmt.Fprintf(w, "rate  at most %s jobs started, across all holders", rep.Rate)
 		if rep.RecentRate != nil {

@@ -281,7 +281,7 @@ func (h *Holder) workConfig(i int, until time.Time, handler work.Handler, fenceK
 		MaxAttempts: cfg.MaxAttempts, RetryBackoff: cfg.RetryBackoff.D(), RetryBackoffMax: cfg.RetryBackoffMax.D(),
 		DeadMax: cfg.DeadMax, Retention: cfg.Retention.D(), RetentionMax: cfg.RetentionMax, MaxPayload: cfg.MaxPayload, VisibilityTimeout: cfg.VisibilityTimeout.D(),
 		ResultMax: cfg.ResultMax,
-		RateLimit: rate, Fence: fenceCfg, TracerProvider: h.o.TracerProvider,
+		RateLimit: rate, Fence: fenceCfg, TracerProvider: h.o.TracerProvider, KeyCaps: cfg.KeyCaps(),
 		Logger: h.log,
 	}
 }

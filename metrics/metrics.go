@@ -116,6 +116,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- gauge(up, 1, q.Name)
 		c.queue(ch, q.Name, counts)
+		keyMetrics(ctx, c.rdb, ch, q.Name, counts)
 		if cov, err := history.ReadCoverage(ctx, c.rdb, q.Name, q.Keep, counts.Stats); err == nil {
 			coverage(ch, q.Name, cov)
 		}

@@ -31,7 +31,11 @@ func HostsKey(queue string) string { return RecordsKey(queue) + ":hosts" }
 func Fingerprint(entries []Entry) string {
 	lines := make([]string, 0, len(entries))
 	for _, e := range entries {
-		lines = append(lines, fmt.Sprintf("%q %q %x %d %d %d %q %d %q", e.Name, e.Schedule, e.Payload, e.Priority, e.Timeout, e.MaxAttempts, e.CatchUp, e.CatchUpMax, e.Overlap))
+		line := fmt.Sprintf("%q %q %x %d %d %d %q %d %q", e.Name, e.Schedule, e.Payload, e.Priority, e.Timeout, e.MaxAttempts, e.CatchUp, e.CatchUpMax, e.Overlap)
+		if e.Key != "" { // only then: entries without a key keep their fingerprint
+			line += fmt.Sprintf(" key %q", e.Key)
+		}
+		lines = append(lines, line)
 	}
 	sort.Strings(lines)
 	sum := sha256.Sum256([]byte(strings.Join(lines, "\n")))
@@ -245,6 +249,9 @@ func NewClaimer(rdb Client, q, host string, entries []Entry, fence *work.Fence) 
 			opts = append(opts, work.Timeout(e.Timeout))
 		}
 		opts = append(opts, work.WithPriority(e.Priority))
+		if e.Key != "" {
+			opts = append(opts, work.Key(e.Key))
+		}
 		unique := 0
 		if e.Overlap == OverlapSkip {
 			opts = append(opts, work.UniqueKey(UniqueKey(e.Name)))

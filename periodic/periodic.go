@@ -93,6 +93,8 @@ type Entry struct {
 	Priority    work.Priority
 	Timeout     time.Duration
 	MaxAttempts int
+	// Key is each job's key (work.Key), "" for none.
+	Key string
 	// CatchUp is what happens to missed ticks. Default CatchUpLatest.
 	CatchUp CatchUp
 	// CatchUpMax bounds the ticks CatchUpAll enqueues at once. Default 100.

@@ -85,6 +85,12 @@ func cancelOne(ctx context.Context, rdb redis.Cmdable, q string, o CancelOptions
 			return res, err
 		}
 		res.State = loc.State
+		if loc.Key != "" { // waiting in its key's list (key_cancel.go)
+			if gone, err := cancelKeyed(ctx, rdb, k, o, &res); err != nil || !gone {
+				return res, err
+			}
+			continue
+		}
 		stream, entry, unique, batch := k.Stream, "", "", ""
 		switch loc.State {
 		case StateWaiting, StateRunning:

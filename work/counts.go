@@ -25,6 +25,9 @@ type Counts struct {
 	// ByPriority splits Waiting by priority ("high", "normal", "low") once
 	// the queue has used priorities; nil before.
 	ByPriority map[string]int64 `json:"waiting_by_priority,omitempty"`
+	// Keyed counts the jobs of Waiting that wait in their keys' lists
+	// (enqueued with a key, docs/keys.md), not in the stream.
+	Keyed int64 `json:"waiting_keyed,omitempty"`
 	// Paused is the queue's pause, nil when it is not paused.
 	Paused *Pause `json:"paused,omitempty"`
 	// Stats are the queue's totals (the Stat* fields), all time.
@@ -38,7 +41,7 @@ func ReadCounts(ctx context.Context, rdb redis.Cmdable, q string) (*Counts, erro
 	k := KeysFor(q)
 	var xlen [3]*redis.IntCmd
 	var groups [3]*redis.XInfoGroupsCmd
-	var scheduled, retrying, dead, blocked *redis.IntCmd
+	var scheduled, retrying, dead, blocked, keyed *redis.IntCmd
 	var stats, paused *redis.MapStringStringCmd
 	var pausedTTL *redis.DurationCmd
 	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -50,13 +53,15 @@ func ReadCounts(ctx context.Context, rdb redis.Cmdable, q string) (*Counts, erro
 		retrying = p.ZCard(ctx, k.Retry)
 		dead = p.XLen(ctx, k.Dead)
 		blocked = p.HLen(ctx, k.Blocked())
+		keyed = p.HLen(ctx, k.KeyJobs())
 		stats = p.HGetAll(ctx, k.Stats)
 		paused = p.HGetAll(ctx, k.Paused)
 		pausedTTL = p.PTTL(ctx, k.Paused)
 		return nil
 	})
 	c := &Counts{Scheduled: scheduled.Val(), Retrying: retrying.Val(), Dead: dead.Val(), Blocked: blocked.Val(), Stats: map[string]int64{},
-		Paused: pauseOf(paused.Val(), pausedTTL.Val())}
+		Paused: pauseOf(paused.Val(), pausedTTL.Val()), Keyed: keyed.Val()}
+	c.Waiting = c.Keyed
 	var waiting [3]int64
 	for _, level := range readOrder {
 		if err := xlen[level].Err(); err != nil {

@@ -65,6 +65,7 @@ type jobOptions struct {
 	timeout     time.Duration
 	priority    Priority
 	after       []string // After: jobs to wait for (chain.go)
+	key         string   // Key; "" for none
 
 	traceParent, traceState string // the producer span's context (carryTrace), or ""
 }
@@ -258,6 +259,7 @@ func sendJobs(ctx context.Context, rdb redis.Cmdable, k Keys, jobs []Message, op
 	var none jobOptions
 	cmds, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		var batch scriptCall
+		var keyed keyCall // jobs with a key and no delay (key_enqueue.go)
 		flush := func() {
 			if len(batch.jobs) > 0 {
 				batch.send(ctx, p, k)
@@ -281,12 +283,20 @@ func sendJobs(ctx context.Context, rdb redis.Cmdable, k Keys, jobs []Message, op
 				plan = append(plan, carried{one: i})
 				continue
 			}
+			if o.key != "" && !o.due.After(now) {
+				keyed.add(i, m.Payload, o, k)
+				if len(keyed.jobs) == scriptBatch {
+					keyed.send(ctx, p, k, &plan)
+				}
+				continue
+			}
 			batch.add(i, m.Payload, o, now, k)
 			if len(batch.jobs) == scriptBatch || len(batch.args) >= scriptBytes {
 				flush()
 			}
 		}
 		flush()
+		keyed.send(ctx, p, k, &plan)
 		if w.replicas > 0 {
 			c := redis.NewIntCmd(ctx, "wait", w.replicas, w.timeout.Milliseconds())
 			_ = p.Process(ctx, c)
@@ -309,7 +319,7 @@ type carried struct {
 
 // plain reports whether a job has no options: one XADD.
 func (o *jobOptions) plain() bool {
-	return o.unique == "" && o.maxAttempts == 0 && o.timeout == 0 && o.due.IsZero() && o.priority == PriorityNormal
+	return o.unique == "" && o.maxAttempts == 0 && o.timeout == 0 && o.due.IsZero() && o.priority == PriorityNormal && o.key == ""
 }
 
 // scriptCall gathers the arguments of one enqueueScript call. The jobs'
@@ -377,7 +387,7 @@ func (c *scriptCall) small(n int) {
 // fields counts a job's field and value strings.
 func (o *jobOptions) fields() int {
 	n := 2
-	for _, set := range []bool{o.unique != "", o.maxAttempts > 0, o.timeout > 0, o.priority != PriorityNormal, o.traceParent != "", o.traceState != ""} {
+	for _, set := range []bool{o.unique != "", o.maxAttempts > 0, o.timeout > 0, o.priority != PriorityNormal, o.traceParent != "", o.traceState != "", o.key != ""} {
 		if set {
 			n += 2
 		}
@@ -400,6 +410,9 @@ func appendFields(b, payload []byte, o *jobOptions) []byte {
 	}
 	if o.priority != PriorityNormal {
 		b = appendPackedString(appendPackedString(b, priorityField), o.priority.String())
+	}
+	if o.key != "" {
+		b = appendPackedString(appendPackedString(b, keyField), o.key)
 	}
 	return appendTraceFields(b, o)
 }

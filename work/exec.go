@@ -102,7 +102,7 @@ func (x *Exec) Handle(ctx context.Context, j *Job) error {
 		"BATON_JOB_ID=" + j.ID,
 		"BATON_ATTEMPT=" + strconv.Itoa(j.Attempt),
 		resultEnv, progressEnv,
-	}, append(append(j.tickEnv(), j.traceEnv()...), j.batchEnv()...)...)...)
+	}, append(append(append(j.tickEnv(), j.traceEnv()...), j.batchEnv()...), j.keyEnv()...)...)...)
 
 	// Pdeathsig fires when the thread that forked exits, not the process:
 	// keep this goroutine on its thread from fork to wait.

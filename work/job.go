@@ -58,6 +58,9 @@ type Job struct {
 	// Periodic names the [[periodic]] entry that enqueued the job
 	// (BATON_PERIODIC); "" for other jobs.
 	Periodic string
+	// Key is the job's key (work.Key, enqueue --key), "" for none: at most
+	// the key's cap of its jobs run at once (docs/keys.md).
+	Key string
 	// Batch is the summary of the batch whose callback this job is
 	// (BATON_BATCH and BATON_BATCH_SUMMARY for exec jobs); nil for other
 	// jobs, batch members included.
@@ -69,6 +72,7 @@ type Job struct {
 	unique      string // the job's unique key, freed when it is done or dead
 	verdict     string // a dead-letter reason decided on reading: do not run
 	problem     string // why, for the dead letter
+	admitted    bool   // a keyed job that holds its key's permit (key_read.go)
 
 	trace *jobTrace // its trace context and run span; nil for a job without either (work/trace.go)
 

@@ -48,8 +48,10 @@ func (r *runner) moveDue(ctx context.Context) {
 	var due *redis.Cmd
 	var pause *redis.MapStringStringCmd
 	var cancels *redis.MapStringStringCmd
+	var rings *redis.IntCmd
 	_, _ = r.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		due = dueScript.EvalSha(ctx, p, r.keys.due(), 100)
+		rings = p.Exists(ctx, r.keys.rings()...)
 		pause = p.HGetAll(ctx, r.keys.Paused)
 		cancels = p.HGetAll(ctx, r.keys.Cancel)
 		return nil
@@ -57,6 +59,7 @@ func (r *runner) moveDue(ctx context.Context) {
 	if pause.Err() == nil {
 		r.pauseSeen(pause.Val())
 	}
+	r.keysSeen(rings.Val())
 	if cancels.Err() == nil && len(cancels.Val()) > 0 {
 		r.cancelSeen(cancels.Val())
 	}

@@ -19,7 +19,7 @@ import (
 // values are dropped.
 var ownEnv = []string{"BATON_REDIS_URL", "BATON_REDIS_SENTINEL_PASSWORD", "BATON_SPAWNED", proc.EnvHolder, envRun,
 	"BATON_JOB_ID", "BATON_ATTEMPT", "BATON_QUEUE", "BATON_SLOT", envProtocol, "BATON_TICK", "BATON_PERIODIC",
-	"TRACEPARENT", "TRACESTATE", envResultFile, envProgressFD}
+	"TRACEPARENT", "TRACESTATE", envResultFile, envProgressFD, "BATON_KEY"}
 
 // envRun names a child's run number, unique among one holder's children:
 // it tells which child an adopted orphan came from.

@@ -51,6 +51,14 @@ type Location struct {
 	DoneAt time.Time `json:"done_at,omitzero"`
 	// WaitingFor are the jobs it still waits for (blocked: After).
 	WaitingFor []string `json:"waiting_for,omitempty"`
+	// Key is the job's key while it waits in its key's list (waiting):
+	// it is not in the stream yet, and waits for its key's turn and cap.
+	Key string `json:"key,omitempty"`
+	// KeyRunning and KeyWaiting count the jobs of its key running now
+	// (its permits) and waiting in its list, itself included (waiting
+	// with a key).
+	KeyRunning int64 `json:"key_running,omitempty"`
+	KeyWaiting int64 `json:"key_waiting,omitempty"`
 }
 
 // recordFieldScript reads one field of a packed retry or scheduled record.
@@ -71,7 +79,7 @@ func Locate(ctx context.Context, rdb redis.Cmdable, q, id string) (*Location, er
 	k := KeysFor(q)
 	loc := &Location{ID: id, State: StateUnknown}
 	var retry, sched, done *redis.FloatCmd
-	var letter, left *redis.StringCmd
+	var letter, left, keyed *redis.StringCmd
 	var own *redis.XMessageSliceCmd
 	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		retry = p.ZScore(ctx, k.Retry, id)
@@ -80,6 +88,7 @@ func Locate(ctx context.Context, rdb redis.Cmdable, q, id string) (*Location, er
 		letter = p.HGet(ctx, k.DeadIndex, id)
 		own = p.XRange(ctx, k.Stream, id, id)
 		left = p.HGet(ctx, k.BlockedLeft(), id)
+		keyed = p.HGet(ctx, k.KeyJobs(), id)
 		return nil
 	})
 	if err != nil && !isRedisNil(err) {
@@ -88,6 +97,8 @@ func Locate(ctx context.Context, rdb redis.Cmdable, q, id string) (*Location, er
 	switch {
 	case left.Err() == nil:
 		return loc, blockedAt(ctx, rdb, k, loc, left.Val())
+	case keyed.Err() == nil:
+		return loc, locateKeyed(ctx, rdb, k, loc)
 	case retry.Err() == nil:
 		loc.State, loc.Due = StateRetrying, time.UnixMilli(int64(retry.Val()))
 		if a, err := runScript(ctx, rdb, recordFieldScript, []string{k.RetryJobs}, id, attemptsField).Text(); err == nil {

@@ -90,7 +90,10 @@ func (r *runner) read(ctx context.Context) {
 			jobs, err = r.claim(ctx, free)
 			nextClaim = time.Now().Add(max(r.c.VisibilityTimeout/4, time.Second))
 		default:
-			jobs, err = r.readNew(ctx, free)
+			jobs, err = r.readNext(ctx, free)
+		}
+		if err == nil {
+			jobs, err = r.admit(ctx, jobs)
 		}
 		if granted > int64(len(jobs)) {
 			r.giveBackRate(ctx, granted-int64(len(jobs)))
@@ -178,6 +181,7 @@ func (r *runner) forget(keys ...entryKey) {
 	r.mu.Lock()
 	for _, k := range keys {
 		delete(r.active, k)
+		r.keyForget(k)
 	}
 	r.mu.Unlock()
 	r.poke()
@@ -515,6 +519,13 @@ func (j *Job) reserved(v map[string]any, level Priority) string {
 		if s, _ := l.(string); s != "high" && s != "normal" && s != "low" {
 			return bad(priorityField, l, "want high, normal or low")
 		}
+	}
+	if k, ok := v[keyField]; ok {
+		s, _ := k.(string)
+		if err := ValidKey(s); err != nil {
+			return bad(keyField, k, err.Error())
+		}
+		j.Key = s
 	}
 	if field, val, why := j.batchOf(v); why != "" {
 		return bad(field, val, why)

@@ -87,6 +87,9 @@ type Config struct {
 	// spans, at no cost per job; a job's stored trace context still
 	// reaches its code (TRACEPARENT, the handler's context).
 	TracerProvider trace.TracerProvider
+	// KeyCaps are the per-key caps (docs/keys.md). Zero: keys take turns,
+	// uncapped.
+	KeyCaps KeyCaps
 }
 
 // Errors of Run.
@@ -213,6 +216,7 @@ func Run(ctx context.Context, c Config, st *Stats) error {
 		r.fence = c.Fence.Token
 	}
 	r.tracer = tracing.NewConsumer(c.TracerProvider, c.Queue, Group, c.Consumer)
+	r.kk.limits = packLimits(c.KeyCaps.Limits)
 	// Assume slow jobs until measured otherwise: read one per worker at first.
 	r.meanNS.Store(int64(time.Second))
 	return r.run(ctx)
@@ -253,6 +257,8 @@ type runner struct {
 	active  map[entryKey]*Job // entries read and not yet settled; guarded by mu
 	workers []*worker         // one per worker goroutine, for the keeper's cancels; guarded by mu
 
+	kk keyState // keys (key_read.go)
+
 	paused atomic.Bool  // the queue is paused: start nothing; set by the keeper
 	down   atomic.Int64 // unix ns when Redis started failing, 0 when fine
 
@@ -289,6 +295,7 @@ func (r *runner) run(ctx context.Context) error {
 	if used, err := levelsInUse(ctx, r.c.Client, r.keys); err == nil {
 		r.levels.Store(used)
 	}
+	r.keysAtStart(ctx)
 	// Before the first read: a holder that starts on a paused queue starts
 	// nothing (and says so once); the keeper follows the pause from here.
 	if h, err := r.c.Client.HGetAll(ctx, r.keys.Paused).Result(); err == nil {
@@ -364,6 +371,7 @@ func (r *runner) run(ctx context.Context) error {
 	reader.Wait()
 	close(r.results)
 	<-ackDone
+	r.flushKeyPermits()
 	close(keeperStop)
 	<-keeperDone
 	if r.fatal != nil {

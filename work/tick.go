@@ -46,6 +46,9 @@ func EntryFields(payload []byte, opts ...Option) ([]string, Priority, error) {
 	if o.priority != PriorityNormal {
 		f = append(f, priorityField, o.priority.String())
 	}
+	if o.key != "" {
+		f = append(f, keyField, o.key)
+	}
 	return f, o.priority, nil
 }
 

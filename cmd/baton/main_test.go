@@ -62,6 +62,8 @@ func TestScripts(t *testing.T) {
 			srv := redistest.Start(env.T().(testing.TB))
 			env.Setenv("BATON_REDIS_URL", srv.URL())
 			env.Setenv("LOCKS", filepath.Join(env.WorkDir, "locks"))
+			env.Setenv("NL", "a\nb")                       // enqueue_keys.txt
+			env.Setenv("LONG", strings.Repeat("k", 10000)) // enqueue_keys.txt
 			return nil
 		},
 	})

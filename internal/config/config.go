@@ -132,6 +132,15 @@ type Config struct {
 	// holder of the queue ("50/s", "300/m", "1000/h"), enforced in Redis; a
 	// job over the limit waits. Default "" (none).
 	RateLimit string `toml:"rate_limit" group:"Jobs" help:"most jobs started per s, m or h across all holders, e.g. 50/s (default: none)"`
+	// KeyConcurrency caps the jobs of one key (enqueue --key) running at
+	// once, fleet-wide; keys take turns either way (docs/keys.md). 0 = no
+	// cap. File only, no flag (every holder of a queue must agree on
+	// it). Default 0.
+	KeyConcurrency int `toml:"key_concurrency"`
+	// KeyLimits are per-key caps that override KeyConcurrency, e.g.
+	// "tenant-42" = 1 under [key_limits]; it needs key_concurrency, the cap
+	// of the other keys. File only, no flag. Default none.
+	KeyLimits map[string]int `toml:"key_limits"`
 	// DeadMax bounds the dead-letter stream; the oldest are dropped. Default 10000.
 	DeadMax int `toml:"dead_max" group:"Retries" help:"dead letters kept; the oldest are dropped"`
 	// Retention is how long a done job is remembered, so baton job can say
@@ -208,6 +217,9 @@ type PeriodicEntry struct {
 	CatchUp string `toml:"catch_up"`
 	// CatchUpMax bounds the missed ticks catch_up = "all" enqueues. Default 100.
 	CatchUpMax int `toml:"catch_up_max"`
+	// Key is the key of each job the entry enqueues (docs/keys.md); a job
+	// with a key is read into its key's list and takes turns. Default none.
+	Key string `toml:"key"`
 	// Overlap is allow (a tick is enqueued whatever the previous tick's job
 	// is doing) or skip (a tick is skipped, and counted, while the previous
 	// tick's job is waiting, scheduled, running or retrying). Default allow.

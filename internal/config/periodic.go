@@ -39,6 +39,12 @@ func (c *Config) PeriodicEntries() ([]periodic.Entry, error) {
 			return nil, bad("priority", "%q: want high, normal or low", p.Priority)
 		}
 		e.Priority = pr
+		if p.Key != "" {
+			if err := work.ValidKey(p.Key); err != nil {
+				return nil, bad("key", "%v", err)
+			}
+			e.Key = p.Key
+		}
 		if p.Timeout.D() < 0 || p.Timeout.D() > 0 && p.Timeout.D() < time.Millisecond {
 			return nil, bad("timeout", "%s: must be at least 1ms (or unset for job_timeout)", p.Timeout)
 		}

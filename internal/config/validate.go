@@ -132,6 +132,9 @@ func (c *Config) Validate() error {
 	if _, err := work.ParseRate(c.RateLimit); err != nil {
 		return bad("rate_limit", "%v", err)
 	}
+	if err := c.validateKeys(); err != nil {
+		return err
+	}
 	if _, err := cron.ParseStandard(c.Schedule); err != nil {
 		return bad("schedule", "%q: %v", c.Schedule, err)
 	}

@@ -102,6 +102,9 @@ type Report struct {
 	// the next hand-over that reaches them drops.
 	Line      []Waiting `json:"standby_line,omitempty"`
 	LineStale int       `json:"standby_line_stale,omitempty"`
+	// Keys are the queue's keys with jobs waiting or running, the busiest
+	// first (docs/keys.md); absent when no key has any.
+	Keys *work.KeyReport `json:"keys,omitempty"`
 	// Periodic are the config's [[periodic]] entries as Redis records them
 	// (periodic.List); absent without entries.
 	Periodic []periodic.Status `json:"periodic,omitempty"`
@@ -170,6 +173,9 @@ func Read(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient) (r
 		rep.Jobs, rep.Memory, others, jerr = queueCounts(ctx, rdb, cfg.Queue)
 		if jerr == nil {
 			rep.Coverage, rep.Events, jerr = slotHistory(ctx, rdb, cfg, rep.Jobs.Stats)
+		}
+		if jerr == nil {
+			rep.Keys, jerr = readKeys(ctx, rdb, cfg, rep.Jobs)
 		}
 		if entries, err := cfg.PeriodicEntries(); jerr == nil && err == nil && len(entries) > 0 {
 			if rep.Periodic, err = periodic.List(ctx, rdb, cfg.Queue, entries); err != nil {

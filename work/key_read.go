@@ -1,0 +1,295 @@
+package work
+
+import (
+	"context"
+	_ "embed"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed keylua/take.lua
+var keyTakeLua string
+
+// keyTakeScript is a holder's read while keys have waiting jobs. Per level,
+// high first: it reads the level stream's new entries (jobs without a key,
+// as takeScript does); when fewer than asked came, the stream has nothing
+// undelivered, and it takes turns over the level's ring for the rest: a key
+// popped from the head, when under its cap, has its oldest job moved into
+// the stream with a permit for the new entry, and goes back to the tail
+// while it has jobs; a key at its cap is skipped (it keeps its place in the
+// ring). It then reads the moved entries: exactly those, the script being
+// atomic. It looks at most n + 32 keys per level. First it drops the
+// permits the holder settled, unless their entries are pending again.
+//
+// A permit is valid while its entry is pending in the group: a key at its
+// cap first drops the permits whose entries are not (settled by a holder
+// that died before it dropped them), so a cap never counts a finished job
+// for long, and never misses a running one.
+//
+// KEYS[1..3] the high, normal and low streams, KEYS[4..6] their rings,
+// KEYS[7] key jobs; ARGV[1] group, ARGV[2] consumer, ARGV[3] most entries
+// to read, ARGV[4] the key names' prefix, ARGV[5] the default cap (0: none),
+// ARGV[6] a MessagePack array of key, cap strings ("" for none), then
+// triples of key, level, entry id: permits to drop.
+// Returns {1 when a ring still holds keys, else 0, then per stream read
+// {stream, entries as XREADGROUP gives them, 1 when they hold permits}}.
+var keyTakeScript = redis.NewScript(keyTakeLua)
+
+// keyAdmitScript decides, for keyed entries read other than by
+// keyTakeScript (a due retry or delayed job, a requeued dead letter, a
+// give-back, a replay), whether each holds a permit; one that does not is
+// parked: its record (its fields, runs made and job id) back in the key
+// jobs hash, its job id at the head of its key's list (it waited already),
+// the key in the ring when its list was empty, then the entry acknowledged
+// and deleted. Never run, never an attempt.
+//
+// KEYS[1..3] the high, normal and low streams, KEYS[4..6] their rings,
+// KEYS[7] key jobs; ARGV[1] group, ARGV[2] consumer, ARGV[3] the key names'
+// prefix, then per entry: its level (1 high, 2 normal, 3 low), entry id,
+// key, job id, runs made. Returns per entry: 1 it holds a permit (run it),
+// 0 parked, -1 no longer pending for this consumer (left alone), 2 another
+// waiting job holds its job id (nothing written: dead-letter it).
+var keyAdmitScript = redis.NewScript(entryLua + `
+local names = {'high', 'normal', 'low'}
+local out = {}
+for i = 4, #ARGV, 5 do
+  local li, e, k, job, runs = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+  local s, lvl = KEYS[li], names[tonumber(ARGV[i])]
+  if not pending(s, ARGV[1], e, ARGV[2]) then
+    out[#out + 1] = -1
+  elseif redis.call('HEXISTS', ARGV[3] .. 'run:' .. k, lvl .. ':' .. e) == 1 then
+    out[#out + 1] = 1
+  elseif redis.call('HEXISTS', KEYS[7], job) == 1 then
+    out[#out + 1] = 2
+  else
+    local f = fields(s, e, baton) or {}
+    put(f, 'attempts', runs)
+    put(f, 'orig', job)
+    redis.call('HSET', KEYS[7], job, cmsgpack.pack(f))
+    local q = ARGV[3] .. 'q:' .. lvl .. ':' .. k
+    if redis.call('LPUSH', q, job) == 1 then redis.call('RPUSH', KEYS[3 + li], k) end
+    redis.call('XACK', s, ARGV[1], e)
+    redis.call('XDEL', s, e)
+    out[#out + 1] = 0
+  end
+end
+return out
+`)
+
+// keyPoll is how often a holder looks again while every waiting key is at
+// its cap (sooner when one of its own jobs ends).
+const keyPoll = 20 * time.Millisecond
+
+// keyState is the runner's part in keys.
+type keyState struct {
+	on      atomic.Bool  // keys have waiting jobs: read with keyTakeScript
+	pending atomic.Int64 // len(release), read without the lock
+	limits  string       // KeyCaps.Limits packed for keyTakeScript; set once
+
+	held    map[entryKey]string // admitted keyed entries → key; guarded by runner.mu
+	release []any               // settled permits to drop (key, level, entry); guarded by runner.mu
+}
+
+func (r *runner) keyKeys() []string {
+	k := r.keys
+	return []string{k.High, k.Stream, k.Low, k.KeyRing(PriorityHigh), k.KeyRing(PriorityNormal), k.KeyRing(PriorityLow), k.KeyJobs()}
+}
+
+// levelIndex is p's place in keyKeys, from 1.
+func levelIndex(p Priority) int {
+	switch p {
+	case PriorityHigh:
+		return 1
+	case PriorityLow:
+		return 3
+	}
+	return 2
+}
+
+// readNext reads new entries: the plain read while no key waits (nothing
+// more than before for a queue without keys), else keyTakeScript.
+func (r *runner) readNext(ctx context.Context, n int64) ([]*Job, error) {
+	if !r.kk.on.Load() && r.kk.pending.Load() == 0 {
+		return r.readNew(ctx, n)
+	}
+	jobs, more, err := r.takeKeyed(ctx, n)
+	if err != nil || len(jobs) > 0 {
+		return jobs, err
+	}
+	r.kk.on.Store(more)
+	if !more {
+		return r.readNew(ctx, n)
+	}
+	// Every waiting key is at its cap: look again soon, or when a job of
+	// this holder ends (its permit then returns).
+	select {
+	case <-r.space:
+	case <-r.stopped:
+	case <-time.After(keyPoll):
+	}
+	return nil, nil
+}
+
+// takeKeyed runs keyTakeScript: up to n entries, and whether keys still wait.
+func (r *runner) takeKeyed(ctx context.Context, n int64) ([]*Job, bool, error) {
+	r.mu.Lock()
+	release := r.kk.release
+	r.kk.release = nil
+	r.kk.pending.Store(0)
+	r.mu.Unlock()
+	args := append([]any{Group, r.c.Consumer, n, r.keys.keyBase(), r.c.KeyCaps.Default, r.kk.limits}, release...)
+	v, err := runScript(ctx, r.c.Client, keyTakeScript, r.keyKeys(), args...).Slice()
+	if r.regrouped(ctx, err) {
+		v, err = runScript(ctx, r.c.Client, keyTakeScript, r.keyKeys(), args...).Slice()
+	}
+	if err != nil {
+		// The permits are dropped later: by the next call, or when their
+		// key is at its cap.
+		r.mu.Lock()
+		r.kk.release = append(r.kk.release, release...)
+		r.kk.pending.Store(int64(len(r.kk.release)))
+		r.mu.Unlock()
+		return nil, false, err
+	}
+	if len(v) == 0 {
+		return nil, false, nil
+	}
+	more, _ := v[0].(int64)
+	var jobs []*Job
+	for _, s := range v[1:] {
+		s, _ := s.([]any)
+		if len(s) != 3 {
+			continue
+		}
+		fed, _ := s[2].(int64)
+		from := len(jobs)
+		jobs = append(jobs, r.scriptJobs([]any{s[:2]})...)
+		if fed == 1 {
+			for _, j := range jobs[from:] {
+				j.admitted = j.Key != ""
+			}
+		}
+	}
+	return jobs, more == 1, nil
+}
+
+// admit returns the jobs to dispatch: a keyed entry read without a permit
+// is parked in its key's list (keyAdmitScript); the admitted keyed entries
+// are remembered, so that their permits are dropped once settled. Jobs
+// without a key pass through untouched, with no Redis call.
+func (r *runner) admit(ctx context.Context, jobs []*Job) ([]*Job, error) {
+	var args []any
+	var ask []*Job
+	keyed := false
+	for _, j := range jobs {
+		if j.Key == "" {
+			continue
+		}
+		keyed = true
+		if !j.admitted && j.verdict == "" {
+			ask = append(ask, j)
+			args = append(args, levelIndex(j.Priority), j.Entry, j.Key, j.ID, j.Attempt-1)
+		}
+	}
+	if !keyed {
+		return jobs, nil
+	}
+	if len(ask) > 0 {
+		v, err := runScript(ctx, r.c.Client, keyAdmitScript, r.keyKeys(), append([]any{Group, r.c.Consumer, r.keys.keyBase()}, args...)...).Slice()
+		if err != nil {
+			return nil, err // they stay pending: replayed after the error
+		}
+		parked := map[*Job]bool{}
+		for i, j := range ask {
+			switch n, _ := v[i].(int64); n {
+			case 1:
+				j.admitted = true
+			case 2:
+				j.verdict, j.problem = ReasonMalformed, "another job waiting for its key holds its job id "+j.ID
+				j.ID = j.Entry
+			default:
+				parked[j] = true
+				if n == 0 {
+					r.kk.on.Store(true)
+				}
+			}
+		}
+		kept := jobs[:0]
+		for _, j := range jobs {
+			if !parked[j] {
+				kept = append(kept, j)
+			}
+		}
+		jobs = kept
+	}
+	r.mu.Lock()
+	for _, j := range jobs {
+		if j.admitted && r.c.KeyCaps.of(j.Key) > 0 {
+			if r.kk.held == nil {
+				r.kk.held = map[entryKey]string{}
+			}
+			r.kk.held[j.key()] = j.Key
+		}
+	}
+	r.mu.Unlock()
+	return jobs, nil
+}
+
+// keyForget notes the permit of a settled (or abandoned) entry to drop;
+// runner.mu held. keyTakeScript drops it only if the entry is no longer
+// pending, so an abandoned entry keeps its permit.
+func (r *runner) keyForget(k entryKey) {
+	if len(r.kk.held) == 0 {
+		return
+	}
+	if key, ok := r.kk.held[k]; ok {
+		delete(r.kk.held, k)
+		r.kk.release = append(r.kk.release, key, k.level.String(), k.id)
+		r.kk.pending.Store(int64(len(r.kk.release)))
+	}
+}
+
+// flushKeyPermits drops the permits of jobs settled since the last read,
+// as the holder leaves.
+func (r *runner) flushKeyPermits() {
+	if r.kk.pending.Load() == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, _, err := r.takeKeyed(ctx, 0); err != nil {
+		r.c.Logger.Debug().Err(err).Msg("drop settled key permits; their keys drop them when at their cap")
+	}
+}
+
+// keysSeen is the keeper's view of the rings (one EXISTS in its pipeline).
+func (r *runner) keysSeen(n int64) {
+	if n > 0 {
+		r.kk.on.Store(true)
+	}
+}
+
+// packLimits packs caps for keyTakeScript.
+func packLimits(l map[string]int) string {
+	if len(l) == 0 {
+		return ""
+	}
+	b := appendArrayHeader(nil, 2*len(l))
+	for k, n := range l {
+		b = appendPackedString(b, k)
+		b = appendPackedString(b, strconv.Itoa(n))
+	}
+	return string(b)
+}
+
+// keysAtStart looks once, as the holder starts, whether keys have waiting
+// jobs: then its first read takes turns at once rather than after a
+// blocking read of the (empty) stream and the keeper's first tick.
+func (r *runner) keysAtStart(ctx context.Context) {
+	if n, err := r.c.Client.Exists(ctx, r.keys.rings()...).Result(); err == nil {
+		r.keysSeen(n)
+	}
+}

@@ -1,0 +1,110 @@
+-- keys take: a holder's read while keys have waiting jobs (work/key_read.go,
+-- keyTakeScript, says what it does, its KEYS, ARGV and reply).
+local g, c, left, base, dflt = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
+local names = {'high', 'normal', 'low'}
+local stream = {high = KEYS[1], normal = KEYS[2], low = KEYS[3]}
+local limits = {}
+if ARGV[6] ~= '' then
+  local l = cmsgpack.unpack(ARGV[6])
+  for i = 1, #l, 2 do limits[l[i]] = tonumber(l[i + 1]) end
+end
+local function pending(s, e)
+  local ok, p = pcall(redis.call, 'XPENDING', s, g, e, e, 1)
+  return ok and #p > 0
+end
+-- live: a permit ("<level>:<entry>") whose entry is still pending, or
+-- added by this call (read at the end of its level)
+local fresh = {}
+local function live(f)
+  if fresh[f] then return true end
+  local d = string.find(f, ':', 1, true)
+  local s = d and stream[string.sub(f, 1, d - 1)]
+  return s ~= nil and pending(s, string.sub(f, d + 1))
+end
+-- permits this holder settled: dropped unless their entry is pending again
+for i = 7, #ARGV, 3 do
+  local f = ARGV[i + 1] .. ':' .. ARGV[i + 2]
+  if not live(f) then redis.call('HDEL', base .. 'run:' .. ARGV[i], f) end
+end
+-- running: the key's permits, the stale ones (entries settled, a holder
+-- gone between settling and dropping them) dropped first when at its cap
+local function running(run, cap)
+  local n = redis.call('HLEN', run)
+  if n < cap then return n end
+  for _, f in ipairs(redis.call('HKEYS', run)) do
+    if not live(f) then
+      redis.call('HDEL', run, f)
+      n = n - 1
+    end
+  end
+  return n
+end
+-- quantum: the most jobs of one key per turn (deficit round robin): a
+-- turn's fixed cost (the ring, the list, the records) is shared by several
+-- jobs, and keys still alternate within a few jobs
+local quantum = 4
+local out = {0}
+for li = 1, 3 do
+  if left <= 0 then break end
+  local s, lvl = KEYS[li], names[li]
+  local exists = redis.call('EXISTS', s) == 1
+  if exists then
+    -- the level's new entries first: jobs without a key, as before
+    local r = redis.call('XREADGROUP', 'GROUP', g, c, 'COUNT', left, 'STREAMS', s, '>')
+    if r and r[1] then
+      out[#out + 1] = {s, r[1][2], 0}
+      left = left - #r[1][2]
+    end
+  end
+  -- Fewer than asked: the stream has nothing undelivered left. Take turns
+  -- over the level's keys for the rest.
+  local ring, fed, capped, looked = KEYS[3 + li], 0, {}, 0
+  while left > 0 and looked < left + 32 do
+    local k = redis.call('LPOP', ring)
+    if not k then break end
+    looked = looked + 1
+    local q, run = base .. 'q:' .. lvl .. ':' .. k, base .. 'run:' .. k
+    local cap = limits[k] or dflt
+    -- a turn: up to quantum jobs, within the key's room under its cap
+    local room = math.min(left, quantum)
+    if capped[k] then
+      room = 0
+    elseif cap > 0 then
+      room = math.min(room, cap - running(run, cap))
+    end
+    if room > 0 then
+      local ids = redis.call('LPOP', q, room)
+      if ids then
+        local recs = redis.call('HMGET', KEYS[7], unpack(ids))
+        redis.call('HDEL', KEYS[7], unpack(ids))
+        if not exists then
+          redis.call('XGROUP', 'CREATE', s, g, '0', 'MKSTREAM')
+          exists = true
+        end
+        for i, id in ipairs(ids) do
+          -- no record: cancelled while it waited (its id stays until now)
+          if recs[i] then
+            local e = redis.call('XADD', s, '*', unpack(cmsgpack.unpack(recs[i])))
+            if cap > 0 then
+              -- an uncapped key needs no permit: its jobs are counted nowhere
+              fresh[lvl .. ':' .. e] = true
+              redis.call('HSET', run, lvl .. ':' .. e, id)
+              redis.call('PEXPIRE', run, 86400000)
+            end
+            fed, left = fed + 1, left - 1
+          end
+        end
+      end
+    else
+      capped[k] = true
+    end
+    if redis.call('LLEN', q) > 0 then redis.call('RPUSH', ring, k) end
+  end
+  if fed > 0 then
+    -- exactly the entries just added: nothing else was undelivered
+    local r = redis.call('XREADGROUP', 'GROUP', g, c, 'COUNT', fed, 'STREAMS', s, '>')
+    out[#out + 1] = {s, r[1][2], 1}
+  end
+end
+if redis.call('EXISTS', KEYS[4], KEYS[5], KEYS[6]) > 0 then out[1] = 1 end
+return out
