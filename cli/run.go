@@ -37,8 +37,9 @@ with lock_backend redis, BATON_FENCE (the lease's fencing token), but not
 BATON_REDIS_URL. What the job writes to the file $BATON_RESULT_FILE is its
 result ('baton job ID --result', kept for retention, at most result_max
 bytes); lines "PCT MESSAGE" it writes to the fd $BATON_PROGRESS_FD are its
-progress ('baton job', 'baton status'). Exit 0 marks the job done. Any
-other exit is retried with
+progress ('baton job', 'baton status'). A keyed job also gets BATON_KEY,
+a batch's callback BATON_BATCH and BATON_BATCH_SUMMARY, a traced job
+TRACEPARENT. Exit 0 marks the job done. Any other exit is retried with
 backoff (retry_backoff, doubling, up to retry_backoff_max) until
 max_attempts runs, then dead-lettered ('baton dead'); an exit status in
 reject_exit_codes (default 65) dead-letters it at once. A job cut short by a
