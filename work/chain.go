@@ -17,9 +17,10 @@ import (
 // unique key and other options intact). When one of them is dead-lettered
 // (any reason, a cancel too), the blocked job is dead-lettered as
 // dependency_failed, and so are the jobs blocked on it. Both happen in the
-// script that settles the dependency (chain_settle.go). A chain lives in
-// one queue: every key it touches is under the queue's hash tag, so on a
-// Redis Cluster one node holds it and each step is one script.
+// script that settles the dependency (chain_settle.go). Within a queue
+// every key a chain touches is under the queue's hash tag, so on a Redis
+// Cluster one node holds it and each step is one script; a job of another
+// queue ("queue:id") is released through an outbox (chain_cross.go).
 
 // ReasonDependencyFailed is the dead-letter reason of a blocked job one of
 // whose dependencies was dead-lettered.
@@ -77,7 +78,8 @@ func (k Keys) Awaited() string { return k.Stream + ":awaited" }
 func (k Keys) AwaitedBy(id string) string { return k.Awaited() + ":" + id }
 
 // After makes the job wait until every job named (ids of the same queue,
-// as Enqueue returned them) is done: it is blocked (Locate, status), then
+// as Enqueue returned them, or "queue:id" for a job of another queue: see
+// AfterIn) is done: it is blocked (Locate, status), then
 // enters its stream with its other options. When one of them is
 // dead-lettered, so is the job, as dependency_failed. A job named must be
 // on the queue (waiting, running, scheduled, retrying, blocked or dead) or
@@ -333,7 +335,9 @@ func chainRecord(payload []byte, o *jobOptions) []byte {
 // take a job waited for that is nowhere (hint "u") as done, ARGV[6]
 // dead_max, ARGV[7] the unique key's TTL (ms, 0: none), then pairs: a job
 // waited for and where the caller saw it (hint: "<level> <entry>", "r"
-// retrying, "c" scheduled, "b" blocked, "d" done, "x" dead, "u" nowhere).
+// retrying, "c" scheduled, "b" blocked, "d" done, "x" dead, "u" nowhere;
+// for a job of another queue, registered there already: "X l <nonce>"
+// live, "X d" done, "X x" dead).
 // Returns {state, job id} with state blocked, waiting or scheduled;
 // {"dead", job id, dead job waited for, letter}; {"moved", job} when a job
 // waited for is not where the caller saw it (nothing written; locate it
