@@ -39,11 +39,14 @@ Job options (each applies to every job of the call):
   --max-attempts N  this job's own max_attempts
   --priority P      high, normal (default) or low: a holder takes waiting
                     high jobs before normal ones, normal before low
-  --after ID[,ID…]  wait, blocked, until every job named (of this queue) is
-                    done, then run; when one is dead-lettered, so is this
-                    job (reason dependency_failed). An id that is not on the
+  --after ID[,ID…]  wait, blocked, until every job named is done, then run;
+                    when one is dead-lettered, so is this job (reason
+                    dependency_failed). ID is a job of this queue, or
+                    QUEUE:ID one of another queue (Redis Cluster too: its
+                    release is forwarded, once). An id that is not on its
                     queue (a done job counts only within retention), or not a
-                    job id, adds nothing (exit 2)  --key K           the job's key (a tenant, a customer): at most
+                    job id, adds nothing (exit 2)
+  --key K           the job's key (a tenant, a customer): at most
                     key_concurrency of a key's jobs run at once, and keys
                     take turns (docs/keys.md)
 
@@ -66,6 +69,7 @@ Example:
   baton enqueue --queue mail --priority high '{"reset":42}'
   a=$(baton enqueue --queue build fetch); b=$(baton enqueue --queue build --after "$a" compile)
   baton enqueue --queue build --after "$a,$b" package
+  baton enqueue --queue deploy --after "build:$b" ship    # after a job of queue build
   ls /srv/img/*.jpg | baton enqueue --queue thumbs --batch-callback 'zip /srv/thumbs' --quiet
   baton enqueue --queue api --key customer-42 '{"call":"refund"}'
 `
@@ -101,7 +105,7 @@ func newEnqueueFlags() (*pflag.FlagSet, *enqueueFlags) {
 	fs.DurationVar(&f.timeout, "timeout", 0, "this job's own job_timeout")
 	fs.IntVar(&f.maxAttempts, "max-attempts", 0, "this job's own max_attempts (default: the queue's)")
 	fs.StringVar(&f.prio, "priority", "normal", "high, normal or low")
-	fs.StringSliceVar(&f.after, "after", nil, "run only once these jobs are done (ids, comma-separated)")
+	fs.StringSliceVar(&f.after, "after", nil, "run only once these jobs are done (ids, comma-separated; QUEUE:ID for another queue's)")
 	fs.StringVar(&f.batch.id, "batch", "", "add the jobs to this open batch ('baton batch open')")
 	f.batch.cb.bind(fs, "batch-")
 	fs.StringVar(&f.key, "key", "", "the job's key: at most key_concurrency of a key's jobs run at once")

@@ -21,8 +21,8 @@ func afterOption(ids []string) (work.Option, error) {
 		return nil, usagef("e.g. --after 1795277752922-0", "enqueue: --after: give a job id")
 	}
 	for _, id := range clean {
-		if !work.IsJobID(id) {
-			return nil, usagef("", "enqueue: --after %q: not a job id (they look like 1795277752922-0); nothing added", id)
+		if !work.IsDependency(id) {
+			return nil, usagef("", "enqueue: --after %q: not a job id (they look like 1795277752922-0, or QUEUE:1795277752922-0 for another queue's); nothing added", id)
 		}
 	}
 	return work.After(clean...), nil
@@ -55,8 +55,12 @@ func dependencyFailed(warn io.Writer, ids []string, err error) bool {
 		return false
 	}
 	for n, i := range de.Jobs {
+		dep, requeue := de.Deps[n], de.Deps[n]
+		if q, id, ok := strings.Cut(dep, ":"); ok && strings.Count(dep, ":") == 1 {
+			requeue = "--queue " + q + " " + id
+		}
 		fmt.Fprintf(warn, "baton: enqueue: job %s dead-lettered at once (%s): job %s, which it waits for, is dead; 'baton dead requeue %s', then 'baton dead requeue %s'\n",
-			ids[i], work.ReasonDependencyFailed, de.Deps[n], de.Deps[n], ids[i])
+			ids[i], work.ReasonDependencyFailed, dep, requeue, ids[i])
 	}
 	return true
 }

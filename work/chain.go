@@ -17,9 +17,10 @@ import (
 // unique key and other options intact). When one of them is dead-lettered
 // (any reason, a cancel too), the blocked job is dead-lettered as
 // dependency_failed, and so are the jobs blocked on it. Both happen in the
-// script that settles the dependency (chain_settle.go). A chain lives in
-// one queue: every key it touches is under the queue's hash tag, so on a
-// Redis Cluster one node holds it and each step is one script.
+// script that settles the dependency (chain_settle.go). Within a queue
+// every key a chain touches is under the queue's hash tag, so on a Redis
+// Cluster one node holds it and each step is one script; a job of another
+// queue ("queue:id") is released through an outbox (chain_cross.go).
 
 // ReasonDependencyFailed is the dead-letter reason of a blocked job one of
 // whose dependencies was dead-lettered.
@@ -77,7 +78,8 @@ func (k Keys) Awaited() string { return k.Stream + ":awaited" }
 func (k Keys) AwaitedBy(id string) string { return k.Awaited() + ":" + id }
 
 // After makes the job wait until every job named (ids of the same queue,
-// as Enqueue returned them) is done: it is blocked (Locate, status), then
+// as Enqueue returned them, or "queue:id" for a job of another queue: see
+// AfterIn) is done: it is blocked (Locate, status), then
 // enters its stream with its other options. When one of them is
 // dead-lettered, so is the job, as dependency_failed. A job named must be
 // on the queue (waiting, running, scheduled, retrying, blocked or dead) or
@@ -91,8 +93,8 @@ func After(ids ...string) Option {
 			return fmt.Errorf("%w: after: no job id", ErrBadOption)
 		}
 		for _, id := range ids {
-			if _, ok := parseStreamID(id); !ok {
-				return fmt.Errorf("%w: after %q: not a job id (they look like 1700000000000-0)", ErrBadOption, id)
+			if _, _, ok := splitDep(id); !ok {
+				return fmt.Errorf("%w: after %q: not a job id (they look like 1700000000000-0, or queue:1700000000000-0 for another queue's)", ErrBadOption, id)
 			}
 			if !slices.Contains(o.after, id) {
 				o.after = append(o.after, id)
@@ -113,6 +115,9 @@ func locateDeps(ctx context.Context, rdb redis.Cmdable, q string, opts []jobOpti
 			continue
 		}
 		sent[i] = true
+		for k, dep := range opts[i].after {
+			opts[i].after[k] = ownDep(q, dep)
+		}
 		if deps == nil {
 			deps = map[string]*Location{}
 		}
@@ -120,7 +125,7 @@ func locateDeps(ctx context.Context, rdb redis.Cmdable, q string, opts []jobOpti
 			if deps[dep] != nil {
 				continue
 			}
-			loc, err := locateDep(ctx, rdb, q, dep, false)
+			loc, err := locateAny(ctx, rdb, q, dep, false)
 			if err != nil {
 				return nil, fmt.Errorf("job %d: %w", i+1, err)
 			}
@@ -234,10 +239,18 @@ func blockJob(ctx context.Context, rdb redis.Cmdable, q string, payload []byte, 
 	}
 	keys := []string{k.Stream, k.High, k.Low, k.Scheduled, k.ScheduledJobs, k.Retry, k.Blocked(), k.BlockedLeft(),
 		k.Awaited(), k.Done, k.Dead, k.DeadIndex, k.Stats, ukey}
+	cross, err := blockCross(ctx, rdb, q, &job, o, deps, re != nil)
+	if err != nil {
+		return "", "", err
+	}
 	for try := 0; try < 10; try++ {
 		args := []any{job, rec, due, letter, unknownDone, 10000, ttl}
 		for _, dep := range o.after {
-			args = append(args, dep, hint(deps[dep]))
+			if h, ok := cross[dep]; ok {
+				args = append(args, dep, h)
+			} else {
+				args = append(args, dep, hint(deps[dep]))
+			}
 		}
 		v, err := blockCall(ctx, rdb, keys, args, w)
 		if err != nil {
@@ -248,7 +261,7 @@ func blockJob(ctx context.Context, rdb redis.Cmdable, q string, payload []byte, 
 		}
 		switch v[0] {
 		case "moved":
-			if deps[v[1]], err = locateDep(ctx, rdb, q, v[1], re != nil); err != nil {
+			if deps[v[1]], err = locateAny(ctx, rdb, q, v[1], re != nil); err != nil {
 				return "", "", err
 			}
 			continue
@@ -322,7 +335,9 @@ func chainRecord(payload []byte, o *jobOptions) []byte {
 // take a job waited for that is nowhere (hint "u") as done, ARGV[6]
 // dead_max, ARGV[7] the unique key's TTL (ms, 0: none), then pairs: a job
 // waited for and where the caller saw it (hint: "<level> <entry>", "r"
-// retrying, "c" scheduled, "b" blocked, "d" done, "x" dead, "u" nowhere).
+// retrying, "c" scheduled, "b" blocked, "d" done, "x" dead, "u" nowhere;
+// for a job of another queue, registered there already: "X l <nonce>"
+// live, "X d" done, "X x" dead).
 // Returns {state, job id} with state blocked, waiting or scheduled;
 // {"dead", job id, dead job waited for, letter}; {"moved", job} when a job
 // waited for is not where the caller saw it (nothing written; locate it
@@ -331,10 +346,21 @@ func chainRecord(payload []byte, o *jobOptions) []byte {
 var blockScript = redis.NewScript(entryLua + chainAckLua + chainDeadLua + `
 local c = chainKeys(KEYS[13])
 local job, now, deadMax = ARGV[1], chainNow(), tonumber(ARGV[6])
-local live, dead = {}, nil
+local live, dead, cross = {}, nil, {}
 for i = 8, #ARGV, 2 do
   local dep, hint = ARGV[i], ARGV[i + 1]
   if dep == job then return {'cycle', dep} end
+  if string.sub(hint, 1, 2) == 'X ' then
+    -- another queue's job, registered there already (chain_cross.go):
+    -- l live (unless its release came first: the early marker), d, x
+    local st, nonce = string.sub(hint, 3, 3), string.sub(hint, 5)
+    local early = st == 'l' and redis.call('GET', c.base .. ':chains:early:' .. nonce)
+    if st == 'x' or early == 'dead' then
+      dead = dead or dep
+    elseif st == 'l' and early ~= 'done' then
+      cross[#cross + 1] = {dep, nonce}
+    end
+  else
   local state
   if redis.call('ZSCORE', KEYS[10], dep) then
     state = 'done'
@@ -369,6 +395,7 @@ for i = 8, #ARGV, 2 do
   elseif state == 'live' then
     live[#live + 1] = dep
   end
+  end
 end
 if ARGV[4] ~= '' then
   if dead then return {'deaddep', dead} end
@@ -396,7 +423,8 @@ if ARGV[4] ~= '' then
   redis.call('XDEL', KEYS[11], ARGV[4])
 end
 redis.call('HSET', KEYS[7], job, rec)
-redis.call('HSET', KEYS[8], job, string.format('%d', #live + 1) .. ' ' .. ARGV[3])
+redis.call('HSET', KEYS[8], job, string.format('%d', #live + #cross + 1) .. ' ' .. ARGV[3])
+for _, x in ipairs(cross) do redis.call('HSET', c.base .. ':chains:wait', job .. ' ' .. x[1], x[2]) end
 for _, dep in ipairs(live) do
   redis.call('SADD', KEYS[9] .. ':' .. dep, job)
   redis.call('HSET', KEYS[9], dep, '1')
@@ -411,7 +439,7 @@ end
 -- the one count added above: released here, so a job with nothing left
 -- to wait for moves on at once
 chainRelease(c, job, now)
-if #live > 0 then return {'blocked', job} end
+if #live + #cross > 0 then return {'blocked', job} end
 if tonumber(ARGV[3]) > now then return {'scheduled', job} end
 return {'waiting', job}
 `)
@@ -423,13 +451,13 @@ return {'waiting', job}
 func requeueChained(ctx context.Context, rdb redis.Cmdable, q string, d *DeadLetter) (string, error) {
 	o := &jobOptions{}
 	for dep := range strings.SplitSeq(d.Fields[afterField], ",") {
-		if _, ok := parseStreamID(dep); ok && !slices.Contains(o.after, dep) {
+		if _, _, ok := splitDep(dep); ok && !slices.Contains(o.after, dep) {
 			o.after = append(o.after, dep)
 		}
 	}
 	deps := map[string]*Location{}
 	for _, dep := range o.after {
-		loc, err := locateDep(ctx, rdb, q, dep, true)
+		loc, err := locateAny(ctx, rdb, q, dep, true)
 		if err != nil {
 			return "", err
 		}
@@ -474,7 +502,11 @@ func blockedAt(ctx context.Context, rdb redis.Cmdable, k Keys, loc *Location, le
 	member := make([]*redis.BoolCmd, len(deps))
 	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, dep := range deps {
-			member[i] = p.SIsMember(ctx, k.AwaitedBy(dep), loc.ID)
+			if dq, _, _ := splitDep(dep); dq != "" {
+				member[i] = p.HExists(ctx, k.chainWait(), loc.ID+" "+dep)
+			} else {
+				member[i] = p.SIsMember(ctx, k.AwaitedBy(dep), loc.ID)
+			}
 		}
 		return nil
 	}); err != nil {

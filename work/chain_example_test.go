@@ -30,3 +30,20 @@ func ExampleAfter() {
 	// blocked 2
 	// true
 }
+
+// AfterIn chains a job to a job of another queue, which may live on
+// another Redis Cluster node: "ship" of queue deploy waits for "compile"
+// of queue build; a holder of build releases it once compile is done.
+func ExampleAfterIn() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleRedis})
+	defer rdb.Close()
+
+	compile, _ := work.Enqueue(ctx, rdb, "build", []byte("compile"))
+	ship, _ := work.Enqueue(ctx, rdb, "deploy", []byte("ship"), work.AfterIn("build", compile))
+
+	loc, _ := work.Locate(ctx, rdb, "deploy", ship)
+	fmt.Println(loc.State, loc.WaitingFor[0] == "build:"+compile)
+	// Output:
+	// blocked true
+}

@@ -61,6 +61,12 @@ local function chainRelease(c, d, now)
   end
   redis.call('XADD', to, '*', unpack(f))
 end
+-- chainOut: job settled (kind done or dead) and m (">queue job nonce") is
+-- a dependent in another queue: its release goes to this queue's outbox,
+-- in this call; ForwardChains takes it to that queue (chain_cross.go).
+local function chainOut(c, kind, job, m)
+  redis.call('RPUSH', c.base .. ':chains:outbox', kind .. ' ' .. job .. ' ' .. string.sub(m, 2))
+end
 -- chainSettling, before the entries are acknowledged and deleted: nil when
 -- the queue has no chain (one EXISTS), else the chain keys and the job ids
 -- of the entries still in the stream.
@@ -88,7 +94,9 @@ local function chainDone(c)
       local deps = redis.call('SMEMBERS', set)
       redis.call('DEL', set)
       now = now or chainNow()
-      for _, d in ipairs(deps) do chainRelease(c, d, now) end
+      for _, d in ipairs(deps) do
+        if string.byte(d, 1) == 62 then chainOut(c, 'done', job, d) else chainRelease(c, d, now) end
+      end
     end
   end
 end
@@ -134,7 +142,8 @@ local function chainFailFrom(c, job, deadMax)
       redis.call('DEL', set)
       now = now or chainNow()
       for _, d in ipairs(deps) do
-        local rec = redis.call('HGET', c.blocked, d)
+        local rec = string.byte(d, 1) ~= 62 and redis.call('HGET', c.blocked, d)
+        if string.byte(d, 1) == 62 then chainOut(c, 'dead', x, d) end
         if rec then
           chainBury(c, d, rec, 'dependency_failed', 'dependency ' .. x .. ' is dead', deadMax, now)
           todo[#todo + 1] = d

@@ -48,14 +48,18 @@ func (r *runner) moveDue(ctx context.Context) {
 	var due *redis.Cmd
 	var pause *redis.MapStringStringCmd
 	var cancels *redis.MapStringStringCmd
-	var rings *redis.IntCmd
+	var rings, outbox *redis.IntCmd
 	_, _ = r.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		due = dueScript.EvalSha(ctx, p, r.keys.due(), 100)
 		rings = p.Exists(ctx, r.keys.rings()...)
 		pause = p.HGetAll(ctx, r.keys.Paused)
 		cancels = p.HGetAll(ctx, r.keys.Cancel)
+		outbox = p.LLen(ctx, r.keys.chainOutbox())
 		return nil
 	})
+	if outbox.Val() > 0 {
+		r.forwardChains() // a settle released jobs chained in other queues
+	}
 	if pause.Err() == nil {
 		r.pauseSeen(pause.Val())
 	}

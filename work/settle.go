@@ -99,6 +99,7 @@ func (r *runner) settle() {
 		}
 	}
 	r.forwardBatches() // what a holder killed half way left in the outbox
+	r.forwardChains()  // the same for chains across queues
 	for res := range r.results {
 		one(res)
 		take()
