@@ -24,7 +24,7 @@ func TestPauseKeepsStandbysRetriesAndTicks(t *testing.T) {
 	job := r.script("job.sh", `[ "$(cat)" = fail ] && exit 3
 echo "$BATON_JOB_ID" >> `+log+"\n")
 	cfg := r.periodicConfig(beatEntry)
-	args := []string{"run", "--config", cfg, "--slots", "1", "--standby-slots", "1", "--retry-backoff", "2s", "--retry-backoff-max", "2s", "--", job}
+	args := []string{"run", "--config", cfg, "--slots", "1", "--standby-slots", "1", "--retry-backoff", "4s", "--retry-backoff-max", "4s", "--", job}
 	run := r.start(args...)
 	eventually(t, 20*time.Second, "the run slot held", func() bool { return len(r.heldPIDs("default", 1)) == 1 })
 	standby := r.start(args...)
@@ -37,11 +37,17 @@ echo "$BATON_JOB_ID" >> `+log+"\n")
 		t.Fatalf("pause: exit %d %s", code, errOut)
 	}
 	paused := time.Now()
-	// The retry becomes due (2 s) and two ticks are enqueued, to wait.
-	eventually(t, 20*time.Second, "the retry due and two ticks queued, waiting", func() bool {
+	// The retry becomes due (4 s after the failure) and two ticks are
+	// enqueued, to wait.
+	for end := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		loc, err := work.Locate(ctx, r.client(), "default", fails)
-		return err == nil && loc.State == work.StateWaiting && len(r.queuedTicks("default")) >= 2
-	})
+		if err == nil && loc.State == work.StateWaiting && len(r.queuedTicks("default")) >= 2 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("not within 20s: the retry due and two ticks queued, waiting: %+v %v, ticks %v\n%s", loc, err, r.queuedTicks("default"), run.log())
+		}
+	}
 	lines := func() int { b, _ := os.ReadFile(log); return len(strings.Fields(string(b))) }
 	eventually(t, 5*time.Second, "the pause has held 1 s", func() bool { return time.Since(paused) > time.Second })
 	ran := lines()
