@@ -16,9 +16,14 @@ import (
 
 // Samples of the control group per run (issue 26's figures).
 const (
-	pauseTries  = 20 // pauses with 4 holders busy
-	cancelTries = 50 // cancels of a running exec job, per mode
+	pauseTries  = 20  // pauses with 4 holders busy
+	cancelTries = 50  // cancels of a running job, per mode
+	waitTries   = 200 // work.Wait calls woken by an ack
 )
+
+// persistentGrace is the shutdown_grace of the persistent cancel figure:
+// its child ignores the cancel frame, so it is killed after it.
+const persistentGrace = time.Second
 
 // control measures issue 26's controls with real processes:
 //   - pause: 4 holders busy on jobs of 20 ms; `baton pause` runs, and the
@@ -28,7 +33,12 @@ const (
 //     with shutdown_grace 0; the figure is from just before work.Cancel to
 //     the job's process group gone (no member but zombies), on one host and
 //     in a fleet (lock_backend redis, holders on two simulated hosts, the
-//     cancel from the bench, which is neither).
+//     cancel from the bench, which is neither);
+//   - the same for a persistent child (the Python helper) whose handler
+//     ignores the cancel frame, under shutdown_grace 1 s: the figure is
+//     from the cancel to the child gone (killed, to be replaced);
+//   - work.Wait: from a job's handler returning to Wait returning (the ack,
+//     its notify and the BLPOP's wake-up), one job at a time.
 //
 // Its cost on the hot path, when no pause or cancel is in use, is the
 // throughput group run against the tree before and after (docs/control.md).
@@ -52,20 +62,25 @@ func (b *bench) control(ctx context.Context) error {
 		b.res.add("pause_last_start_p99_ms", "ms", percentile(ps, 99))
 		progress("run %d/%d  pause: last start after baton pause returned p50 %s ms, p99 %s ms, max %s ms (%d pauses, 4 holders)",
 			r, b.cfg.Runs, num(percentile(ps, 50)), num(percentile(ps, 99)), num(slices.Max(ps)), len(ps))
-		for _, fleet := range []bool{false, true} {
-			cs, err := cancelRun(ctx, b.srv, bins, tries(cancelTries), fleet)
-			name := "cancel_exec"
-			if fleet {
-				name = "cancel_exec_fleet"
-			}
+		for _, mode := range []string{"exec", "exec_fleet", "persistent"} {
+			cs, err := cancelRun(ctx, b.srv, bins, tries(cancelTries), mode)
+			name := "cancel_" + mode
 			if err != nil {
 				return fmt.Errorf("control %s, run %d: %w", name, r, err)
 			}
 			b.res.add(name+"_gone_p50_ms", "ms", percentile(cs, 50))
 			b.res.add(name+"_gone_p99_ms", "ms", percentile(cs, 99))
-			progress("run %d/%d  %s: process group gone after the cancel p50 %s ms, p99 %s ms, max %s ms (%d cancels)",
+			progress("run %d/%d  %s: processes gone after the cancel p50 %s ms, p99 %s ms, max %s ms (%d cancels)",
 				r, b.cfg.Runs, name, num(percentile(cs, 50)), num(percentile(cs, 99)), num(slices.Max(cs)), len(cs))
 		}
+		ws, err := waitRun(ctx, b.srv, tries(waitTries))
+		if err != nil {
+			return fmt.Errorf("control wait, run %d: %w", r, err)
+		}
+		b.res.add("wait_after_ack_p50_ms", "ms", percentile(ws, 50))
+		b.res.add("wait_after_ack_p99_ms", "ms", percentile(ws, 99))
+		progress("run %d/%d  work.Wait: returned after the handler returned p50 %s ms, p99 %s ms, max %s ms (%d waits)",
+			r, b.cfg.Runs, num(percentile(ws, 50)), num(percentile(ws, 99)), num(slices.Max(ws)), len(ws))
 	}
 	return nil
 }
@@ -142,10 +157,11 @@ func pauseRun(ctx context.Context, srv *redisServer, bins *binaries, tries int) 
 	return vs, nil
 }
 
-// cancelRun cancels a running exec job tries times and returns, for each,
-// the time from the cancel to its process group gone, in ms; in a fleet of
-// two simulated hosts with fleet.
-func cancelRun(ctx context.Context, srv *redisServer, bins *binaries, tries int, fleet bool) ([]float64, error) {
+// cancelRun cancels a running job tries times and returns, for each, the
+// time from the cancel to its processes gone, in ms. mode "exec": an exec
+// job's process group; "exec_fleet": the same in a fleet of two simulated
+// hosts; "persistent": a persistent child that ignores the cancel frame.
+func cancelRun(ctx context.Context, srv *redisServer, bins *binaries, tries int, mode string) ([]float64, error) {
 	s, err := newScene(srv, "cancel")
 	if err != nil {
 		return nil, err
@@ -157,7 +173,7 @@ func cancelRun(ctx context.Context, srv *redisServer, bins *binaries, tries int,
 		return nil, err
 	}
 	holders := 1
-	if fleet {
+	if mode == "exec_fleet" {
 		s.fleet("h1", "h2")
 		holders = 2
 	}
@@ -172,6 +188,14 @@ func cancelRun(ctx context.Context, srv *redisServer, bins *binaries, tries int,
 		return nil, err
 	}
 	args := s.args("--slots", strconv.Itoa(holders), "--lifetime", "10m", "--shutdown-grace", "0", "--", job)
+	gone := func(pid int) bool { return !groupAlive(pid) }
+	if mode == "persistent" {
+		if args, err = stubbornChild(s.dir, pids); err != nil {
+			return nil, err
+		}
+		args = s.args(append([]string{"--lifetime", "10m", "--shutdown-grace", persistentGrace.String(), "--persistent", "--"}, args...)...)
+		gone = func(pid int) bool { return !procAlive(pid) }
+	}
 	for range holders {
 		if _, err := s.start(bins.baton, args); err != nil {
 			return nil, err
@@ -199,7 +223,7 @@ func cancelRun(ctx context.Context, srv *redisServer, bins *binaries, tries int,
 		if res[0].Outcome != work.CancelRequested {
 			return nil, fmt.Errorf("cancel of running job %s: %+v", id, res[0])
 		}
-		if err := waitFor(30*time.Second, "the job's process group is gone", func() bool { return !groupAlive(pgid) }); err != nil {
+		if err := waitFor(30*time.Second, "the job's processes are gone", func() bool { return gone(pgid) }); err != nil {
 			return nil, err
 		}
 		vs = append(vs, float64(time.Since(t0))/float64(time.Millisecond))
@@ -211,6 +235,49 @@ func cancelRun(ctx context.Context, srv *redisServer, bins *binaries, tries int,
 		}
 	}
 	return vs, nil
+}
+
+// stubbornChild writes a persistent child for the Python helper whose
+// handler writes its pid to dir/<job id> and ignores the cancel frame
+// (it catches baton_worker.Cancelled and sleeps on), and returns its argv.
+func stubbornChild(dir, pids string) ([]string, error) {
+	examples, err := filepath.Abs(filepath.Join("..", "examples", "python"))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(examples, "baton_worker.py")); err != nil {
+		return nil, fmt.Errorf("run the bench from its directory, bench/: the persistent cancel runs ../examples/python: %w", err)
+	}
+	py := `import os, sys, time
+sys.path.insert(0, ` + strconv.Quote(examples) + `)
+import baton_worker
+
+def handle(payload, job):
+    with open(os.path.join(` + strconv.Quote(pids) + `, job.id), "w") as f:
+        f.write(str(os.getpid()))
+    try:
+        time.sleep(3600)
+    except baton_worker.Cancelled:
+        time.sleep(3600)
+
+baton_worker.serve(handle)
+`
+	path := filepath.Join(dir, "stubborn.py")
+	if err := os.WriteFile(path, []byte(py), 0o644); err != nil {
+		return nil, err
+	}
+	return []string{pythonBin, path}, nil
+}
+
+// procAlive reports whether process pid exists and is not a zombie.
+func procAlive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b[i+1:]))
+	return len(f) > 0 && f[0] != "Z"
 }
 
 // groupAlive reports whether process group pgid has a member that is not

@@ -124,6 +124,8 @@ func (r *results) targets() []target {
 		below("pause_last_start_p99_ms <= 1000", "pause_last_start_p99_ms", 1000.001)
 		below("cancel_exec_gone_p99_ms <= 1000", "cancel_exec_gone_p99_ms", 1000.001)
 		below("cancel_exec_fleet_gone_p99_ms <= 1000", "cancel_exec_fleet_gone_p99_ms", 1000.001)
+		below("cancel_persistent_gone_p99_ms <= shutdown_grace (1000) + 1000", "cancel_persistent_gone_p99_ms", 2000.001)
+		below("wait_after_ack_p99_ms <= 5", "wait_after_ack_p99_ms", 5.001)
 	}
 	if _, ok := r.median("periodic_late_p99_ms"); ok { // the periodic group runs with -only alone
 		below("periodic_late_p99_ms <= 1000", "periodic_late_p99_ms", 1000.001)

@@ -326,6 +326,12 @@ func CancelAndWait(ctx context.Context, rdb redis.Cmdable, q string, o CancelOpt
 // them as cancelled.
 func (r *runner) cancelSeen(req map[string]string) {
 	r.mu.Lock()
+	if len(req) == 0 {
+		r.cancels = nil
+		r.mu.Unlock()
+		return
+	}
+	r.cancels = req
 	for _, j := range r.active {
 		why, ok := req[j.ID]
 		if !ok || j.verdict != "" || j.cancelled.Load() {
@@ -344,6 +350,31 @@ func (r *runner) cancelSeen(req map[string]string) {
 		}
 		w.mu.Unlock()
 	}
+}
+
+// cancelsAtStart reads the cancel requests before the holder's first read:
+// a job it replays or claims (left pending by a holder that could not stop
+// it: killed, past its hard deadline) is dead-lettered unrun, not started
+// again until the keeper's first round trip.
+func (r *runner) cancelsAtStart(ctx context.Context) {
+	if h, err := r.c.Client.HGetAll(ctx, r.keys.Cancel).Result(); err == nil && len(h) > 0 {
+		r.mu.Lock()
+		r.cancels = h
+		r.mu.Unlock()
+	}
+}
+
+// cancelReplayed marks a job being dispatched that the latest cancel
+// requests name (a replayed or claimed entry; a cancel of a job not
+// delivered takes it out of the stream itself). Called with r.mu held.
+func (r *runner) cancelReplayed(j *Job) {
+	why, ok := r.cancels[j.ID]
+	if !ok || j.verdict != "" || j.cancelled.Load() {
+		return
+	}
+	j.cancelWhy = why
+	j.cancelled.Store(true)
+	r.c.Logger.Info().Str("job", j.ID).Str("entry", j.Entry).Str("why", why).Msg("cancelling job")
 }
 
 // cancelled dead-letters a cancelled job (stopped, or never started), then

@@ -64,7 +64,7 @@ func (r *runner) moveDue(ctx context.Context) {
 		r.pauseSeen(pause.Val())
 	}
 	r.keysSeen(rings.Val())
-	if cancels.Err() == nil && len(cancels.Val()) > 0 {
+	if cancels.Err() == nil {
 		r.cancelSeen(cancels.Val())
 	}
 	if err := due.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {

@@ -5,7 +5,7 @@ import _ "embed" // the scripts in lua/
 // The Lua scripts that producers in other languages run too: the Python
 // and Node clients (clients/python, clients/node) carry these very files,
 // so a job enqueued from Python, Node, the CLI or Go goes through the same
-// bytes. Python's are symbolic links into work/lua (pip follows them);
+// bytes, and so does a wait for its outcome or a read of its result. Python's are symbolic links into work/lua (pip follows them);
 // Node's are copies, since npm packs no symbolic link (make clients-lua
 // refreshes them). TestClientScriptsAreWorkLua fails when a client's
 // script differs from the one Go embeds.
@@ -14,4 +14,10 @@ var (
 	enqueueLua string
 	//go:embed lua/record_field.lua
 	recordFieldLua string
+	//go:embed lua/wait.lua
+	waitLua string
+	//go:embed lua/unwait.lua
+	unwaitLua string
+	//go:embed lua/result.lua
+	resultLua string
 )

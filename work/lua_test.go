@@ -13,7 +13,8 @@ import (
 // copies), identical, and none other; the enqueue script names the group
 // holders read through.
 func TestClientScriptsAreWorkLua(t *testing.T) {
-	embedded := map[string]string{"enqueue.lua": enqueueLua, "record_field.lua": recordFieldLua}
+	embedded := map[string]string{"enqueue.lua": enqueueLua, "record_field.lua": recordFieldLua,
+		"wait.lua": waitLua, "unwait.lua": unwaitLua, "result.lua": resultLua}
 	src, err := filepath.Glob("lua/*.lua")
 	if err != nil || len(src) != len(embedded) {
 		t.Fatalf("work/lua holds %v (%v), want the %d embedded scripts", src, err, len(embedded))

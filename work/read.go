@@ -157,6 +157,9 @@ func (r *runner) ensureGroups(ctx context.Context) error {
 func (r *runner) dispatch(j *Job) {
 	r.mu.Lock()
 	r.active[j.key()] = j
+	if r.cancels != nil {
+		r.cancelReplayed(j)
+	}
 	r.mu.Unlock()
 	r.inflight.Add(1)
 	if j.verdict != "" {

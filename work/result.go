@@ -154,11 +154,5 @@ func Result(ctx context.Context, rdb redis.Cmdable, q, id string) ([]byte, error
 	return nil, fmt.Errorf("result of job %s: %w: it is %s", id, ErrNotDone, loc.State)
 }
 
-// resultScript reads a done job's result.
-//
-// KEYS[1] done, KEYS[2] results; ARGV[1] job id.
-// Returns {1, result or false} when the job is done, {0} when not.
-var resultScript = redis.NewScript(`
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return {0} end
-return {1, redis.call('HGET', KEYS[2], ARGV[1])}
-`)
+// resultScript reads a done job's result (lua/result.lua).
+var resultScript = redis.NewScript(resultLua)

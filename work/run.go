@@ -256,6 +256,7 @@ type runner struct {
 	mu      sync.Mutex
 	active  map[entryKey]*Job // entries read and not yet settled; guarded by mu
 	workers []*worker         // one per worker goroutine, for the keeper's cancels; guarded by mu
+	cancels map[string]string // the latest cancel requests read (job id → why), nil when none; guarded by mu
 
 	kk keyState // keys (key_read.go)
 
@@ -301,6 +302,7 @@ func (r *runner) run(ctx context.Context) error {
 	if h, err := r.c.Client.HGetAll(ctx, r.keys.Paused).Result(); err == nil {
 		r.pauseSeen(h)
 	}
+	r.cancelsAtStart(ctx)
 	// Handlers get their own context: a drain must not cancel running jobs,
 	// only the end of the grace period does.
 	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))

@@ -24,8 +24,18 @@ const LOCATE_SCAN = 100000; // work/locate.go's locateScan
 const ENQUEUE_LUA = fs.readFileSync(path.join(__dirname, "lua", "enqueue.lua"));
 const RECORD_FIELD_LUA = fs.readFileSync(path.join(__dirname, "lua", "record_field.lua"));
 const sha1 = (b) => crypto.createHash("sha1").update(b).digest("hex");
+const WAIT_LUA = fs.readFileSync(path.join(__dirname, "lua", "wait.lua"));
+const UNWAIT_LUA = fs.readFileSync(path.join(__dirname, "lua", "unwait.lua"));
+const RESULT_LUA = fs.readFileSync(path.join(__dirname, "lua", "result.lua"));
 const ENQUEUE_SHA = sha1(ENQUEUE_LUA);
 const RECORD_FIELD_SHA = sha1(RECORD_FIELD_LUA);
+const WAIT_SHA = sha1(WAIT_LUA);
+const UNWAIT_SHA = sha1(UNWAIT_LUA);
+const RESULT_SHA = sha1(RESULT_LUA);
+// wait: how long a waiter's registration lasts without a refresh, and how
+// long one BLPOP blocks at most (work/wait.go's waitersKeep, waitBlock).
+const WAITERS_KEEP_MS = 3600 * 1000;
+const WAIT_BLOCK_MS = 5000;
 
 /** A job option with an impossible value; nothing was sent. */
 class BadOption extends Error {
@@ -45,6 +55,47 @@ class EnqueueError extends Error {
 }
 
 /** Fewer replicas than waitReplicas confirmed the jobs in time (they are queued). */
+/** result() of a job that is not done (yet); state says where it is. */
+class NotDone extends Error {
+  constructor(msg, state) {
+    super(msg);
+    this.name = "NotDone";
+    this.state = state;
+  }
+}
+
+/** result() or wait() of a job the queue does not know: done and not kept (see retention), or never enqueued there. */
+class UnknownJob extends Error {
+  constructor(msg) {
+    super(msg);
+    this.name = "UnknownJob";
+  }
+}
+
+/**
+ * wait() of a job that was dead-lettered (as Go's work.DeadError): its
+ * reason (failed, timeout, crashed, rejected, cancelled, ...) and last
+ * error; cancelled is true for a cancelled job.
+ */
+class JobDead extends Error {
+  constructor(jobId, reason, error) {
+    super(`job ${jobId} dead-lettered (${reason}): ${error}`);
+    this.name = "JobDead";
+    this.jobId = jobId;
+    this.reason = reason;
+    this.error = error;
+    this.cancelled = reason === "cancelled";
+  }
+}
+
+/** wait() of a job not settled within its timeout. */
+class TimeoutError extends Error {
+  constructor(msg) {
+    super(msg);
+    this.name = "TimeoutError";
+  }
+}
+
 class NotReplicated extends EnqueueError {
   constructor(msg, ids) {
     super(msg, ids);
@@ -67,6 +118,8 @@ function keysFor(queue) {
     deadIndex: base + ":dead:ids",
     stats: base + ":stats",
     done: base + ":done",
+    results: base + ":results",
+    waiters: base + ":waiters",
   };
 }
 
@@ -581,6 +634,89 @@ class Client {
     return d;
   }
 
+  /**
+   * A done job's result (as Go's work.Result): a Buffer, null when it set
+   * none, for the queue's retention. Rejects with NotDone (with its state)
+   * when the job is not done, UnknownJob when the queue does not know it.
+   */
+  async result(queue, id) {
+    checkId(queue, id);
+    const k = keysFor(queue);
+    const v = await this._evalBuffer(RESULT_LUA, RESULT_SHA, [k.done, k.results], [id]);
+    if (Number(v[0]) === 1) return v.length > 1 && v[1] !== null ? Buffer.from(v[1]) : null;
+    const loc = await this.job(queue, id);
+    if (loc.state === "done") return this.result(queue, id); // done meanwhile
+    if (loc.state === "unknown") throw new UnknownJob(unknown("result of", id, queue));
+    throw new NotDone(`result of job ${id}: job not done: it is ${loc.state}`, loc.state);
+  }
+
+  /**
+   * Resolves once the job is done or dead (as Go's work.Wait): to its
+   * result (a Buffer, null when it set none), or rejects with JobDead (its
+   * reason and error). A job already settled resolves at once; a job the
+   * queue does not know rejects with UnknownJob; TimeoutError after
+   * timeout ms (none: no end).
+   *
+   * It does not poll: it registers as a waiter and blocks (BLPOP) on the
+   * job's own list, which the script that settles the job pushes its
+   * outcome to, in the same step: the very scripts Go's Wait runs. The
+   * BLPOP runs on a connection of its own (duplicated from the client's),
+   * so the client's other calls go on meanwhile.
+   */
+  async wait(queue, id, timeout) {
+    checkId(queue, id);
+    const end = timeout === undefined || timeout === null ? null : Date.now() + ms("timeout", timeout);
+    const k = keysFor(queue);
+    const keys = [k.done, k.results, k.deadIndex, k.dead, k.waiters];
+    const v = await this._evalBuffer(WAIT_LUA, WAIT_SHA, keys, [id, WAITERS_KEEP_MS, "1"]);
+    if (v[0].toString() !== "wait") return settled(id, v);
+    const list = k.waiters + ":" + id;
+    let got = null;
+    let conn = null;
+    try {
+      // A job that is nowhere (never enqueued, or done and not kept) is
+      // unknown, unless it was settled since we registered: then its
+      // outcome waits on the list.
+      if ((await this.job(queue, id)).state === "unknown") {
+        got = await this.redis.lpopBuffer(list);
+        if (got === null) throw new UnknownJob(unknown("wait for", id, queue));
+        return outcome(id, got);
+      }
+      conn = this.redis.duplicate();
+      let refreshed = Date.now();
+      for (;;) {
+        let block = WAIT_BLOCK_MS;
+        if (end !== null) {
+          block = Math.min(block, end - Date.now());
+          if (block <= 0) throw new TimeoutError(`wait for job ${id}: not settled within ${timeout}ms`);
+        }
+        const r = await conn.blpopBuffer(list, Math.max(block, 10) / 1000);
+        if (r !== null) {
+          got = r[1];
+          return outcome(id, got);
+        }
+        if (Date.now() - refreshed > WAITERS_KEEP_MS / 4) { // a long wait: keep the registration
+          await this._eval(WAIT_LUA, WAIT_SHA, keys, [id, WAITERS_KEEP_MS, "0"]);
+          refreshed = Date.now();
+        }
+      }
+    } finally {
+      if (conn !== null) conn.disconnect();
+      if (got === null) { // the settle script did not count us out
+        await this._eval(UNWAIT_LUA, UNWAIT_SHA, [k.waiters], [id]).catch(() => {});
+      }
+    }
+  }
+
+  async _evalBuffer(lua, sha, keys, args) {
+    try {
+      return await this.redis.evalshaBuffer(sha, keys.length, ...keys, ...args);
+    } catch (e) {
+      if (!isNoScript(e)) throw e;
+      return await this.redis.evalBuffer(lua, keys.length, ...keys, ...args);
+    }
+  }
+
   async _eval(lua, sha, keys, args) {
     try {
       return await this.redis.evalsha(sha, keys.length, ...keys, ...args);
@@ -647,8 +783,39 @@ function fieldOf(flat, name) {
   return null;
 }
 
+function checkId(queue, id) {
+  checkQueue(queue);
+  if (typeof id !== "string" || !/^[+-]?[0-9]+-/.test(id)) {
+    throw new Error(`${JSON.stringify(String(id))} is not a job id (they look like 1700000000000-0)`);
+  }
+}
+
+const unknown = (what, id, queue) =>
+  `${what} job ${id}: job unknown on queue ${queue} (done and not kept: see retention; or never enqueued here)`;
+
+// settled is the wait script's reply for a settled job, as wait's.
+function settled(id, v) {
+  if (v[0].toString() === "done") return v[1].length > 0 ? Buffer.from(v[1]) : null;
+  throw new JobDead(id, v[1].toString(), v[2].toString());
+}
+
+// outcome is a settle script's notify message ("done\n" result, or
+// "dead\n" reason "\n" error) as wait's.
+function outcome(id, m) {
+  const nl = m.indexOf(10);
+  const kind = nl < 0 ? "" : m.subarray(0, nl).toString();
+  const rest = m.subarray(nl + 1);
+  if (kind === "done") return rest.length > 0 ? Buffer.from(rest) : null;
+  if (kind === "dead") {
+    const i = rest.indexOf(10);
+    const reason = (i < 0 ? rest : rest.subarray(0, i)).toString();
+    throw new JobDead(id, reason, i < 0 ? "" : rest.subarray(i + 1).toString());
+  }
+  throw new Error(`wait for job ${id}: outcome ${JSON.stringify(m.toString())}`);
+}
+
 function checkQueue(queue) {
   if (typeof queue !== "string" || queue === "") throw new BadOption(`queue: want a queue name, not ${describe(queue)}`);
 }
 
-module.exports = { Client, BadOption, EnqueueError, NotReplicated, keysFor, goDuration, GROUP };
+module.exports = { Client, BadOption, EnqueueError, NotReplicated, NotDone, UnknownJob, JobDead, TimeoutError, keysFor, goDuration, GROUP };

@@ -6,6 +6,7 @@
                        unique_key="welcome-42")
     job_id.duplicate  # True when a job with that key was already queued
     c.job("mail", job_id).state  # "scheduled"
+    c.wait("mail", job_id, timeout=60)  # its result, once done (JobDead if not)
 
 It runs the very Lua scripts baton's Go code runs (work/lua in the
 repository; this package carries them), so ids, options and errors are those
@@ -31,6 +32,9 @@ __all__ = [
     "BadOption",
     "EnqueueError",
     "NotReplicated",
+    "NotDone",
+    "UnknownJob",
+    "JobDead",
     "keys_for",
     "GROUP",
 ]
@@ -56,8 +60,19 @@ def _lua(name: str) -> bytes:
 
 ENQUEUE_LUA = _lua("enqueue.lua")
 RECORD_FIELD_LUA = _lua("record_field.lua")
+WAIT_LUA = _lua("wait.lua")
+UNWAIT_LUA = _lua("unwait.lua")
+RESULT_LUA = _lua("result.lua")
 _ENQUEUE_SHA = hashlib.sha1(ENQUEUE_LUA).hexdigest()
 _RECORD_FIELD_SHA = hashlib.sha1(RECORD_FIELD_LUA).hexdigest()
+_WAIT_SHA = hashlib.sha1(WAIT_LUA).hexdigest()
+_UNWAIT_SHA = hashlib.sha1(UNWAIT_LUA).hexdigest()
+_RESULT_SHA = hashlib.sha1(RESULT_LUA).hexdigest()
+
+# wait: how long a waiter's registration lasts without a refresh, and how
+# long one BLPOP blocks at most (work/wait.go's waitersKeep, waitBlock).
+_WAITERS_KEEP_MS = 3600 * 1000
+_WAIT_BLOCK = 5.0
 
 
 class BadOption(ValueError):
@@ -71,6 +86,33 @@ class EnqueueError(Exception):
     def __init__(self, msg: str, ids: List[Optional["JobID"]]):
         super().__init__(msg)
         self.ids = ids
+
+
+class NotDone(Exception):
+    """result() of a job that is not done (yet); ``state`` says where it is."""
+
+    def __init__(self, msg: str, state: str):
+        super().__init__(msg)
+        self.state = state
+
+
+class UnknownJob(LookupError):
+    """result() or wait() of a job the queue does not know: done and not
+    kept (see retention), or never enqueued there."""
+
+
+class JobDead(Exception):
+    """wait() of a job that was dead-lettered (as Go's work.DeadError):
+    its ``reason`` (failed, timeout, crashed, rejected, cancelled, ...) and
+    last ``error``; ``cancelled`` is True for a cancelled job."""
+
+    def __init__(self, job_id: str, reason: str, error: str):
+        super().__init__("job %s dead-lettered (%s): %s" % (job_id, reason, error))
+        self.job_id, self.reason, self.error = job_id, reason, error
+
+    @property
+    def cancelled(self) -> bool:
+        return self.reason == "cancelled"
 
 
 class NotReplicated(EnqueueError):
@@ -110,6 +152,8 @@ def keys_for(queue: str) -> dict:
         "dead_index": base + ":dead:ids",
         "stats": base + ":stats",
         "done": base + ":done",
+        "results": base + ":results",
+        "waiters": base + ":waiters",
     }
 
 
@@ -619,6 +663,77 @@ class Client:
                 return loc
         return loc
 
+    # --- results ---------------------------------------------------------
+
+    def result(self, queue: str, job_id: str) -> Optional[bytes]:
+        """A done job's result (as Go's work.Result): the bytes it handed
+        back, None when it set none, for the queue's retention. NotDone
+        (with its state) when the job is not done, UnknownJob when the
+        queue does not know it."""
+        _check_id(queue, job_id)
+        k = keys_for(queue)
+        v = self._eval(RESULT_LUA, _RESULT_SHA, [k["done"], k["results"]], [job_id])
+        if int(v[0]) == 1:
+            return _bytes(v[1]) if len(v) > 1 and v[1] is not None else None
+        loc = self.job(queue, job_id)
+        if loc.state == "done":  # done meanwhile
+            return self.result(queue, job_id)
+        if loc.state == "unknown":
+            raise UnknownJob(_unknown("result of", job_id, queue))
+        raise NotDone("result of job %s: job not done: it is %s" % (job_id, loc.state), loc.state)
+
+    def wait(self, queue: str, job_id: str,
+             timeout: Union[_dt.timedelta, float, None] = None) -> Optional[bytes]:
+        """Blocks until the job is done or dead (as Go's work.Wait) and
+        returns its result (None when it set none), or raises JobDead with
+        its reason and error. A job already settled returns at once; a job
+        the queue does not know raises UnknownJob; TimeoutError after
+        timeout (a timedelta or seconds; None: no end).
+
+        It does not poll: it registers as a waiter and blocks (BLPOP) on the
+        job's own list, which the script that settles the job pushes its
+        outcome to, in the same step: the very scripts Go's Wait runs. It
+        holds one connection of the redis client while it blocks; a redis
+        client with a socket_timeout needs one over 5 seconds."""
+        _check_id(queue, job_id)
+        end = None if timeout is None else time.monotonic() + _ns("timeout", timeout) / 1e9
+        k = keys_for(queue)
+        keys = [k["done"], k["results"], k["dead_index"], k["dead"], k["waiters"]]
+        v = self._eval(WAIT_LUA, _WAIT_SHA, keys, [job_id, _WAITERS_KEEP_MS, "1"])
+        if _text(v[0]) != "wait":
+            return _settled(job_id, v)
+        lst = k["waiters"] + ":" + job_id
+        outcome = None
+        try:
+            # A job that is nowhere (never enqueued, or done and not kept)
+            # is unknown, unless it was settled since we registered: then
+            # its outcome waits on the list.
+            if self.job(queue, job_id).state == "unknown":
+                outcome = self.redis.lpop(lst)
+                if outcome is None:
+                    raise UnknownJob(_unknown("wait for", job_id, queue))
+                return _outcome(job_id, outcome)
+            refreshed = time.monotonic()
+            while True:
+                block = _WAIT_BLOCK
+                if end is not None:
+                    block = min(block, end - time.monotonic())
+                    if block <= 0:
+                        raise TimeoutError("wait for job %s: not settled within %s" % (job_id, timeout))
+                got = self.redis.blpop([lst], timeout=max(block, 0.01))
+                if got is not None:
+                    outcome = got[1]
+                    return _outcome(job_id, outcome)
+                if time.monotonic() - refreshed > _WAITERS_KEEP_MS / 4000:  # a long wait: keep the registration
+                    self._eval(WAIT_LUA, _WAIT_SHA, keys, [job_id, _WAITERS_KEEP_MS, "0"])
+                    refreshed = time.monotonic()
+        finally:
+            if outcome is None:  # the settle script did not count us out
+                try:
+                    self._eval(UNWAIT_LUA, _UNWAIT_SHA, [k["waiters"]], [job_id])
+                except Exception:
+                    pass
+
     def dead_letter(self, queue: str, job_id: str) -> Optional["DeadLetter"]:
         """A job's dead letter, by the job's id or the letter's, or None."""
         k = keys_for(queue)
@@ -681,6 +796,42 @@ class Client:
                 return
             read += len(msgs)
             start = "(" + _text(msgs[-1][0])
+
+
+def _check_id(queue: Any, job_id: Any) -> None:
+    _check_queue(queue)
+    if not _is_job_id(job_id):
+        raise ValueError("%s is not a job id (they look like 1700000000000-0)" % _go_quote(job_id))
+
+
+def _bytes(v: Any) -> bytes:
+    return v if isinstance(v, bytes) else str(v).encode("utf-8", "surrogateescape")
+
+
+def _unknown(what: str, job_id: str, queue: str) -> str:
+    return ("%s job %s: job unknown on queue %s (done and not kept: see retention; or never enqueued here)"
+            % (what, job_id, queue))
+
+
+def _settled(job_id: str, v: list) -> Optional[bytes]:
+    """The wait script's reply for a settled job, as wait's."""
+    kind = _text(v[0])
+    if kind == "done":
+        b = _bytes(v[1])
+        return b if b else None
+    raise JobDead(job_id, _text(v[1]), _text(v[2]))
+
+
+def _outcome(job_id: str, m: Any) -> Optional[bytes]:
+    """A settle script's notify message ("done\\n" result, or "dead\\n"
+    reason "\\n" error) as wait's."""
+    kind, _, rest = _bytes(m).partition(b"\n")
+    if kind == b"done":
+        return rest if rest else None
+    if kind == b"dead":
+        reason, _, why = rest.partition(b"\n")
+        raise JobDead(job_id, reason.decode("utf-8", "replace"), why.decode("utf-8", "replace"))
+    raise ValueError("wait for job %s: outcome %r" % (job_id, m))
 
 
 def _check_queue(queue: Any) -> None:

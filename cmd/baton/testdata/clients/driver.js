@@ -1,6 +1,6 @@
 // Drives baton-client for cmd/baton/clients_test.go, as driver.py does.
 "use strict";
-const { Client, BadOption, EnqueueError, keysFor } = require(process.env.BATON_NODE_CLIENT);
+const { Client, BadOption, EnqueueError, NotDone, JobDead, keysFor } = require(process.env.BATON_NODE_CLIENT);
 
 function options(o) {
   const out = {};
@@ -32,6 +32,9 @@ function location(l) {
   return out;
 }
 
+// outcome is a result (a Buffer or null) as JSON: base64, or null.
+const outcome = (b) => ({ result: b === null ? null : b.toString("base64") });
+
 async function run(c, q, op) {
   try {
     switch (op.op) {
@@ -39,6 +42,8 @@ async function run(c, q, op) {
       case "many": return { ids: await c.enqueueMany(q, op.payloads, options(op.opts)) };
       case "items": return { ids: await c.enqueueMany(q, op.items.map((i) => ({ payload: i.payload, ...options(i.opts) }))) };
       case "job": return location(await c.job(q, op.id));
+      case "result": return outcome(await c.result(q, op.id));
+      case "wait": return outcome(await c.wait(q, op.id, op.timeout_ms));
       case "keys": {
         const k = keysFor(q);
         return { stream: k.stream, high: k.high, low: k.low, retry: k.retry, retry_jobs: k.retryJobs,
@@ -48,6 +53,8 @@ async function run(c, q, op) {
     }
     throw new Error("unknown op " + op.op);
   } catch (e) {
+    if (e instanceof JobDead) return { error: e.message, class: e.name, reason: e.reason, cancelled: e.cancelled };
+    if (e instanceof NotDone) return { error: e.message, class: e.name, state: e.state };
     if (e instanceof BadOption) return { error: e.message, bad: true };
     if (e instanceof EnqueueError) return { error: e.message, class: e.name, ids: e.ids.map((i) => i && i.id) };
     return { error: e.message, class: e.name };

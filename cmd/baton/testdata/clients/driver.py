@@ -2,6 +2,7 @@
 # "ops"} as JSON on stdin, runs each op, prints one JSON result per op.
 # Durations come in milliseconds and times as unix milliseconds; results
 # use `baton job --json`'s field names, with times as unix milliseconds.
+import base64
 import datetime as dt
 import json
 import sys
@@ -54,6 +55,11 @@ def location(loc):
     return out
 
 
+def outcome(b):
+    """A result (bytes or None) as JSON: base64, or null."""
+    return {"result": None if b is None else base64.b64encode(b).decode()}
+
+
 def run(c, q, op):
     try:
         kind = op["op"]
@@ -75,7 +81,16 @@ def run(c, q, op):
                     "retry_jobs": k["retry_jobs"], "scheduled": k["scheduled"],
                     "scheduled_jobs": k["scheduled_jobs"], "dead": k["dead"], "dead_index": k["dead_index"],
                     "done": k["done"], "unique": baton_client._unique_key(q, op["key"])}
+        if kind == "result":
+            return outcome(c.result(q, op["id"]))
+        if kind == "wait":
+            t = op.get("timeout_ms")
+            return outcome(c.wait(q, op["id"], timeout=None if t is None else dt.timedelta(milliseconds=t)))
         raise ValueError("unknown op %r" % kind)
+    except baton_client.JobDead as e:
+        return {"error": str(e), "class": "JobDead", "reason": e.reason, "cancelled": e.cancelled}
+    except baton_client.NotDone as e:
+        return {"error": str(e), "class": "NotDone", "state": e.state}
     except baton_client.BadOption as e:
         return {"error": str(e), "bad": True}
     except baton_client.EnqueueError as e:

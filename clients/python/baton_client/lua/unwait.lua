@@ -1,0 +1,1 @@
+../../../../work/lua/unwait.lua
