@@ -59,7 +59,7 @@ for li = 1, 3 do
   -- Fewer than asked: the stream has nothing undelivered left. Take turns
   -- over the level's keys for the rest.
   local ring, fed, capped, looked = KEYS[3 + li], 0, {}, 0
-  local eids, erecs = {}, {}
+  local eids, erecs, popped = {}, {}, {}
   while left > 0 and looked < left + 32 do
     -- the head key to the tail (its place for the next round), dropped
     -- from there (RPOP) below when its list is empty: one call per turn
@@ -79,7 +79,7 @@ for li = 1, 3 do
       local ids = redis.call('LPOP', q, room)
       if ids then
         local recs = redis.call('HMGET', KEYS[7], unpack(ids))
-        redis.call('HDEL', KEYS[7], unpack(ids))
+        for _, id in ipairs(ids) do popped[#popped + 1] = id end
         if not exists then
           redis.call('XGROUP', 'CREATE', s, g, '0', 'MKSTREAM')
           exists = true
@@ -108,6 +108,8 @@ for li = 1, 3 do
       if redis.call('LLEN', q) == 0 then redis.call('RPOP', ring) end
     end
   end
+  -- the moved jobs' records, all at once (nothing here reads them again)
+  if #popped > 0 then redis.call('HDEL', KEYS[7], unpack(popped)) end
   if fed > 0 then
     -- exactly the entries just added: nothing else was undelivered. They
     -- become pending for the consumer here, in the script. Their fields
