@@ -482,3 +482,57 @@ func TestDashboardOpenBatches(t *testing.T) {
 		t.Error("a complete batch is shown as open")
 	}
 }
+
+// The busiest keys and the keys at their cap show as status shows them
+// (work.ReadKeys): a real holder runs one job of each key, capped at 1, and
+// the rest wait; a key is text on the page, never markup.
+func TestDashboardKeys(t *testing.T) {
+	f := newFixture(t)
+	f.cfg.KeyConcurrency = 1
+	ctx := context.Background()
+	const hostileKey = `<i>tenant</i>`
+	for k, n := range map[string]int{"tenant-1": 3, hostileKey: 5} {
+		for range n {
+			if _, err := work.Enqueue(ctx, f.rdb, "q", []byte("k"), work.Key(k)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var running sync.WaitGroup
+	running.Add(2)
+	release := make(chan struct{})
+	h := work.HandlerFunc(func(ctx context.Context, j *work.Job) error {
+		running.Done()
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	})
+	rctx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- work.Run(rctx, work.Config{Client: f.rdb, Queue: "q", Consumer: "testhost/run-1", Handler: h, Concurrency: 4,
+			KeyCaps: work.KeyCaps{Default: 1}, Grace: time.Second, Logger: zerolog.Nop()}, nil)
+	}()
+	defer func() { close(release); cancel(); <-errc }()
+	running.Wait() // one job of each key runs; its key is at its cap
+	ts := f.server(t, Options{})
+	code, hdr, body := get(t, ts, "/")
+	checkSafe(t, hdr, body)
+	esc := "&lt;i&gt;tenant&lt;/i&gt;"
+	for _, want := range []string{`id="busiest-keys"`, "2 with jobs: 6 waiting, 2 running",
+		`<tr class="at-cap"><td><code>` + esc + `</code></td><td class="num">4</td><td class="num">1</td><td>at cap 1</td></tr>`,
+		`<tr class="at-cap"><td><code>tenant-1</code></td><td class="num">2</td><td class="num">1</td><td>at cap 1</td></tr>`,
+		`id="keys-at-cap">2 at their cap: <code>` + esc + `</code>, <code>tenant-1</code>`} {
+		if code != 200 || !strings.Contains(body, want) {
+			t.Errorf("GET / (%d) lacks %q", code, want)
+		}
+	}
+	if strings.Contains(body, hostileKey) {
+		t.Error("a key reached the page as markup")
+	}
+	if _, _, body := get(t, ts, "/?queue=other"); strings.Contains(body, "busiest-keys") {
+		t.Error("a queue without keys shows keys")
+	}
+}

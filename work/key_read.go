@@ -161,6 +161,11 @@ func (r *runner) takeKeyed(ctx context.Context, n int64) ([]*Job, bool, error) {
 	var jobs []*Job
 	for _, s := range v[1:] {
 		s, _ := s.([]any)
+		if len(s) == 4 {
+			// moved jobs, as their entry ids and records: all admitted
+			jobs = append(jobs, r.recordJobs(ctx, s)...)
+			continue
+		}
 		if len(s) != 3 {
 			continue
 		}
@@ -174,6 +179,106 @@ func (r *runner) takeKeyed(ctx context.Context, n int64) ([]*Job, bool, error) {
 		}
 	}
 	return jobs, more == 1, nil
+}
+
+// recordJobs makes the jobs keyTakeScript moved into stream s (now pending
+// for this consumer) from their entry ids and records, the entries' fields
+// as MessagePack (what the script gives back instead of the entries, one
+// string each). A record that does not decode (never written by baton) is
+// read from its entry instead.
+func (r *runner) recordJobs(ctx context.Context, s []any) []*Job {
+	name, _ := s[0].(string)
+	ids, _ := s[1].([]any)
+	recs, _ := s[2].([]any)
+	level := r.levelOf(name)
+	jobs := make([]*Job, 0, len(ids))
+	for i, id := range ids {
+		id, _ := id.(string)
+		var rec string
+		if i < len(recs) {
+			rec, _ = recs[i].(string)
+		}
+		values, ok := decodeRecord(rec)
+		if !ok {
+			if m, err := r.c.Client.XRange(ctx, name, id, id).Result(); err == nil && len(m) == 1 {
+				values = m[0].Values
+			}
+		}
+		j := r.toJob(redis.XMessage{ID: id, Values: values}, 1, level)
+		j.admitted = j.Key != ""
+		jobs = append(jobs, j)
+	}
+	return jobs
+}
+
+// decodeRecord decodes a waiting keyed job's record: a MessagePack array
+// of field and value strings (appendFields, or cmsgpack.pack of a Lua
+// table of strings), as a stream entry's values.
+func decodeRecord(rec string) (map[string]any, bool) {
+	b := []byte(rec)
+	size := func(n int) (int, bool) {
+		if len(b) < n {
+			return 0, false
+		}
+		v := 0
+		for _, c := range b[:n] {
+			v = v<<8 | int(c)
+		}
+		b = b[n:]
+		return v, true
+	}
+	if len(b) == 0 {
+		return nil, false
+	}
+	n, ok := 0, true
+	c := b[0]
+	b = b[1:]
+	switch {
+	case c&0xf0 == 0x90:
+		n = int(c & 0x0f)
+	case c == 0xdc:
+		n, ok = size(2)
+	case c == 0xdd:
+		n, ok = size(4)
+	default:
+		ok = false
+	}
+	if !ok || n%2 != 0 || n > len(b) {
+		return nil, false
+	}
+	values := make(map[string]any, n/2)
+	var field string
+	for i := range n {
+		var l int
+		ok := len(b) > 0
+		if ok {
+			c := b[0]
+			b = b[1:]
+			switch {
+			case c&0xe0 == 0xa0:
+				l = int(c & 0x1f)
+			case c == 0xd9 || c == 0xc4:
+				l, ok = size(1)
+			case c == 0xda || c == 0xc5:
+				l, ok = size(2)
+			case c == 0xdb || c == 0xc6:
+				l, ok = size(4)
+			default:
+				ok = false // not a string: let the entry say
+			}
+		}
+		if !ok || l > len(b) {
+			return nil, false
+		}
+		str := string(b[:l])
+		b = b[l:]
+		if i%2 == 0 {
+			field = str
+		} else {
+			values[field] = str
+		}
+	}
+	return values, len(b) == 0
 }
 
 // admit returns the jobs to dispatch: a keyed entry read without a permit

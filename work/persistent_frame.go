@@ -48,6 +48,7 @@ type frame struct {
 	Size     int    `json:"size,omitempty"`
 	Tick     string `json:"tick,omitempty"`     // a periodic job's tick, RFC 3339
 	Periodic string `json:"periodic,omitempty"` // a periodic job's entry name
+	Key      string `json:"key,omitempty"`      // a keyed job's key (docs/keys.md)
 	Pct      *int   `json:"pct,omitempty"`      // a progress frame's percentage, 0 to 100
 	Msg      string `json:"msg,omitempty"`      // a progress frame's message
 	// The job's W3C trace context (Job.TraceParent), for the child's spans.

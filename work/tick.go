@@ -81,7 +81,7 @@ func (j *Job) tickEnv() []string {
 // jobFrame is the worker protocol's job frame for j: a periodic job's
 // carries its tick and entry name.
 func jobFrame(j *Job) frame {
-	f := frame{Type: frameJob, ID: j.ID, Attempt: j.Attempt, Queue: j.Queue, Periodic: j.Periodic, body: j.Payload}
+	f := frame{Type: frameJob, ID: j.ID, Attempt: j.Attempt, Queue: j.Queue, Periodic: j.Periodic, Key: j.Key, body: j.Payload}
 	if j.Periodic != "" {
 		f.Tick = j.Tick.Format(time.RFC3339)
 	}

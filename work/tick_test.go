@@ -64,3 +64,16 @@ func TestEntryFields(t *testing.T) {
 		}
 	}
 }
+
+// A keyed job's job frame carries its key; a job without one has no key field.
+func TestKeyJobFrame(t *testing.T) {
+	f := jobFrame(&Job{ID: "1-0", Attempt: 1, Queue: "q", Key: "tenant-42"})
+	head := string(f.encode()[0])
+	if !strings.Contains(head, `"key":"tenant-42"`) {
+		t.Fatalf("keyed job's frame header %s", head)
+	}
+	f = jobFrame(&Job{ID: "2-0", Attempt: 1, Queue: "q"})
+	if head := string(f.encode()[0]); strings.Contains(head, `"key"`) {
+		t.Fatalf("plain job's frame header %s", head)
+	}
+}

@@ -59,8 +59,9 @@ function resultBytes(value) {
 /**
  * Run handler(payload: Buffer, job) for every job baton sends, until baton
  * says stop (exit 0) or goes away. job has id (for life), attempt (1 on the
- * first run), queue, traceparent and tracestate (the W3C trace context of
- * this run, '' when the job carries none: docs/tracing.md), signal (aborted
+ * first run), queue, key (its key, '' for none: docs/keys.md), traceparent
+ * and tracestate (the W3C trace context of this run, '' when the job
+ * carries none: docs/tracing.md), signal (aborted
  * when the job is cancelled), heartbeat() for long work under
  * heartbeat_timeout, and progress(pct, msg). What the handler returns (or
  * resolves to), a Buffer or a string, is the job's result.
@@ -91,6 +92,7 @@ function serve(handler) {
           id: header.id,
           attempt: header.attempt || 1,
           queue: header.queue || '',
+          key: header.key || '',
           traceparent: header.traceparent || '',
           tracestate: header.tracestate || '',
           signal: controller.signal,

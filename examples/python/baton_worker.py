@@ -43,16 +43,16 @@ class Cancelled(Exception):
 
 class Job:
     """What the handler knows of its job: id (for life), attempt (1 on the
-    first run), queue, and traceparent and tracestate (the W3C trace context
+    first run), queue, key (its key, "" for none: docs/keys.md), and traceparent and tracestate (the W3C trace context
     of this run, "" when the job carries none: docs/tracing.md). Call
     heartbeat() during long work when baton runs with heartbeat_timeout, and
     progress(pct, msg) to say how far it is (it counts as a heartbeat too)."""
 
-    __slots__ = ("id", "attempt", "queue", "traceparent", "tracestate", "_seq", "_send")
+    __slots__ = ("id", "attempt", "queue", "key", "traceparent", "tracestate", "_seq", "_send")
 
-    def __init__(self, id, attempt, queue, seq, send, traceparent="", tracestate=""):
+    def __init__(self, id, attempt, queue, seq, send, traceparent="", tracestate="", key=""):
         self.id, self.attempt, self.queue, self._seq, self._send = id, attempt, queue, seq, send
-        self.traceparent, self.tracestate = traceparent, tracestate
+        self.traceparent, self.tracestate, self.key = traceparent, tracestate, key
 
     def _frame(self, kind, **fields):
         # seq names this delivery: baton ignores what names another one
@@ -162,7 +162,7 @@ def serve(handler):
             return
         msg, body = item
         job = Job(msg["id"], msg.get("attempt", 1), msg.get("queue", ""), msg.get("seq"), send,
-                  msg.get("traceparent", ""), msg.get("tracestate", ""))
+                  msg.get("traceparent", ""), msg.get("tracestate", ""), msg.get("key", ""))
         result, value = job._frame("result", status="ok"), b""
         try:
             try:

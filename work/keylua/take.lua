@@ -59,8 +59,11 @@ for li = 1, 3 do
   -- Fewer than asked: the stream has nothing undelivered left. Take turns
   -- over the level's keys for the rest.
   local ring, fed, capped, looked = KEYS[3 + li], 0, {}, 0
+  local eids, erecs, popped = {}, {}, {}
   while left > 0 and looked < left + 32 do
-    local k = redis.call('LPOP', ring)
+    -- the head key to the tail (its place for the next round), dropped
+    -- from there (RPOP) below when its list is empty: one call per turn
+    local k = redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
     if not k then break end
     looked = looked + 1
     local q, run = base .. 'q:' .. lvl .. ':' .. k, base .. 'run:' .. k
@@ -76,7 +79,7 @@ for li = 1, 3 do
       local ids = redis.call('LPOP', q, room)
       if ids then
         local recs = redis.call('HMGET', KEYS[7], unpack(ids))
-        redis.call('HDEL', KEYS[7], unpack(ids))
+        for _, id in ipairs(ids) do popped[#popped + 1] = id end
         if not exists then
           redis.call('XGROUP', 'CREATE', s, g, '0', 'MKSTREAM')
           exists = true
@@ -85,6 +88,7 @@ for li = 1, 3 do
           -- no record: cancelled while it waited (its id stays until now)
           if recs[i] then
             local e = redis.call('XADD', s, '*', unpack(cmsgpack.unpack(recs[i])))
+            eids[#eids + 1], erecs[#erecs + 1] = e, recs[i]
             if cap > 0 then
               -- an uncapped key needs no permit: its jobs are counted nowhere
               fresh[lvl .. ':' .. e] = true
@@ -94,16 +98,29 @@ for li = 1, 3 do
             fed, left = fed + 1, left - 1
           end
         end
+        -- stays in the ring while it has jobs (fewer than asked: none left)
+        if #ids < room or redis.call('LLEN', q) == 0 then redis.call('RPOP', ring) end
+      else
+        redis.call('RPOP', ring)
       end
     else
       capped[k] = true
+      if redis.call('LLEN', q) == 0 then redis.call('RPOP', ring) end
     end
-    if redis.call('LLEN', q) > 0 then redis.call('RPUSH', ring, k) end
   end
+  -- the moved jobs' records, all at once (nothing here reads them again)
+  if #popped > 0 then redis.call('HDEL', KEYS[7], unpack(popped)) end
   if fed > 0 then
-    -- exactly the entries just added: nothing else was undelivered
+    -- exactly the entries just added: nothing else was undelivered. They
+    -- become pending for the consumer here, in the script. Their fields
+    -- are their records: those go back as they are, one string per job
+    -- (the holder decodes them), far cheaper than the entries' fields.
     local r = redis.call('XREADGROUP', 'GROUP', g, c, 'COUNT', fed, 'STREAMS', s, '>')
-    out[#out + 1] = {s, r[1][2], 1}
+    if r and r[1] and #r[1][2] == fed and r[1][2][1][1] == eids[1] then
+      out[#out + 1] = {s, eids, erecs, 2}
+    else
+      out[#out + 1] = {s, r and r[1] and r[1][2] or {}, 1}
+    end
   end
 end
 if redis.call('EXISTS', KEYS[4], KEYS[5], KEYS[6]) > 0 then out[1] = 1 end
