@@ -44,7 +44,7 @@ func TestJobResultAndProgressPages(t *testing.T) {
 
 	// the waiting job of queue other, delivered: running, with progress
 	ok := work.KeysFor("other")
-	if err := work.EnsureGroup(ctx, f.rdb, ok); err != nil {
+	if err := work.Prepare(ctx, f.rdb, ok); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: work.Group, Consumer: "h/run-0", Streams: []string{ok.Stream, ">"}}).Err(); err != nil {

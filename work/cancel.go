@@ -86,7 +86,7 @@ func cancelOne(ctx context.Context, rdb redis.Cmdable, q string, o CancelOptions
 		}
 		res.State = loc.State
 		if loc.Key != "" { // waiting in its key's list (key_cancel.go)
-			if gone, err := cancelKeyed(ctx, rdb, k, o, &res); err != nil || !gone {
+			if gone, err := cancelKeyed(ctx, rdb, q, k, o, &res); err != nil || !gone {
 				return res, err
 			}
 			continue

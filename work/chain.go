@@ -196,6 +196,9 @@ func enqueueChained(ctx context.Context, rdb redis.Cmdable, q string, jobs []Mes
 func hint(loc *Location) string {
 	switch loc.State {
 	case StateWaiting, StateRunning:
+		if loc.Key != "" {
+			return "k" // in its key's list, not in a stream
+		}
 		level, _ := ParsePriority(loc.Priority)
 		return strconv.Itoa(int(level)) + " " + loc.Entry
 	case StateRetrying:
@@ -343,7 +346,7 @@ func chainRecord(payload []byte, o *jobOptions) []byte {
 // waited for is not where the caller saw it (nothing written; locate it
 // again); {"cycle", id}; {"dup", queued job's id}; {"deaddep", job};
 // {"noletter", ""}.
-var blockScript = redis.NewScript(entryLua + chainAckLua + chainDeadLua + `
+var blockScript = redis.NewScript(entryLua + notifyLua + chainAckLua + chainDeadLua + `
 local c = chainKeys(KEYS[13])
 local job, now, deadMax = ARGV[1], chainNow(), tonumber(ARGV[6])
 local live, dead, cross = {}, nil, {}
@@ -376,6 +379,8 @@ for i = 8, #ARGV, 2 do
     if redis.call('ZSCORE', KEYS[4], dep) then state = 'live' end
   elseif h == 'b' then
     if redis.call('HEXISTS', KEYS[8], dep) == 1 then state = 'live' end
+  elseif h == 'k' then
+    if redis.call('HEXISTS', c.base .. ':key:jobs', dep) == 1 then state = 'live' end
   elseif h == '0' or h == '1' or h == '2' then
     local entry = string.sub(hint, 3)
     local e = redis.call('XRANGE', KEYS[1 + tonumber(h)], entry, entry)
@@ -537,7 +542,7 @@ func cancelBlocked(ctx context.Context, rdb redis.Cmdable, k Keys, o CancelOptio
 // KEYS[1] stats (the chain keys are derived from it, under the same hash
 // tag); ARGV[1] job id, ARGV[2] dead_max, ARGV[3] why.
 // Returns {"blocked", letter id}, or {"gone"} when the job is not blocked.
-var cancelBlockedScript = redis.NewScript(entryLua + chainAckLua + chainDeadLua + `
+var cancelBlockedScript = redis.NewScript(entryLua + notifyLua + chainAckLua + chainDeadLua + `
 local c = chainKeys(KEYS[1])
 local rec = redis.call('HGET', c.blocked, ARGV[1])
 if not rec then return {'gone'} end

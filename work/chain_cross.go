@@ -172,6 +172,8 @@ elseif h == 'c' then
   if redis.call('ZSCORE', c.sched, dep) then state = 'live' end
 elseif h == 'b' then
   if redis.call('HEXISTS', c.left, dep) == 1 then state = 'live' end
+elseif h == 'k' then
+  if redis.call('HEXISTS', c.base .. ':key:jobs', dep) == 1 then state = 'live' end
 elseif h == '0' or h == '1' or h == '2' then
   local entry = string.sub(hint, 3)
   local streams = {c.base, c.high, c.low}
@@ -205,7 +207,7 @@ return state
 // ARGV[1] "done" or "dead", ARGV[2] the dependent job, ARGV[3] the
 // dependency ("queue:id"), ARGV[4] the nonce, ARGV[5] dead_max. Returns 1
 // when it acted, 0 when not.
-var crossForwardScript = redis.NewScript(entryLua + chainAckLua + chainDeadLua + `
+var crossForwardScript = redis.NewScript(entryLua + notifyLua + chainAckLua + chainDeadLua + `
 local c = chainKeys(KEYS[1])
 local wait, f = c.base .. ':chains:wait', ARGV[2] .. ' ' .. ARGV[3]
 if redis.call('HGET', wait, f) ~= ARGV[4] then

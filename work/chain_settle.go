@@ -129,6 +129,8 @@ local function chainBury(c, d, rec, reason, why, deadMax, now)
   if u then release(u, d) end
   redis.pcall('HINCRBY', c.stats, 'dead', 1)
   redis.pcall('HINCRBY', c.stats, 'dead:' .. reason, 1)
+  local w = c.base .. ':waiters'
+  if redis.call('EXISTS', w) == 1 then notify(w, d, 'dead\n' .. reason .. '\n' .. why) end
   return id
 end
 local function chainFailFrom(c, job, deadMax)

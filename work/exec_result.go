@@ -54,7 +54,9 @@ func (x *Exec) resultEnv(j *Job) (env, path string, err error) {
 	if err != nil {
 		return "", "", fmt.Errorf("make the directory of result files: %w", err)
 	}
-	path = filepath.Join(dir, j.Entry)
+	// Named by level and entry: the high, normal and low streams issue
+	// entry ids of their own, and the same id can run at once in two.
+	path = filepath.Join(dir, j.Priority.String()+"-"+j.Entry)
 	_ = os.Remove(path) // a leftover of a run of the same entry that ended hard
 	return envResultFile + "=" + path, path, nil
 }

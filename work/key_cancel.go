@@ -2,6 +2,7 @@ package work
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -18,7 +19,7 @@ import (
 // ARGV[5] the prefix of the queue's unique keys.
 // Returns {"waiting", letter id}, or {"gone"} when no record (it was taken
 // meanwhile: the caller looks again).
-var keyCancelScript = redis.NewScript(entryLua + `
+const keyCancelLua = entryLua + notifyLua + chainAckLua + chainDeadLua + `
 local job = ARGV[1]
 local packed = redis.call('HGET', KEYS[1], job)
 if not packed then return {'gone'} end
@@ -46,14 +47,42 @@ redis.call('HDEL', KEYS[1], job)
 if u then release(u, job) end
 redis.pcall('HINCRBY', KEYS[4], 'dead', 1)
 redis.pcall('HINCRBY', KEYS[4], 'dead:cancelled', 1)
+if redis.call('EXISTS', KEYS[5]) == 1 then notify(KEYS[5], job, 'dead\ncancelled\n' .. ARGV[3]) end
+chainDead(KEYS[4], job, tonumber(ARGV[2]))
 return {'waiting', id}
+`
+
+var keyCancelScript = redis.NewScript(keyCancelLua)
+
+// batchKeyCancelLua is keyCancelScript for a batch member: counted dead in
+// the same step. KEYS: keyCancelScript's, then Keys.batchKeys; ARGV:
+// keyCancelScript's, then the queue, then the batch id.
+var batchKeyCancelScript = redis.NewScript(entryLua + batchLua + `
+local bk = {}
+for i = 6, 1, -1 do bk[i] = table.remove(KEYS) end
+local bid = table.remove(ARGV)
+local bqueue = table.remove(ARGV)
+local function cancel_body()
+` + strings.TrimPrefix(keyCancelLua, entryLua) + `
+end
+local res = cancel_body()
+if res[1] == 'waiting' then
+  bdead(bk[1], bk[2], bk[3], ARGV[1])
+  bcomplete(bk[1], bk[2], bk[3], bk[4], bk[5], bk[6], KEYS[2], KEYS[3], bid, bqueue)
+end
+return res
 `)
 
 // cancelKeyed cancels a job waiting in its key's list; gone reports that
 // it left the list meanwhile (the caller locates it again).
-func cancelKeyed(ctx context.Context, rdb redis.Cmdable, k Keys, o CancelOptions, res *CancelResult) (gone bool, err error) {
-	v, err := runScript(ctx, rdb, keyCancelScript, []string{k.KeyJobs(), k.Dead, k.DeadIndex, k.Stats},
-		res.ID, o.DeadMax, o.Reason, time.Now().UnixMilli(), k.Unique("")).StringSlice()
+func cancelKeyed(ctx context.Context, rdb redis.Cmdable, q string, k Keys, o CancelOptions, res *CancelResult) (gone bool, err error) {
+	script, keys := keyCancelScript, []string{k.KeyJobs(), k.Dead, k.DeadIndex, k.Stats, k.Waiters}
+	args := []any{res.ID, o.DeadMax, o.Reason, time.Now().UnixMilli(), k.Unique("")}
+	batch := recordBatch(ctx, rdb, k.KeyJobs(), res.ID)
+	if batch != "" {
+		script, keys, args = batchKeyCancelScript, append(keys, k.batchKeys(batch)...), append(args, q, batch)
+	}
+	v, err := runScript(ctx, rdb, script, keys, args...).StringSlice()
 	if err != nil {
 		return false, err
 	}

@@ -30,8 +30,8 @@ func EntryFields(payload []byte, opts ...Option) ([]string, Priority, error) {
 			return nil, 0, err
 		}
 	}
-	if !o.due.IsZero() || o.uniqueFor > 0 {
-		return nil, 0, fmt.Errorf("%w: a delay or a unique key's TTL cannot be written as entry fields", ErrBadOption)
+	if !o.due.IsZero() || o.uniqueFor > 0 || len(o.after) > 0 {
+		return nil, 0, fmt.Errorf("%w: a delay, a unique key's TTL or After cannot be written as entry fields", ErrBadOption)
 	}
 	f := []string{PayloadField, string(payload)}
 	if o.unique != "" {
