@@ -226,8 +226,11 @@ exit 0
 	for _, p := range ran(t, log) {
 		count[p]++
 	}
-	if count["a"] != 1 || count["b"] != 1 || count["a2"] != 2 || count["b2"] != 1 {
-		t.Fatalf("runs %v, want a, b, b2 once and a2 twice", count)
+	// b may have started under the first holder in the moment between a's
+	// ack and its kill -9: then its slot's next holder runs it again
+	// (at-least-once). Released twice, it would run twice more than that.
+	if count["a"] != 1 || count["b"] < 1 || count["b"] > 2 || count["a2"] != 2 || count["b2"] != 1 {
+		t.Fatalf("runs %v, want a and b2 once, b once (twice if the kill caught it running) and a2 twice", count)
 	}
 }
 
