@@ -319,7 +319,7 @@ func cancelIDs(e *env, args []string, from string) ([]string, error) {
 	seen := make(map[string]bool, len(ids))
 	uniq := ids[:0]
 	for _, id := range ids {
-		if !jobIDShape(id) {
+		if !work.IsJobID(id) {
 			return nil, usagef("job ids look like 1700000000000-0 (enqueue prints them)", "cancel: %q is not a job id", id)
 		}
 		if !seen[id] { // an id named twice is cancelled once, not reported as dead the second time
@@ -352,16 +352,3 @@ func hostname() string {
 	return h
 }
 
-// jobIDShape reports whether id looks like a job id: <ms>-<seq>, digits.
-func jobIDShape(id string) bool {
-	ms, seq, ok := strings.Cut(id, "-")
-	digits := func(s string) bool {
-		for _, c := range s {
-			if c < '0' || c > '9' {
-				return false
-			}
-		}
-		return s != "" && len(s) <= 20
-	}
-	return ok && digits(ms) && digits(seq)
-}

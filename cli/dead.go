@@ -220,7 +220,7 @@ func (d *deadCmd) purge(ctx context.Context, ids []string, all bool) error {
 // checked first, so a malformed one purges nothing, as one PurgeDead call.
 func (d *deadCmd) purgeIDs(ctx context.Context, ids []string) (int64, error) {
 	for _, id := range ids {
-		if id == "" || !jobIDShape(id) && strings.Trim(id, "0123456789") != "" {
+		if id == "" || !work.IsJobID(id) && strings.Trim(id, "0123456789") != "" {
 			return 0, fmt.Errorf("%q is not a dead-letter id (they look like 1700000000000-0): %w", id, work.ErrNoDeadLetter)
 		}
 	}

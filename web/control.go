@@ -75,7 +75,7 @@ func (s *server) cancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ids := r.PostForm["id"]
-	if len(ids) != 1 || !jobIDShape(strings.TrimSpace(ids[0])) {
+	if len(ids) != 1 || !work.IsJobID(strings.TrimSpace(ids[0])) {
 		s.refuse(w, r, "cancel", q, fmt.Errorf("cancel: give one job id, like 1700000000000-0 (got %d: %q)", len(ids), strings.Join(ids, " ")))
 		return
 	}
@@ -173,19 +173,3 @@ func hostname() string {
 	return h
 }
 
-// jobIDShape reports whether id looks like a job id: <ms>-<seq>, digits.
-func jobIDShape(id string) bool {
-	ms, seq, ok := strings.Cut(id, "-")
-	digits := func(s string) bool {
-		if s == "" || len(s) > 20 {
-			return false
-		}
-		for _, c := range s {
-			if c < '0' || c > '9' {
-				return false
-			}
-		}
-		return true
-	}
-	return ok && digits(ms) && digits(seq)
-}
