@@ -351,4 +351,3 @@ func hostname() string {
 	}
 	return h
 }
-

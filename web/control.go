@@ -172,4 +172,3 @@ func hostname() string {
 	}
 	return h
 }
-
