@@ -53,7 +53,9 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 //     holders, as before.
 //   - when none exists, the server may be new or restarted without its
 //     data: grants wait until TTL after the server started (uptime, read
-//     in whole seconds, so the start is taken as late as it can be). Every
+//     in whole seconds as the difference of two whole-second clocks, so up
+//     to a second over: the start is taken a second later than it says,
+//     as late as it can be). Every
 //     lease an earlier incarnation granted was last renewed before it
 //     stopped, so its holder has fenced itself by then. A server up longer
 //     than a TTL grants at once (MarkFresh tells a server just started
@@ -73,7 +75,10 @@ local function epochPaused(epoch, fence, ttl)
   if ep[1] ~= runid then
     local untl = now + ttl
     if not ep[1] and redis.call('EXISTS', fence) == 0 then
-      untl = now - 1000 * tonumber(string.match(info, 'uptime_in_seconds:(%d+)') or '0') + ttl
+      -- uptime_in_seconds is the difference of two whole-second clocks,
+      -- up to a second more than the time really elapsed: one second less
+      -- makes the start as late as it can be.
+      untl = now - 1000 * (tonumber(string.match(info, 'uptime_in_seconds:(%d+)') or '0') - 1) + ttl
     end
     if tonumber(redis.call('GET', fence) or '0') < now * 1000 then
       redis.call('SET', fence, string.format('%d', now * 1000))
