@@ -12,6 +12,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"syscall"
 
 	"github.com/rs/zerolog"
 )
@@ -30,12 +32,34 @@ const (
 )
 
 // resultDir is the holder's directory for exec jobs' result files, made
-// on the first job; Close removes it.
+// on the first job and named by the holder's pid; Close removes it. The
+// directories of holders that are gone (kill -9: their Close never ran)
+// are removed first.
 func (x *Exec) resultDir() (string, error) {
 	x.dirOnce.Do(func() {
-		x.dir, x.dirErr = os.MkdirTemp("", "baton-results-")
+		sweepResultDirs()
+		x.dir, x.dirErr = os.MkdirTemp("", resultDirPrefix+strconv.Itoa(os.Getpid())+"-")
 	})
 	return x.dir, x.dirErr
+}
+
+const resultDirPrefix = "baton-results-"
+
+// sweepResultDirs removes the result directories (resultDir) whose holder
+// no longer runs: its pid is gone. A pid taken by another process since
+// leaves its directory until that one ends; another user's stays (EPERM).
+func sweepResultDirs() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), resultDirPrefix+"*-*"))
+	for _, d := range dirs {
+		num, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(d), resultDirPrefix), "-")
+		pid, err := strconv.Atoi(num)
+		if err != nil || pid <= 0 || pid == os.Getpid() {
+			continue
+		}
+		if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+			_ = os.RemoveAll(d)
+		}
+	}
 }
 
 // Close removes the directory of the jobs' result files. Call it once Run
