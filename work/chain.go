@@ -346,7 +346,7 @@ func chainRecord(payload []byte, o *jobOptions) []byte {
 // waited for is not where the caller saw it (nothing written; locate it
 // again); {"cycle", id}; {"dup", queued job's id}; {"deaddep", job};
 // {"noletter", ""}.
-var blockScript = redis.NewScript(entryLua + notifyLua + chainAckLua + chainDeadLua + `
+var blockScript = redis.NewScript(entryLua + notifyLua + chainAckLua + chainDeadLua + chainStateLua + `
 local c = chainKeys(KEYS[13])
 local job, now, deadMax = ARGV[1], chainNow(), tonumber(ARGV[6])
 local live, dead, cross = {}, nil, {}
@@ -364,42 +364,13 @@ for i = 8, #ARGV, 2 do
       cross[#cross + 1] = {dep, nonce}
     end
   else
-  local state
-  if redis.call('ZSCORE', KEYS[10], dep) then
-    state = 'done'
-  else
-    local held = redis.call('HGET', KEYS[12], dep)
-    if held and #redis.call('XRANGE', KEYS[11], held, held) > 0 then state = 'dead' end
-  end
-  local h = string.sub(hint, 1, 1)
-  if state then
-  elseif h == 'r' then
-    if redis.call('ZSCORE', KEYS[6], dep) then state = 'live' end
-  elseif h == 'c' then
-    if redis.call('ZSCORE', KEYS[4], dep) then state = 'live' end
-  elseif h == 'b' then
-    if redis.call('HEXISTS', KEYS[8], dep) == 1 then state = 'live' end
-  elseif h == 'k' then
-    if redis.call('HEXISTS', c.base .. ':key:jobs', dep) == 1 then state = 'live' end
-  elseif h == '0' or h == '1' or h == '2' then
-    local entry = string.sub(hint, 3)
-    local e = redis.call('XRANGE', KEYS[1 + tonumber(h)], entry, entry)
-    if #e > 0 then
-      local o, f = entry, e[1][2]
-      for k = 1, #f, 2 do
-        if f[k] == 'orig' and f[k + 1] ~= '' then o = f[k + 1] end
-      end
-      if o == dep then state = 'live' end
+    local state = chainState(c, dep, hint, ARGV[5] == '1')
+    if not state then return {'moved', dep} end
+    if state == 'dead' then
+      dead = dead or dep
+    elseif state == 'live' then
+      live[#live + 1] = dep
     end
-  elseif h == 'u' and ARGV[5] == '1' then
-    state = 'done'
-  end
-  if not state then return {'moved', dep} end
-  if state == 'dead' then
-    dead = dead or dep
-  elseif state == 'live' then
-    live[#live + 1] = dep
-  end
   end
 end
 if ARGV[4] ~= '' then

@@ -154,40 +154,10 @@ func crossHints(ctx context.Context, rdb redis.Cmdable, q, job string, o *jobOpt
 // take a job that is nowhere as done, ARGV[4] the member (">queue job
 // nonce"). Returns "live" (registered), "done", "dead" or "moved" (nothing
 // written; locate it again).
-var crossAwaitScript = redis.NewScript(chainAckLua + `
+var crossAwaitScript = redis.NewScript(chainAckLua + chainStateLua + `
 local c = chainKeys(KEYS[1])
 local dep, hint = ARGV[1], ARGV[2]
-local state
-if redis.call('ZSCORE', c.base .. ':done', dep) then
-  state = 'done'
-else
-  local held = redis.call('HGET', c.index, dep)
-  if held and #redis.call('XRANGE', c.dead, held, held) > 0 then state = 'dead' end
-end
-local h = string.sub(hint, 1, 1)
-if state then
-elseif h == 'r' then
-  if redis.call('ZSCORE', c.base .. ':retry', dep) then state = 'live' end
-elseif h == 'c' then
-  if redis.call('ZSCORE', c.sched, dep) then state = 'live' end
-elseif h == 'b' then
-  if redis.call('HEXISTS', c.left, dep) == 1 then state = 'live' end
-elseif h == 'k' then
-  if redis.call('HEXISTS', c.base .. ':key:jobs', dep) == 1 then state = 'live' end
-elseif h == '0' or h == '1' or h == '2' then
-  local entry = string.sub(hint, 3)
-  local streams = {c.base, c.high, c.low}
-  local e = redis.call('XRANGE', streams[1 + tonumber(h)], entry, entry)
-  if #e > 0 then
-    local o, f = entry, e[1][2]
-    for k = 1, #f, 2 do
-      if f[k] == 'orig' and f[k + 1] ~= '' then o = f[k + 1] end
-    end
-    if o == dep then state = 'live' end
-  end
-elseif h == 'u' and ARGV[3] == '1' then
-  state = 'done'
-end
+local state = chainState(c, dep, hint, ARGV[3] == '1')
 if not state then return 'moved' end
 if state == 'live' then
   redis.call('SADD', c.awaited .. ':' .. dep, ARGV[4])

@@ -159,3 +159,40 @@ local function chainDead(stats, job, deadMax)
   chainFailFrom(chainKeys(stats), job, deadMax)
 end
 `
+
+// chainStateLua holds chainState: where a job waited for is now, checked
+// where the caller saw it (Locate's hint, see blockScript): done or dead
+// wherever it was seen, else "live" when still there, nil when it moved
+// (the caller locates it again). A job that is nowhere (hint "u") counts
+// as done when nowhereDone. It follows chainAckLua (chainKeys).
+const chainStateLua = `
+local function chainState(c, dep, hint, nowhereDone)
+  if redis.call('ZSCORE', c.base .. ':done', dep) then return 'done' end
+  local held = redis.call('HGET', c.index, dep)
+  if held and #redis.call('XRANGE', c.dead, held, held) > 0 then return 'dead' end
+  local h = string.sub(hint, 1, 1)
+  if h == 'r' then
+    if redis.call('ZSCORE', c.base .. ':retry', dep) then return 'live' end
+  elseif h == 'c' then
+    if redis.call('ZSCORE', c.sched, dep) then return 'live' end
+  elseif h == 'b' then
+    if redis.call('HEXISTS', c.left, dep) == 1 then return 'live' end
+  elseif h == 'k' then
+    if redis.call('HEXISTS', c.base .. ':key:jobs', dep) == 1 then return 'live' end
+  elseif h == '0' or h == '1' or h == '2' then
+    local entry = string.sub(hint, 3)
+    local streams = {c.base, c.high, c.low}
+    local e = redis.call('XRANGE', streams[1 + tonumber(h)], entry, entry)
+    if #e > 0 then
+      local o, f = entry, e[1][2]
+      for k = 1, #f, 2 do
+        if f[k] == 'orig' and f[k + 1] ~= '' then o = f[k + 1] end
+      end
+      if o == dep then return 'live' end
+    end
+  elseif h == 'u' and nowhereDone then
+    return 'done'
+  end
+  return nil
+end
+`
