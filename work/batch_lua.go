@@ -195,55 +195,45 @@ return {acked, out}
 
 var batchAckScript = redis.NewScript(batchAckLua)
 
-// batchDeadLua is deadScript for a batch member: the same letter, and, in
-// the same step, the member counted dead once the letter is written (not
-// when the entry was no longer pending: another holder settled it). Its
-// batch's keys and id come last in KEYS and ARGV and are taken off first,
-// so that deadLua's body reads its own as it expects.
+// batchForm is a settle script for a batch member: body (a script after
+// entryLua) runs as it is, and once it reports the member settled (the Lua
+// condition settled, over its reply res) the member, whose job id is the
+// Lua expression job, is counted dead and its batch completes if it can,
+// in the same step. The batch's keys and id come last in KEYS and ARGV and
+// are taken off first, so that the body reads its own as it expects.
 //
-// KEYS: deadScript's, then B, S, D, G, O, the queue's normal stream;
-// ARGV: deadScript's, then the queue, then the batch id.
-// Returns deadScript's reply.
-var batchDeadLua = entryLua + batchLua + `
+// KEYS: body's, then B, S, D, G, O, the queue's normal stream
+// (Keys.batchKeys); ARGV: body's, then the queue, then the batch id.
+// Returns body's reply.
+func batchForm(body, settled, job string) string {
+	return entryLua + batchLua + `
 local bk = {}
 for i = 6, 1, -1 do bk[i] = table.remove(KEYS) end
 local bid = table.remove(ARGV)
 local bqueue = table.remove(ARGV)
-local function dead_settle()
-` + strings.TrimPrefix(deadLua, entryLua) + `
+local function settle_body()
+` + strings.TrimPrefix(body, entryLua) + `
 end
-local res = dead_settle()
-if type(res) == 'number' and res >= 0 then
-  bdead(bk[1], bk[2], bk[3], ARGV[5])
+local res = settle_body()
+if ` + settled + ` then
+  bdead(bk[1], bk[2], bk[3], ` + job + `)
   bcomplete(bk[1], bk[2], bk[3], bk[4], bk[5], bk[6], KEYS[2], KEYS[3], bid, bqueue)
 end
 return res
 `
+}
+
+// batchDeadLua is deadScript for a batch member: counted dead once the
+// letter is written (not when the entry was no longer pending: another
+// holder settled it).
+var batchDeadLua = batchForm(deadLua, "type(res) == 'number' and res >= 0", "ARGV[5]")
 
 var batchDeadScript = redis.NewScript(batchDeadLua)
 
 // batchCancelLua is cancelScript for a batch member: a member it
 // dead-letters (waiting, retrying or scheduled) is counted dead in the same
 // step; a running one is left to its holder, whose dead letter counts it.
-//
-// KEYS: cancelScript's, then B, S, D, G, O, the queue's normal stream;
-// ARGV: cancelScript's, then the queue, then the batch id.
-// Returns cancelScript's reply.
-var batchCancelLua = entryLua + batchLua + `
-local bk = {}
-for i = 6, 1, -1 do bk[i] = table.remove(KEYS) end
-local bid = table.remove(ARGV)
-local bqueue = table.remove(ARGV)
-local function cancel_body()
-` + strings.TrimPrefix(cancelLua, entryLua) + `
-end
-local res = cancel_body()
-if res[1] == 'waiting' or res[1] == 'retrying' or res[1] == 'scheduled' then
-  bdead(bk[1], bk[2], bk[3], ARGV[2])
-  bcomplete(bk[1], bk[2], bk[3], bk[4], bk[5], bk[6], KEYS[2], KEYS[3], bid, bqueue)
-end
-return res
-`
+var batchCancelLua = batchForm(cancelLua, "res[1] == 'waiting' or res[1] == 'retrying' or res[1] == 'scheduled'", "ARGV[2]")
 
 var batchCancelScript = redis.NewScript(batchCancelLua)
 

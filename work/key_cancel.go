@@ -2,7 +2,6 @@ package work
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -54,24 +53,9 @@ return {'waiting', id}
 
 var keyCancelScript = redis.NewScript(keyCancelLua)
 
-// batchKeyCancelLua is keyCancelScript for a batch member: counted dead in
-// the same step. KEYS: keyCancelScript's, then Keys.batchKeys; ARGV:
-// keyCancelScript's, then the queue, then the batch id.
-var batchKeyCancelScript = redis.NewScript(entryLua + batchLua + `
-local bk = {}
-for i = 6, 1, -1 do bk[i] = table.remove(KEYS) end
-local bid = table.remove(ARGV)
-local bqueue = table.remove(ARGV)
-local function cancel_body()
-` + strings.TrimPrefix(keyCancelLua, entryLua) + `
-end
-local res = cancel_body()
-if res[1] == 'waiting' then
-  bdead(bk[1], bk[2], bk[3], ARGV[1])
-  bcomplete(bk[1], bk[2], bk[3], bk[4], bk[5], bk[6], KEYS[2], KEYS[3], bid, bqueue)
-end
-return res
-`)
+// batchKeyCancelScript is keyCancelScript for a batch member (batchForm):
+// counted dead in the same step when it was taken out of its key's list.
+var batchKeyCancelScript = redis.NewScript(batchForm(keyCancelLua, "res[1] == 'waiting'", "ARGV[1]"))
 
 // cancelKeyed cancels a job waiting in its key's list; gone reports that
 // it left the list meanwhile (the caller locates it again).
