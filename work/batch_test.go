@@ -429,19 +429,10 @@ func TestBatchWait(t *testing.T) {
 // different nodes: the completing script puts the batch in its queue's
 // outbox and the holder forwards it, once, whatever repeats the forward.
 func TestBatchCallbackOtherQueueOnCluster(t *testing.T) {
-	nodes := redistest.StartCluster(t, 3)
-	var addrs []string
-	for _, n := range nodes {
-		addrs = append(addrs, n.Addr)
-	}
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	defer cc.Close()
+	cc := clusterClient(t, 3)
 	ctx := context.Background()
-	src, dst := "q", "cb"
-	slot := func(q string) int64 { return cc.ClusterKeySlot(ctx, KeysFor(q).Stream).Val() }
-	for i := 0; slot(src)*3/16384 == slot(dst)*3/16384; i++ {
-		dst = fmt.Sprintf("cb%d", i)
-	}
+	src := "q"
+	dst := queueOnOtherNode(ctx, cc, src, "cb")
 	b, err := NewBatch(ctx, cc, src, BatchCallback([]byte("done!"), dst))
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package work
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -234,19 +233,10 @@ func TestChainAcrossQueuesSettledBefore(t *testing.T) {
 // On a Cluster with the two queues on different nodes: the release crosses
 // through the outbox, once, a replayed forward included.
 func TestChainAcrossQueuesOnCluster(t *testing.T) {
-	nodes := redistest.StartCluster(t, 3)
-	var addrs []string
-	for _, n := range nodes {
-		addrs = append(addrs, n.Addr)
-	}
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	defer cc.Close()
+	cc := clusterClient(t, 3)
 	ctx := context.Background()
-	src, dst := "qa", "qb"
-	slot := func(q string) int64 { return cc.ClusterKeySlot(ctx, KeysFor(q).Stream).Val() }
-	for i := 0; slot(src)*3/16384 == slot(dst)*3/16384; i++ {
-		dst = fmt.Sprintf("qb%d", i)
-	}
+	src := "qa"
+	dst := queueOnOtherNode(ctx, cc, src, "qb")
 	a := enqueueIn(t, cc, src, "a")
 	a2 := enqueueIn(t, cc, src, "a2", In(time.Hour))
 	b := enqueueIn(t, cc, dst, "b", AfterIn(src, a))

@@ -328,13 +328,7 @@ func TestChainLostAckReply(t *testing.T) {
 // server: every key a chain touches is under its queue's hash tag, so each
 // step is one script on the node that holds the queue.
 func TestChainOnCluster(t *testing.T) {
-	nodes := redistest.StartCluster(t, 3)
-	var addrs []string
-	for _, n := range nodes {
-		addrs = append(addrs, n.Addr)
-	}
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	defer rdb.Close()
+	rdb := clusterClient(t, 3)
 	ctx := context.Background()
 	a := mustEnqueue(t, rdb, "a")
 	b := mustEnqueue(t, rdb, "b", After(a))

@@ -4,9 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-
-	"github.com/baton-run/baton/internal/redistest"
-	"github.com/redis/go-redis/v9"
 )
 
 // TestReadMemoryOnCluster: on a Cluster, ReadMemory reads the master that
@@ -14,13 +11,7 @@ import (
 // master, whose memory says nothing of whether the queue's writes are
 // refused.
 func TestReadMemoryOnCluster(t *testing.T) {
-	nodes := redistest.StartCluster(t, 3)
-	var addrs []string
-	for _, n := range nodes {
-		addrs = append(addrs, n.Addr)
-	}
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	defer cc.Close()
+	cc := clusterClient(t, 3)
 	ctx := context.Background()
 	const ballast = 8 << 20
 	if err := cc.Set(ctx, "baton:{q}:ballast", strings.Repeat("x", ballast), 0).Err(); err != nil {
