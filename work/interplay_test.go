@@ -40,7 +40,6 @@ func TestInterplayCancelKeyedReleasesChain(t *testing.T) {
 	a := mustEnqueue(t, rdb, "a", Key("k"), In(300*time.Millisecond))
 	b := mustEnqueue(t, rdb, "b", After(a))
 	release := make(chan struct{})
-	st := new(Stats)
 	c := testConfig(rdb, HandlerFunc(func(_ context.Context, j *Job) error {
 		if string(j.Payload) == "k-0" {
 			<-release
@@ -48,10 +47,7 @@ func TestInterplayCancelKeyedReleasesChain(t *testing.T) {
 		return nil
 	}))
 	c.KeyCaps = KeyCaps{Default: 1}
-	ctx2, cancel := context.WithCancel(ctx)
-	errc := make(chan error, 1)
-	go func() { errc <- Run(ctx2, c, st) }()
-	defer func() { cancel(); <-errc }()
+	runFor(t, c)
 	// a comes due, is read from the stream and parked: k is at its cap
 	waitWithin(t, 10*time.Second, func() bool { return state(t, rdb, a).Key == "k" })
 	res, err := Cancel(ctx, rdb, "q", a)
@@ -71,17 +67,13 @@ func TestInterplayWaitCancelledKeyed(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
 	a := enqueueKeyed(t, rdb, "k", 1)[0]
-	errc := make(chan error, 1)
-	go func() {
-		_, err := Wait(ctx, rdb, "q", a)
-		errc <- err
-	}()
-	waitWithin(t, 10*time.Second, func() bool { return rdb.HGet(ctx, KeysFor("q").Waiters, a).Val() == "1" })
+	wc := waitAsync(t, rdb, "q", a, ctx)
 	if _, err := Cancel(ctx, rdb, "q", a); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case err := <-errc:
+	case w := <-wc:
+		err := w.err
 		if !errors.Is(err, ErrCancelled) {
 			t.Fatalf("Wait: %v, want ErrCancelled", err)
 		}
@@ -97,17 +89,13 @@ func TestInterplayWaitDependencyFailed(t *testing.T) {
 	ctx := context.Background()
 	a := mustEnqueue(t, rdb, "a")
 	b := mustEnqueue(t, rdb, "b", After(a))
-	errc := make(chan error, 1)
-	go func() {
-		_, err := Wait(ctx, rdb, "q", b)
-		errc <- err
-	}()
-	waitWithin(t, 10*time.Second, func() bool { return rdb.HGet(ctx, KeysFor("q").Waiters, b).Val() == "1" })
+	wc := waitAsync(t, rdb, "q", b, ctx)
 	if _, err := Cancel(ctx, rdb, "q", a); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case err := <-errc:
+	case w := <-wc:
+		err := w.err
 		var de *DeadError
 		if !errors.As(err, &de) || de.Reason != ReasonDependencyFailed {
 			t.Fatalf("Wait: %v, want a dependency_failed DeadError", err)
@@ -123,17 +111,13 @@ func TestInterplayWaitCancelledBlocked(t *testing.T) {
 	ctx := context.Background()
 	a := mustEnqueue(t, rdb, "a")
 	b := mustEnqueue(t, rdb, "b", After(a))
-	errc := make(chan error, 1)
-	go func() {
-		_, err := Wait(ctx, rdb, "q", b)
-		errc <- err
-	}()
-	waitWithin(t, 10*time.Second, func() bool { return rdb.HGet(ctx, KeysFor("q").Waiters, b).Val() == "1" })
+	wc := waitAsync(t, rdb, "q", b, ctx)
 	if _, err := Cancel(ctx, rdb, "q", b); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case err := <-errc:
+	case w := <-wc:
+		err := w.err
 		if !errors.Is(err, ErrCancelled) {
 			t.Fatalf("Wait: %v, want ErrCancelled", err)
 		}
@@ -149,7 +133,6 @@ func TestInterplayBatchKeyedMemberCancelled(t *testing.T) {
 	ctx := context.Background()
 	enqueueKeyed(t, rdb, "k", 1) // holds key k's only permit while it runs
 	release := make(chan struct{})
-	st := new(Stats)
 	c := testConfig(rdb, HandlerFunc(func(_ context.Context, j *Job) error {
 		if string(j.Payload) == "k-0" {
 			<-release
@@ -157,10 +140,7 @@ func TestInterplayBatchKeyedMemberCancelled(t *testing.T) {
 		return nil
 	}))
 	c.KeyCaps = KeyCaps{Default: 1}
-	ctx2, cancel := context.WithCancel(ctx)
-	errc := make(chan error, 1)
-	go func() { errc <- Run(ctx2, c, st) }()
-	defer func() { cancel(); <-errc }()
+	st := runFor(t, c)
 	waitWithin(t, 10*time.Second, func() bool { return rdb.HLen(ctx, KeysFor("q").KeyRun("k")).Val() == 1 })
 	b, err := NewBatch(ctx, rdb, "q", BatchCallback([]byte("cb"), ""))
 	if err != nil {
@@ -250,7 +230,6 @@ func TestInterplayChainAndBatchKeyedRespectCap(t *testing.T) {
 	}
 	var cc capCounter
 	release := make(chan struct{})
-	st := new(Stats)
 	c := testConfig(rdb, HandlerFunc(func(_ context.Context, j *Job) error {
 		cc.enter(j.Key)
 		defer cc.leave(j.Key)
@@ -261,10 +240,7 @@ func TestInterplayChainAndBatchKeyedRespectCap(t *testing.T) {
 	}))
 	c.Concurrency = 4
 	c.KeyCaps = KeyCaps{Default: 1}
-	ctx2, cancel := context.WithCancel(ctx)
-	errc := make(chan error, 1)
-	go func() { errc <- Run(ctx2, c, st) }()
-	defer func() { cancel(); <-errc }()
+	st := runFor(t, c)
 	waitWithin(t, 10*time.Second, func() bool { return st.Done.Load() == 1 }) // a
 	time.Sleep(500 * time.Millisecond)
 	if n := st.Done.Load(); n != 1 {
