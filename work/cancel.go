@@ -352,18 +352,6 @@ func (r *runner) cancelSeen(req map[string]string) {
 	}
 }
 
-// cancelsAtStart reads the cancel requests before the holder's first read:
-// a job it replays or claims (left pending by a holder that could not stop
-// it: killed, past its hard deadline) is dead-lettered unrun, not started
-// again until the keeper's first round trip.
-func (r *runner) cancelsAtStart(ctx context.Context) {
-	if h, err := r.c.Client.HGetAll(ctx, r.keys.Cancel).Result(); err == nil && len(h) > 0 {
-		r.mu.Lock()
-		r.cancels = h
-		r.mu.Unlock()
-	}
-}
-
 // cancelReplayed marks a job being dispatched that the latest cancel
 // requests name (a replayed or claimed entry; a cancel of a job not
 // delivered takes it out of the stream itself). Called with r.mu held.

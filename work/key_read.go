@@ -389,12 +389,3 @@ func packLimits(l map[string]int) string {
 	}
 	return string(b)
 }
-
-// keysAtStart looks once, as the holder starts, whether keys have waiting
-// jobs: then its first read takes turns at once rather than after a
-// blocking read of the (empty) stream and the keeper's first tick.
-func (r *runner) keysAtStart(ctx context.Context) {
-	if n, err := r.c.Client.Exists(ctx, r.keys.rings()...).Result(); err == nil {
-		r.keysSeen(n)
-	}
-}

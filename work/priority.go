@@ -75,13 +75,6 @@ func (k Keys) StreamOf(p Priority) string {
 	return k.Stream
 }
 
-// levelsInUse reports whether the queue has high or low jobs' streams: one
-// EXISTS, at a holder's start; the keeper's due script keeps it current.
-func levelsInUse(ctx context.Context, rdb redis.Cmdable, k Keys) (bool, error) {
-	n, err := rdb.Exists(ctx, k.High, k.Low).Result()
-	return n > 0, err
-}
-
 // takeScript reads up to n new entries, strictly by level: high ones first,
 // then normal, then low, without blocking. XREADGROUP cannot block in a
 // script; the reader blocks outside it when all levels are empty.

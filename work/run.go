@@ -293,16 +293,7 @@ func (r *runner) run(ctx context.Context) error {
 	if err := Prepare(ctx, r.c.Client, r.keys); err != nil {
 		return err
 	}
-	if used, err := levelsInUse(ctx, r.c.Client, r.keys); err == nil {
-		r.levels.Store(used)
-	}
-	r.keysAtStart(ctx)
-	// Before the first read: a holder that starts on a paused queue starts
-	// nothing (and says so once); the keeper follows the pause from here.
-	if h, err := r.c.Client.HGetAll(ctx, r.keys.Paused).Result(); err == nil {
-		r.pauseSeen(h)
-	}
-	r.cancelsAtStart(ctx)
+	r.readAtStart(ctx)
 	// Handlers get their own context: a drain must not cancel running jobs,
 	// only the end of the grace period does.
 	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
@@ -383,6 +374,43 @@ func (r *runner) run(ctx context.Context) error {
 		return ctx.Err()
 	}
 	return nil
+}
+
+// readAtStart reads, in one round trip before the first read, what the
+// keeper keeps current from then on:
+//   - whether the queue has high or low jobs' streams (the keeper's due
+//     script keeps it current);
+//   - whether keys have waiting jobs: then the first read takes turns at
+//     once rather than after a blocking read of the (empty) stream;
+//   - the pause: a holder that starts on a paused queue starts nothing (and
+//     says so once);
+//   - the cancel requests: a job it replays or claims (left pending by a
+//     holder that could not stop it: killed, past its hard deadline) is
+//     dead-lettered unrun, not started again.
+func (r *runner) readAtStart(ctx context.Context) {
+	var levels, rings *redis.IntCmd
+	var paused, cancels *redis.MapStringStringCmd
+	_, _ = r.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		levels = p.Exists(ctx, r.keys.High, r.keys.Low)
+		rings = p.Exists(ctx, r.keys.rings()...)
+		paused = p.HGetAll(ctx, r.keys.Paused)
+		cancels = p.HGetAll(ctx, r.keys.Cancel)
+		return nil
+	})
+	if n, err := levels.Result(); err == nil {
+		r.levels.Store(n > 0)
+	}
+	if n, err := rings.Result(); err == nil {
+		r.keysSeen(n)
+	}
+	if h, err := paused.Result(); err == nil {
+		r.pauseSeen(h)
+	}
+	if h, err := cancels.Result(); err == nil && len(h) > 0 {
+		r.mu.Lock()
+		r.cancels = h
+		r.mu.Unlock()
+	}
 }
 
 // work runs jobs until the reader closes the channel. Once draining, or
