@@ -72,6 +72,9 @@ type KeyCaps struct {
 }
 
 // of returns k's cap, 0 for none.
+// uncapped: no key has a cap (turns only).
+func (c KeyCaps) uncapped() bool { return c.Default == 0 && len(c.Limits) == 0 }
+
 func (c KeyCaps) of(k string) int {
 	if n, ok := c.Limits[k]; ok {
 		return n

@@ -140,7 +140,13 @@ func (r *runner) takeKeyed(ctx context.Context, n int64) ([]*Job, bool, error) {
 	r.kk.release = nil
 	r.kk.pending.Store(0)
 	r.mu.Unlock()
-	args := append([]any{Group, r.c.Consumer, n, r.keys.keyBase(), r.c.KeyCaps.Default, r.kk.limits}, release...)
+	if len(release) == 0 && r.c.KeyCaps.uncapped() && !r.levels.Load() {
+		jobs, more, again, err := r.takePiped(ctx, n)
+		if !again {
+			return jobs, more, err
+		}
+	}
+	args := append([]any{Group, r.c.Consumer, n, r.keys.keyBase(), r.c.KeyCaps.Default, r.kk.limits, ""}, release...)
 	v, err := runScript(ctx, r.c.Client, keyTakeScript, r.keyKeys(), args...).Slice()
 	if r.regrouped(ctx, err) {
 		v, err = runScript(ctx, r.c.Client, keyTakeScript, r.keyKeys(), args...).Slice()
@@ -159,8 +165,15 @@ func (r *runner) takeKeyed(ctx context.Context, n int64) ([]*Job, bool, error) {
 	}
 	more, _ := v[0].(int64)
 	var jobs []*Job
+	var fed []fedStream
 	for _, s := range v[1:] {
 		s, _ := s.([]any)
+		if len(s) == 2 {
+			name, _ := s[0].(string)
+			n, _ := s[1].(int64)
+			fed = append(fed, fedStream{name, n})
+			continue
+		}
 		if len(s) == 4 {
 			// moved jobs, as their entry ids and records: all admitted
 			jobs = append(jobs, r.recordJobs(ctx, s)...)
@@ -178,7 +191,96 @@ func (r *runner) takeKeyed(ctx context.Context, n int64) ([]*Job, bool, error) {
 			}
 		}
 	}
-	return jobs, more == 1, nil
+	more1 := more == 1
+	if len(fed) > 0 {
+		read, err := r.readFed(ctx, fed)
+		jobs = append(jobs, read...)
+		if err != nil {
+			// Left undelivered: read by the next read of any holder.
+			r.c.Logger.Debug().Err(err).Msg("read the jobs fed by keys' turns")
+			more1 = true
+		}
+	}
+	return jobs, more1, nil
+}
+
+// takePiped is takeKeyed in one round trip, for a holder whose keys have
+// no cap while only the normal level is in use: keyTakeScript feeds
+// uncapped keys' jobs to the normal stream (only when nothing there is
+// undelivered) and the XREADGROUP sent with it reads them, or the jobs
+// without a key that came first. again: use takeKeyed's two steps (other
+// levels are in use, or the script had to be loaded).
+func (r *runner) takePiped(ctx context.Context, n int64) (jobs []*Job, more, again bool, err error) {
+	var take *redis.Cmd
+	var read *redis.XStreamSliceCmd
+	_, err = r.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		take = keyTakeScript.EvalSha(ctx, p, r.keyKeys(), Group, r.c.Consumer, n, r.keys.keyBase(), 0, "", "pipe")
+		read = p.XReadGroup(ctx, &redis.XReadGroupArgs{
+			Group: Group, Consumer: r.c.Consumer, Streams: []string{r.keys.Stream, ">"}, Count: n, Block: -1,
+		})
+		return nil
+	})
+	for _, m := range read.Val() {
+		for _, e := range m.Messages {
+			jobs = append(jobs, r.toJob(e, 1, PriorityNormal))
+		}
+	}
+	if err := read.Err(); err != nil && !isRedisNil(err) {
+		if isNoGroup(err) {
+			return jobs, true, len(jobs) == 0, nil // the two steps make the group
+		}
+		// what the script fed stays undelivered: any holder's next read
+		return jobs, true, false, err
+	}
+	v, terr := take.Slice()
+	if terr != nil {
+		return jobs, true, len(jobs) == 0, nil // NOSCRIPT: the two steps load it
+	}
+	if len(v) > 0 {
+		m, _ := v[0].(int64)
+		more = m == 1
+	}
+	for _, s := range v[min(1, len(v)):] {
+		if s == "levels" {
+			return jobs, true, len(jobs) == 0, nil
+		}
+	}
+	return jobs, more, false, nil
+}
+
+// fedStream is a stream keyTakeScript fed, and how many entries.
+type fedStream struct {
+	name string
+	n    int64
+}
+
+// readFed reads the entries keyTakeScript fed to the streams (uncapped
+// keys' jobs, left undelivered), as many as it fed per stream, without
+// blocking: another holder may have read some meanwhile. One round trip.
+func (r *runner) readFed(ctx context.Context, fed []fedStream) ([]*Job, error) {
+	cmds := make([]*redis.XStreamSliceCmd, len(fed))
+	_, err := r.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, s := range fed {
+			cmds[i] = p.XReadGroup(ctx, &redis.XReadGroupArgs{
+				Group: Group, Consumer: r.c.Consumer, Streams: []string{s.name, ">"},
+				Count: s.n, Block: -1,
+			})
+		}
+		return nil
+	})
+	var jobs []*Job
+	for _, c := range cmds {
+		for _, s := range c.Val() {
+			level := r.levelOf(s.Stream)
+			for _, m := range s.Messages {
+				jobs = append(jobs, r.toJob(m, 1, level))
+			}
+		}
+	}
+	if isRedisNil(err) {
+		err = nil
+	}
+	return jobs, err
 }
 
 // recordJobs makes the jobs keyTakeScript moved into stream s (now pending
@@ -209,6 +311,30 @@ func (r *runner) recordJobs(ctx context.Context, s []any) []*Job {
 		jobs = append(jobs, j)
 	}
 	return jobs
+}
+
+// recordField is where an entry that keyTakeScript adds holds the job's
+// fields: its record, packed as it waited (next to orig, which those that
+// look for a job's entry read).
+const recordField = "record"
+
+// entryValues are an entry's fields, and whether they were packed: an
+// entry keyTakeScript added holds them in its record field (the same
+// unpacking as entryLua's unpacked). One that does not decode is left as
+// it is (no payload: dead-lettered as malformed).
+func entryValues(v map[string]any) (map[string]any, bool) {
+	if len(v) != 2 { // first: a plain job's entry pays no lookup
+		return v, false
+	}
+	rec, ok := v[recordField].(string)
+	if !ok || v[jobField] == nil {
+		return v, false
+	}
+	d, ok := decodeRecord(rec)
+	if !ok {
+		return v, false
+	}
+	return d, true
 }
 
 // decodeRecord decodes a waiting keyed job's record: a MessagePack array

@@ -88,10 +88,22 @@ func isRedisNil(err error) bool { return errors.Is(err, redis.Nil) }
 // an entry's fields with baton's bookkeeping fields taken out (nil when the
 // entry is gone), and put(t, k, v) appends a field.
 const entryLua = `
+-- unpacked: an entry's fields. An entry the keys' take script added holds
+-- them packed in its record field, next to orig (work.entryValues); one
+-- that does not unpack to strings is left as it is.
+local function unpacked(f)
+  if #f ~= 4 or f[1] ~= 'orig' or f[3] ~= 'record' then return f end
+  local ok, t = pcall(cmsgpack.unpack, f[4])
+  if not ok or type(t) ~= 'table' or #t % 2 ~= 0 then return f end
+  for _, v in ipairs(t) do
+    if type(v) ~= 'string' then return f end
+  end
+  return t
+end
 local function fields(stream, id, drop)
   local e = redis.call('XRANGE', stream, id, id)
   if #e == 0 then return nil end
-  local f, out = e[1][2], {}
+  local f, out = unpacked(e[1][2]), {}
   for i = 1, #f, 2 do
     if not drop[f[i]] then out[#out + 1] = f[i]; out[#out + 1] = f[i + 1] end
   end
