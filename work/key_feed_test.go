@@ -1,0 +1,162 @@
+package work
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/baton-run/baton/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// feedOnce runs keyTakeScript as a holder of consumer c would, then reads
+// nothing: the uncapped keys' jobs it feeds stay undelivered, as when a
+// holder dies between the script and its read. Returns how many it fed.
+func feedOnce(t *testing.T, rdb *redis.Client, c string, n int) int64 {
+	t.Helper()
+	ctx := context.Background()
+	k := KeysFor("q")
+	r := &runner{keys: k}
+	if err := rdb.XGroupCreateMkStream(ctx, k.Stream, Group, "0").Err(); err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
+		t.Fatal(err)
+	}
+	v, err := runScript(ctx, rdb, keyTakeScript, r.keyKeys(), Group, c, n, k.keyBase(), 0, "", "").Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fed int64
+	for _, s := range v[1:] {
+		if s, _ := s.([]any); len(s) == 2 {
+			n, _ := s[1].(int64)
+			fed += n
+		}
+	}
+	return fed
+}
+
+// The jobs a key's turn fed to the stream and nobody read (the holder died
+// between the script and its read) are read by the next holder like any
+// new entry and run once each, keys and payloads intact; with a cap in the
+// reader's config (holders that disagree), they wait for permits and run
+// within it.
+func TestKeyFedLeftUndelivered(t *testing.T) {
+	for _, capped := range []bool{false, true} {
+		name := "uncapped reader"
+		if capped {
+			name = "capped reader"
+		}
+		t.Run(name, func(t *testing.T) {
+			rdb := redistest.Start(t).Client()
+			ids := append(enqueueKeyed(t, rdb, "a", 12), enqueueKeyed(t, rdb, "b", 12)...)
+			if fed := feedOnce(t, rdb, "gone/run-0", 10); fed != 10 {
+				t.Fatalf("fed %d jobs, want 10", fed)
+			}
+			var mu sync.Mutex
+			ran := map[string]int{}
+			var cc capCounter
+			st := new(Stats)
+			c := testConfig(rdb, HandlerFunc(func(_ context.Context, j *Job) error {
+				cc.enter(j.Key)
+				defer cc.leave(j.Key)
+				if !strings.HasPrefix(string(j.Payload), j.Key+"-") {
+					t.Errorf("job %s of key %q has payload %q", j.ID, j.Key, j.Payload)
+				}
+				mu.Lock()
+				ran[j.ID]++
+				mu.Unlock()
+				return nil
+			}))
+			c.Concurrency = 4
+			if capped {
+				c.KeyCaps = KeyCaps{Default: 1}
+			}
+			runUntil(t, c, st, func() bool { return st.Done.Load() == 24 })
+			for _, id := range ids {
+				if ran[id] != 1 {
+					t.Errorf("job %s ran %d times", id, ran[id])
+				}
+			}
+			if capped && (cc.most["a"] > 1 || cc.most["b"] > 1) {
+				t.Errorf("most running at once: %v; want at most 1 per key", cc.most)
+			}
+			levelsSettled(t, rdb)
+			keysClean(t, rdb)
+		})
+	}
+}
+
+// A holder whose keys have no cap reads keyed and unkeyed jobs of the
+// normal level in one round trip: jobs without a key already in the stream
+// are read first (no key's job is fed while any waits there), and every job
+// runs once.
+func TestKeyPipedMixedQueue(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	var plain []string
+	for range 60 {
+		id, err := Enqueue(ctx, rdb, "q", []byte("plain"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain = append(plain, id)
+	}
+	keyed := append(enqueueKeyed(t, rdb, "a", 50), enqueueKeyed(t, rdb, "b", 50)...)
+	var mu sync.Mutex
+	var order []string
+	ran := map[string]int{}
+	st := new(Stats)
+	c := testConfig(rdb, HandlerFunc(func(_ context.Context, j *Job) error {
+		mu.Lock()
+		order = append(order, j.Key)
+		ran[j.ID]++
+		mu.Unlock()
+		return nil
+	}))
+	runUntil(t, c, st, func() bool { return st.Done.Load() == 160 })
+	for _, id := range append(plain, keyed...) {
+		if ran[id] != 1 {
+			t.Errorf("job %s ran %d times", id, ran[id])
+		}
+	}
+	for i, k := range order[:60] {
+		if k != "" {
+			t.Fatalf("run %d was key %q's job, before all jobs without a key (order %q)", i+1, k, order)
+		}
+	}
+	levelsSettled(t, rdb)
+	keysClean(t, rdb)
+}
+
+// Uncapped keyed jobs of high priority, while only the normal level's
+// stream exists: the one-round-trip read hands over to the two-step read
+// (the script says "levels") and high runs before normal.
+func TestKeyPipedHighLevel(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	normal := enqueueKeyed(t, rdb, "n", 30)
+	high := enqueueKeyed(t, rdb, "h", 30, WithPriority(PriorityHigh))
+	var mu sync.Mutex
+	var order []string
+	ran := map[string]int{}
+	st := new(Stats)
+	c := testConfig(rdb, HandlerFunc(func(_ context.Context, j *Job) error {
+		mu.Lock()
+		order = append(order, j.Key)
+		ran[j.ID]++
+		mu.Unlock()
+		return nil
+	}))
+	runUntil(t, c, st, func() bool { return st.Done.Load() == 60 })
+	for _, id := range append(normal, high...) {
+		if ran[id] != 1 {
+			t.Errorf("job %s ran %d times", id, ran[id])
+		}
+	}
+	for i, k := range order[:30] {
+		if k != "h" {
+			t.Fatalf("run %d was key %q's job, before every high one (order %q)", i+1, k, order)
+		}
+	}
+	levelsSettled(t, rdb)
+	keysClean(t, rdb)
+}
