@@ -150,7 +150,7 @@ chaos-workflows:
 # each run asserts every job done once (0 lost) and, from the jobs' own
 # samples, never more of a key running at once than its cap (docs/keys.md).
 chaos-keys:
-	$(GO) test -count=10 -timeout 30m -run 'TestKeyCapUnderKill$$|TestKeyCapHolderStoppedPastLease$$' -v ./cmd/baton
+	$(GO) test -count=10 -timeout 30m -run 'TestKeyCapUnderKill$$|TestKeyUncappedUnderKill$$|TestKeyCapHolderStoppedPastLease$$' -v ./cmd/baton
 
 clean:
 	rm -rf bin dist

@@ -112,6 +112,56 @@ func TestKeyCapUnderKill(t *testing.T) {
 	r.killHolders("default")
 }
 
+// TestKeyUncappedUnderKill: keys without a cap, whose jobs holders feed to
+// the stream and read with a plain read: three holders under cron are
+// killed (kill -9) mid-job, between reads and runs; every job is done, none
+// is lost between the read script and the read, and nothing of keys is
+// left afterwards.
+func TestKeyUncappedUnderKill(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	job, samples := r.keyJob("0.05")
+	cfg := r.keyConfig("")
+	const perKey = 20
+	for _, k := range []string{"a", "b", "c"} {
+		args := []string{"enqueue", "-q", "--key", k}
+		for i := range perKey {
+			args = append(args, k+strconv.Itoa(i))
+		}
+		if _, errOut, code := r.baton(args...); code != 0 {
+			t.Fatal(errOut)
+		}
+	}
+	stop := r.cron(200*time.Millisecond, "run", "--config", cfg, "--slots", "3", "--standby-slots", "0", "--concurrency", "4",
+		"--poll-interval", "50ms", "--lifetime", "1m", "--", job)
+	defer stop()
+	kills := 0
+	for kills < 3 {
+		eventually(t, 20*time.Second, "jobs running", func() bool { return len(readLines(t, samples)) > 6*(kills+1) })
+		if pids := r.heldPIDs("default", 3); len(pids) > 0 {
+			_ = syscall.Kill(pids[0], syscall.SIGKILL)
+			kills++
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	eventually(t, 60*time.Second, "all 60 jobs done", func() bool { return r.status().Jobs.Done == 3*perKey })
+	stop()
+	ended := map[string]bool{}
+	for _, l := range readLines(t, samples) {
+		if f := strings.Fields(l); len(f) == 2 && f[0] == "end" {
+			ended[f[1]] = true
+		}
+	}
+	if len(ended) != 3*perKey {
+		t.Errorf("%d distinct jobs ran to their end, want %d", len(ended), 3*perKey)
+	}
+	eventually(t, 10*time.Second, "no waiting key left", func() bool { return len(r.keysLeft("default")) == 0 })
+	if s := r.status(); s.Jobs.Waiting != 0 || s.Jobs.Pending != 0 {
+		t.Errorf("after: %+v", *s.Jobs)
+	}
+	r.killHolders("default")
+}
+
 // TestKeyCapHolderStoppedPastLease: fleet mode, key a capped at 1. The
 // holder running a job of a is stopped (SIGSTOP) past its lease; its
 // pending job keeps the key's permit, so no other job of a starts while it
