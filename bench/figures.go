@@ -62,6 +62,8 @@ var figureOrder = []string{
 	"fleet_handover_p50_ms", "fleet_handover_p99_ms", "fleet_loser_p50_ms", "fleet_loser_p99_ms",
 	"periodic_late_p50_ms", "periodic_late_p99_ms", "periodic_cmds_0", "periodic_cmds_100", "periodic_added_cmds", "periodic_claims_100", "periodic_cpu_0", "periodic_cpu_100",
 	"periodic_noop_0", "periodic_noop_100", "periodic_noop_ratio", "cron_silence_s",
+	"keys_fair_b_done_ms", "keys_fair_a_drain_ms", "keys_cap_most_running", "keys_cap_rate",
+	"keys_noop_1000_keys_c10", "keys_noop_no_keys_c10", "keys_noop_ratio",
 }
 
 func newResults() *results {
@@ -105,6 +107,10 @@ func (r *results) targets() []target {
 		v, ok := r.median(a)
 		out = append(out, target{Goal: goal, Value: v, Limit: limit, Known: ok, Met: ok && v < limit})
 	}
+	above := func(goal, a string, limit float64) {
+		v, ok := r.median(a)
+		out = append(out, target{Goal: goal, Value: v, Limit: limit, Known: ok, Met: ok && v >= limit})
+	}
 	within := func(goal, a string, lo, hi float64) {
 		v, ok := r.median(a)
 		out = append(out, target{Goal: goal, Value: v, Limit: hi, Known: ok, Met: ok && v >= lo && v <= hi})
@@ -133,6 +139,12 @@ func (r *results) targets() []target {
 		below("periodic_claims_100 <= 1 per s (100 entries)", "periodic_claims_100", 1.001)
 		within("periodic_noop_ratio (100 entries over none) within 1 ± 5%", "periodic_noop_ratio", 0.95, 1.05)
 		below("cron_silence_s <= 2C + 5 s = 9 (C = 2 s)", "cron_silence_s", 9.001)
+	}
+	if _, ok := r.median("keys_fair_b_done_ms"); ok { // the keys group runs with -only alone
+		below("keys_fair_b_done_ms < 2000", "keys_fair_b_done_ms", 2000)
+		within("keys_cap_most_running = 3", "keys_cap_most_running", 3, 3)
+		above("keys_cap_rate >= 0.8 x 3 / 20 ms = 120", "keys_cap_rate", 120)
+		above("keys_noop_ratio (1,000 keys over none) >= 0.7", "keys_noop_ratio", 0.7)
 	}
 	below("loser_rss_kb < 18432", "loser_rss_kb", 18*1024) // 15 MB until the OTLP exporters: docs/tracing.md
 	below("holder_rss_kb < 30720", "holder_rss_kb", 30*1024)

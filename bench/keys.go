@@ -41,6 +41,7 @@ func (b *bench) keys(ctx context.Context) error {
 		}
 		b.res.add("keys_noop_1000_keys_c10", "jobs/s", keyed)
 		b.res.add("keys_noop_no_keys_c10", "jobs/s", plain)
+		b.res.add("keys_noop_ratio", "x", keyed/plain) // each run's pair, measured back to back
 		progress("run %d/%d  keys  B's 100 done in %s ms (A drains in %s ms); cap 3: most %s at once, %s jobs/s; noop over 1,000 keys %s jobs/s, without keys %s jobs/s",
 			r, b.cfg.Runs, num(bDone), num(aDrain), num(most), num(rate), num(keyed), num(plain))
 	}
