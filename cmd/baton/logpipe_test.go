@@ -91,18 +91,20 @@ echo "end $p" >> `+events+"\n")
 	}
 }
 
-// stalledLog starts a holder of one run slot running job, with its stderr
+// stalledLog starts a holder of one run slot running job (extra: more
+// run flags), with its stderr
 // a pipe that the test reads until the holder holds its slot and then
 // stops reading, keeping the pipe open: a `2>&1 | logger` whose logger is
 // stopped. It returns the holder and the pipe's reader, to read on later.
-func stalledLog(t *testing.T, r *rig, job string) (*process, *bufio.Reader) {
+func stalledLog(t *testing.T, r *rig, job string, extra ...string) (*process, *bufio.Reader) {
 	t.Helper()
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pr.Close() })
-	cmd := r.cmd("run", "--log-format", "json", "--slots", "1", "--standby-slots", "0", "--lifetime", "1m", "--", job)
+	args := append([]string{"run", "--log-format", "json", "--slots", "1", "--standby-slots", "0", "--lifetime", "1m"}, extra...)
+	cmd := r.cmd(append(args, "--", job)...)
 	cmd.Stderr = pw
 	h := r.startCmd(cmd)
 	pw.Close()
@@ -205,6 +207,39 @@ func TestLogReaderStallsAtExit(t *testing.T) {
 	h, _ := stalledLog(t, r, loudJob(r))
 	r.baton("enqueue", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10")
 	eventually(t, 30*time.Second, "every job acked while nothing reads the log", func() bool { return r.status().Jobs.Done == 10 })
+	_ = h.cmd.Process.Signal(syscall.SIGTERM)
+	if code := h.wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("exit %d (%v) after SIGTERM, want 0", code, h.cmd.ProcessState)
+	}
+}
+
+// TestLogReaderStallsFleet: in fleet mode, a holder whose log reader
+// stalls keeps renewing its lease (it is not fenced for a log line) and
+// keeps acknowledging jobs, well past lease_ttl.
+func TestLogReaderStallsFleet(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	const ttl = 2 * time.Second
+	h, _ := stalledLog(t, r, loudJob(r), "--lock-backend", "redis", "--host", "h1", "--lease-ttl", ttl.String(), "--lease-renew", "200ms")
+	enqueue := func(from, to int) {
+		var ids []string
+		for i := from; i < to; i++ {
+			ids = append(ids, strconv.Itoa(i))
+		}
+		r.baton(append([]string{"enqueue"}, ids...)...)
+	}
+	fleet := []string{"--lock-backend", "redis", "--slots", "1", "--standby-slots", "0"}
+	enqueue(0, 20)
+	eventually(t, 30*time.Second, "every job acked while nothing reads the log", func() bool { return r.status(fleet...).Jobs.Done == 20 })
+	time.Sleep(2 * ttl) // what is asserted is that nothing changes meanwhile
+	if done, code := h.exited(); done {
+		t.Fatalf("the holder exited (%d) while its log reader stalled", code)
+	}
+	if ls := r.leases("default", 1); heldRecs(ls) != 1 || ls[0].PID != h.cmd.Process.Pid {
+		t.Fatalf("run leases %+v, want one held by the holder (pid %d)", ls, h.cmd.Process.Pid)
+	}
+	enqueue(20, 30)
+	eventually(t, 30*time.Second, "later jobs acked too", func() bool { return r.status(fleet...).Jobs.Done == 30 })
 	_ = h.cmd.Process.Signal(syscall.SIGTERM)
 	if code := h.wait(t, 10*time.Second); code != 0 {
 		t.Fatalf("exit %d (%v) after SIGTERM, want 0", code, h.cmd.ProcessState)
