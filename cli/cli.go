@@ -208,7 +208,9 @@ func Main(ctx context.Context, args []string, o Options) int {
 		return ExitUsage
 	}
 	err := cmd.run(ctx, e, args[1:])
-	return report(stream, err)
+	code := report(stream, err)
+	stream.close(flushWait)
+	return code
 }
 
 // usageError is a mistake on the command line; hint says how to fix it.

@@ -207,7 +207,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	tp := startTracing(ctx, e, logWarn(log))
 	defer stopTracing(tp, holderFlush, log)
 	h := newHolder(e, cfg, log, argv, allRun, allSb, p.Heal, tp)
-	return holdSlot(ctx, h, log, p, role, slot)
+	return holdSlot(ctx, e, h, log, p, role, slot)
 }
 
 // newHolder is the holder of what this process won: all the queue's run
@@ -224,7 +224,7 @@ func newHolder(e *env, cfg *config.Config, log zerolog.Logger, argv []string, ru
 				t.minIdle = 3
 				return connectWith(ctx, cfg, t)
 			},
-			Exit:  func(error) { os.Exit(ExitRuntime) },
+			Exit:  func(error) { exitNow(e, ExitRuntime) },
 			Spawn: func(n int) int { return spawn(log, n, envScale+"=1") },
 		}})
 }
@@ -268,8 +268,11 @@ func spawn(log zerolog.Logger, n int, env ...string) int {
 // holdSlot holds slot (a standby slot first, when role says so) with h until
 // it leaves. The first SIGTERM or SIGINT drains; the second kills the jobs
 // and exits.
-func holdSlot(ctx context.Context, h *holder.Holder, log zerolog.Logger, p *standby.Protocol, role standby.Role, slot lock.Slot) error {
-	ctx, stopSignals := drainOnSignal(ctx, log, func() { h.Abort(history.WhyStopped) })
+func holdSlot(ctx context.Context, e *env, h *holder.Holder, log zerolog.Logger, p *standby.Protocol, role standby.Role, slot lock.Slot) error {
+	ctx, stopSignals := drainOnSignal(ctx, log, func() {
+		h.Abort(history.WhyStopped)
+		exitNow(e, ExitRuntime)
+	})
 	defer stopSignals()
 	defer h.Close()
 	if role == standby.Standby {

@@ -10,10 +10,10 @@ import (
 )
 
 // drainOnSignal returns a context cancelled by the first SIGTERM or SIGINT
-// (drain: finish in-flight jobs, exit 0). A second one kills running jobs and
-// exits at once. SIGHUP is ignored: a holder outlives the terminal that
+// (drain: finish in-flight jobs, exit 0). A second one calls leave, which
+// kills running jobs and exits at once. SIGHUP is ignored: a holder outlives the terminal that
 // started it. The returned func stops listening.
-func drainOnSignal(ctx context.Context, log zerolog.Logger, killAll func()) (context.Context, func()) {
+func drainOnSignal(ctx context.Context, log zerolog.Logger, leave func()) (context.Context, func()) {
 	signal.Ignore(syscall.SIGHUP)
 	ctx, cancel := context.WithCancel(ctx)
 	ch := make(chan os.Signal, 2)
@@ -30,8 +30,7 @@ func drainOnSignal(ctx context.Context, log zerolog.Logger, killAll func()) (con
 		select {
 		case s := <-ch:
 			log.Warn().Str("signal", s.String()).Msg("second signal: killing jobs and exiting now")
-			killAll()
-			os.Exit(ExitRuntime)
+			leave()
 		case <-done:
 		}
 	}()
