@@ -155,13 +155,15 @@ chaos-keys:
 clean:
 	rm -rf bin dist
 
-# The Python and Node clients run work/lua's scripts: Python's lua/ holds
-# symbolic links to them, Node's copies (npm packs no link). Run after
-# changing a script in work/lua; TestClientScriptsAreWorkLua fails until then.
+# The Python and Node clients run work/lua's scripts and work/keylua/enqueue.lua
+# (as key_enqueue.lua): Python's lua/ holds symbolic links to them, Node's
+# copies (npm packs no link). Run after changing one of those scripts;
+# TestClientScriptsAreWorkLua fails until then.
 .PHONY: clients-lua
 clients-lua:
-	cd clients/python/baton_client/lua && rm -f *.lua && for f in ../../../../work/lua/*.lua; do ln -s "$$f" .; done
-	rm -f clients/node/lua/*.lua && cp work/lua/*.lua clients/node/lua/
+	cd clients/python/baton_client/lua && rm -f *.lua && for f in ../../../../work/lua/*.lua; do ln -s "$$f" .; done && \
+		ln -s ../../../../work/keylua/enqueue.lua key_enqueue.lua
+	rm -f clients/node/lua/*.lua && cp work/lua/*.lua clients/node/lua/ && cp work/keylua/enqueue.lua clients/node/lua/key_enqueue.lua
 
 # Benchmarks against asynq, rq, Celery, BullMQ and bare loops, one throwaway
 # redis-server, about six minutes; rewrites the table in docs/benchmarks.md.

@@ -27,7 +27,9 @@ var keyEnqueueLua string
 // field/value strings whose length counts the "orig" pair the script
 // appends. Returns one id per job (the queued job's id for a duplicate),
 // then the number of each duplicate (1 for the call's first): the reply of
-// enqueueScript, so collect reads both.
+// enqueueScript, so collect reads both. The Python and Node clients run the
+// same file (their lua/key_enqueue.lua, TestClientScriptsAreWorkLua) and
+// pack the same ARGV: a change here is a change there.
 var keyEnqueueScript = redis.NewScript(keyEnqueueLua)
 
 // keyCall gathers the jobs of one keyEnqueueScript call.

@@ -7,7 +7,8 @@ import _ "embed" // the scripts in lua/
 // so a job enqueued from Python, Node, the CLI or Go goes through the same
 // bytes, and so does a wait for its outcome or a read of its result. Python's are symbolic links into work/lua (pip follows them);
 // Node's are copies, since npm packs no symbolic link (make clients-lua
-// refreshes them). TestClientScriptsAreWorkLua fails when a client's
+// refreshes them). keylua/enqueue.lua (key_enqueue.go) goes to them too, as
+// key_enqueue.lua. TestClientScriptsAreWorkLua fails when a client's
 // script differs from the one Go embeds.
 var (
 	//go:embed lua/enqueue.lua

@@ -5,6 +5,7 @@
 //   const c = new Client("redis://localhost:6379");
 //   const { id, duplicate } = await c.enqueue("mail", '{"user":42}', { delay: 600000, uniqueKey: "welcome-42" });
 //   (await c.job("mail", id)).state; // "scheduled"
+//   await c.enqueue("api", '{"call":"refund"}', { key: "customer-42" }); // docs/keys.md
 //
 // It runs the very Lua scripts baton's Go code runs (work/lua in the
 // repository; lua/ holds checked copies), so ids, options and errors are
@@ -17,6 +18,7 @@ const Redis = require("ioredis");
 
 const GROUP = "baton"; // the consumer group every holder reads through
 const MAX_JOB_ATTEMPTS = 1000;
+const MAX_KEY_LEN = 256; // the longest job key, in bytes (work/key.go's MaxKeyLen)
 const SCRIPT_BATCH = 200; // jobs with options per script call, as work/enqueue.go
 const SCRIPT_BYTES = 64 << 20;
 const LOCATE_SCAN = 100000; // work/locate.go's locateScan
@@ -27,6 +29,7 @@ const sha1 = (b) => crypto.createHash("sha1").update(b).digest("hex");
 const WAIT_LUA = fs.readFileSync(path.join(__dirname, "lua", "wait.lua"));
 const UNWAIT_LUA = fs.readFileSync(path.join(__dirname, "lua", "unwait.lua"));
 const RESULT_LUA = fs.readFileSync(path.join(__dirname, "lua", "result.lua"));
+const KEY_ENQUEUE_LUA = fs.readFileSync(path.join(__dirname, "lua", "key_enqueue.lua")); // work/keylua/enqueue.lua
 const ENQUEUE_SHA = sha1(ENQUEUE_LUA);
 const RECORD_FIELD_SHA = sha1(RECORD_FIELD_LUA);
 const WAIT_SHA = sha1(WAIT_LUA);
@@ -120,8 +123,13 @@ function keysFor(queue) {
     done: base + ":done",
     results: base + ":results",
     waiters: base + ":waiters",
+    keyJobs: base + ":key:jobs",
   };
 }
+
+// keyBase is the prefix of a queue's job keys' Redis keys (work/key.go's
+// keyBase): + "q:<level>:<key>" is a key's list, + "run:<key>" its permits.
+const keyBase = (queue) => "baton:{" + queue + "}:key:";
 
 const uniqueKey = (queue, key) => "baton:{" + queue + "}:unique:" + key;
 
@@ -160,7 +168,40 @@ const nsOf = (msv) => BigInt(Math.round(msv * 1e6));
 const describe = (v) => (typeof v === "string" ? JSON.stringify(v) : String(v));
 
 const PRIORITIES = { normal: 0, high: 1, low: 2 };
-const KNOWN = new Set(["delay", "at", "uniqueKey", "uniqueFor", "priority", "timeout", "maxAttempts", "traceparent", "tracestate"]);
+const KNOWN = new Set(["delay", "at", "uniqueKey", "uniqueFor", "priority", "timeout", "maxAttempts", "traceparent", "tracestate", "key"]);
+
+// goQuote prints a string as Go's %q does (strconv.Quote): what is not
+// printable escaped.
+const PRINTABLE = /^[\p{L}\p{M}\p{N}\p{P}\p{S} ]$/u;
+const GO_ESC = { "\x07": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v", "\\": "\\\\", '"': '\\"' };
+function goQuote(s) {
+  let out = '"';
+  for (const ch of s) {
+    const c = ch.codePointAt(0);
+    if (GO_ESC[ch]) out += GO_ESC[ch];
+    else if (PRINTABLE.test(ch)) out += ch;
+    else if (c < 0x20 || c === 0x7f) out += "\\x" + c.toString(16).padStart(2, "0");
+    else if (c >= 0xd800 && c <= 0xdfff) out += "\\ufffd";
+    else if (c < 0x10000) out += "\\u" + c.toString(16).padStart(4, "0");
+    else out += "\\U" + c.toString(16).padStart(8, "0");
+  }
+  return out + '"';
+}
+
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
+// checkKey refuses a job key as work.ValidKey does, with its messages.
+function checkKey(k) {
+  if (typeof k !== "string") throw new BadOption(`bad job option: key: want a string, not ${describe(k)}`);
+  const n = Buffer.byteLength(k, "utf8");
+  let why = null;
+  if (k === "") why = "empty";
+  else if (n > MAX_KEY_LEN) why = `${n} bytes, at most ${MAX_KEY_LEN}`;
+  else if (LONE_SURROGATE.test(k)) why = "not UTF-8";
+  else if (k.includes("{") || k.includes("}")) why = `${goQuote(k)} holds '{' or '}'`;
+  else if (/[\x00-\x1f\x7f]/.test(k)) why = `${goQuote(k)} holds a control character`;
+  if (why !== null) throw new BadOption("bad job option: bad job key: " + why);
+}
 
 // A W3C traceparent as baton's reader accepts it (tracing/w3c.go).
 const TRACEPARENT = /^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-[\s\S]*)?$/;
@@ -177,7 +218,7 @@ function checkTrace(tp, ts) {
 // options checks a job's options as work/enqueue.go's Option functions do,
 // with the same messages (durations as Go prints them).
 function options(o) {
-  const out = { dueMs: null, unique: null, uniqueForMs: 0, maxAttempts: 0, timeoutMs: null, priority: 0, traceparent: null, tracestate: null };
+  const out = { dueMs: null, unique: null, uniqueForMs: 0, maxAttempts: 0, timeoutMs: null, priority: 0, traceparent: null, tracestate: null, key: null };
   if (o == null) return out;
   if (typeof o !== "object") throw new BadOption(`bad job option: options: want an object, not ${describe(o)}`);
   for (const k of Object.keys(o)) {
@@ -231,10 +272,15 @@ function options(o) {
     out.traceparent = o.traceparent;
     if (set("tracestate") && o.tracestate !== "") out.tracestate = o.tracestate;
   }
+  if (set("key")) {
+    checkKey(o.key);
+    out.key = o.key;
+  }
   return out;
 }
 
-const plain = (o) => o.dueMs === null && o.unique === null && !o.maxAttempts && o.timeoutMs === null && !o.priority && o.traceparent === null;
+const plain = (o) =>
+  o.dueMs === null && o.unique === null && !o.maxAttempts && o.timeoutMs === null && !o.priority && o.traceparent === null && o.key === null;
 
 function payloadOf(p) {
   if (Buffer.isBuffer(p)) return p;
@@ -283,6 +329,7 @@ function fields(payload, o) {
   if (o.maxAttempts) f.push("max_attempts", String(o.maxAttempts));
   if (o.timeoutMs !== null) f.push("timeout", String(o.timeoutMs));
   if (o.priority) f.push("priority", PRIO_NAME[o.priority]);
+  if (o.key !== null) f.push("key", o.key);
   if (o.traceparent !== null) f.push("traceparent", o.traceparent);
   if (o.tracestate !== null) f.push("tracestate", o.tracestate);
   return f;
@@ -351,6 +398,36 @@ class ScriptCall {
   }
 }
 
+// KeyCall gathers one call of the keys' enqueue script (work/key_enqueue.go's
+// keyCall): the jobs that have a key and no delay, which wait in their
+// keys' lists rather than in a stream.
+const LEVEL = ["normal", "high", "low"].map(packed);
+const UK_NONE = packed("");
+const UK_UNIQUE = packed("u");
+const UK_TTL = packed("t");
+class KeyCall extends ScriptCall {
+  constructor(k) {
+    super(k);
+    this.keys = [k.stream, k.keyJobs];
+  }
+  add(i, queue, payload, o) {
+    this.constant(LEVEL[o.priority]);
+    this.item(o.key);
+    if (o.unique === null) this.constant(UK_NONE);
+    else if (o.uniqueForMs) {
+      this.constant(UK_TTL);
+      this.item(String(o.uniqueForMs));
+    } else this.constant(UK_UNIQUE);
+    if (o.unique !== null) this.keys.push(uniqueKey(queue, o.unique));
+    // Its record: the script appends its orig pair, counted here.
+    const f = fields(payload, o);
+    const rec = [arrayHeader(f.length + 2)];
+    for (const x of f) rec.push(...packStr(x));
+    this.item(Buffer.concat(rec));
+    this.jobs.push(i);
+  }
+}
+
 const isNoScript = (e) => e != null && String(e.message || "").startsWith("NOSCRIPT");
 
 /**
@@ -382,7 +459,10 @@ class Client {
    * a past one runs now), uniqueKey and uniqueFor (ms), priority ("high",
    * "normal", "low"), timeout (ms), maxAttempts, traceparent (and
    * tracestate): the W3C trace context the job's runs continue
-   * (docs/tracing.md). A bad option rejects with BadOption before anything
+   * (docs/tracing.md), key (a customer, a tenant: 1 to 256 bytes of UTF-8
+   * without "{", "}" or control characters): holders run at most the
+   * queue's key_concurrency of the key's jobs at once, taking keys in turns
+   * (docs/keys.md). A bad option rejects with BadOption before anything
    * is sent.
    */
   async enqueue(queue, payload, opts) {
@@ -452,13 +532,23 @@ class Client {
   // script calls of up to 200 jobs, in job order, so ids grow in job order.
   // (Go sends a batch's plain jobs before its first job with options as
   // XADDs; here a command costs more than the script's own work, and the
-  // script adds a plain job with the same XADD.)
+  // script adds a plain job with the same XADD.) Jobs with a key and no
+  // delay go, as in Go, in calls of the keys' enqueue script after the
+  // others (EVAL, as Go sends it: no NOSCRIPT to retry).
   async _send(queue, k, jobs, os, sent) {
     const nowMs = Date.now();
     const p = this.redis.pipeline();
     const plan = [];
     let scripted = jobs.length > 1;
     let call = null;
+    let keyed = null;
+    const sendKeyed = () => {
+      if (keyed && keyed.jobs.length > 0) {
+        p.eval(KEY_ENQUEUE_LUA, keyed.keys.length, ...keyed.keys, keyBase(queue), keyed.argv());
+        plan.push(keyed.jobs);
+      }
+      keyed = null;
+    };
     const flush = () => {
       if (call && call.jobs.length > 0) {
         p.evalsha(ENQUEUE_SHA, call.keys.length, ...call.keys, call.argv());
@@ -476,11 +566,18 @@ class Client {
         plan.push(i);
         continue;
       }
+      if (o.key !== null && (o.dueMs === null || o.dueMs <= nowMs)) {
+        if (!keyed) keyed = new KeyCall(k);
+        keyed.add(i, queue, jobs[i], o);
+        if (keyed.jobs.length === SCRIPT_BATCH) sendKeyed();
+        continue;
+      }
       if (!call) call = new ScriptCall(k);
       call.add(i, queue, jobs[i], o, nowMs);
       if (call.jobs.length === SCRIPT_BATCH || call.size >= SCRIPT_BYTES) flush();
     }
     flush();
+    sendKeyed();
     if (this.waitReplicas > 0) p.call("WAIT", this.waitReplicas, this.waitTimeout);
     let res = (await p.exec()) || [];
     let waits = [];
@@ -530,7 +627,9 @@ class Client {
   /**
    * Where a job is now, as `baton job --json` says: { id, state, entry,
    * priority, ahead, consumer, idleMs, deliveries, due, attempts,
-   * deadLetter, doneAt } (only the fields of its state). It only reads.
+   * deadLetter, doneAt, key, keyRunning, keyWaiting } (only the fields of
+   * its state; key and its counts while it waits in its key's list). It
+   * only reads.
    */
   async job(queue, id) {
     checkQueue(queue);
@@ -546,10 +645,12 @@ class Client {
       .zscore(k.done, id)
       .hget(k.deadIndex, id)
       .xrange(k.stream, id, id)
+      .hexists(k.keyJobs, id)
       .exec();
     for (const [err] of res) if (err) throw err;
-    const [retry, sched, done, letter, own] = res.map(([, v]) => v);
+    const [retry, sched, done, letter, own, keyed] = res.map(([, v]) => v);
     const loc = { id, state: "unknown" };
+    if (keyed && (await this._inKeyList(queue, k, loc))) return loc;
     if (retry !== null) {
       loc.state = "retrying";
       loc.due = new Date(Number(retry));
@@ -724,6 +825,25 @@ class Client {
       if (!isNoScript(e)) throw e;
       return await this.redis.eval(lua, keys.length, ...keys, ...args);
     }
+  }
+
+  // _inKeyList fills loc for a job waiting in its key's list, as
+  // work.Locate does (key_status.go's locateKeyed); false when the job left
+  // the list since (its key's turn came): then it is in a stream.
+  async _inKeyList(queue, k, loc) {
+    const key = await this._eval(RECORD_FIELD_LUA, RECORD_FIELD_SHA, [k.keyJobs], [loc.id, "key"]);
+    if (key === null) return false;
+    const prio = await this._eval(RECORD_FIELD_LUA, RECORD_FIELD_SHA, [k.keyJobs], [loc.id, "priority"]);
+    const level = prio === "high" || prio === "low" ? prio : "normal";
+    const base = keyBase(queue);
+    const res = await this.redis.pipeline().hlen(base + "run:" + key).llen(base + "q:" + level + ":" + key).exec();
+    for (const [err] of res) if (err) throw err;
+    loc.state = "waiting";
+    if (level !== "normal") loc.priority = level;
+    loc.key = key;
+    loc.keyRunning = Number(res[0][1]);
+    loc.keyWaiting = Number(res[1][1]);
+    return true;
   }
 
   async _findEntry(stream, id) {

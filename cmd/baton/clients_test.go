@@ -642,6 +642,15 @@ func TestClientsRefuseBadOptions(t *testing.T) {
 		{map[string]any{"priority": "urgent"}, "job 1: " + perr.Error()},
 		{map[string]any{"priority": ""}, `job 1: bad job option: priority "": want high, normal or low`},
 		{map[string]any{"delay_ms": 1000, "at_ms": time.Now().UnixMilli()}, "job 1: bad job option: give one of delay and at"},
+		// job keys (docs/keys.md), as work.Key refuses them
+		{map[string]any{"key": ""}, goErr(work.Key(""))},
+		{map[string]any{"key": strings.Repeat("k", 257)}, goErr(work.Key(strings.Repeat("k", 257)))},
+		{map[string]any{"key": "customer-{42}"}, goErr(work.Key("customer-{42}"))},
+		{map[string]any{"key": "a}"}, goErr(work.Key("a}"))},
+		{map[string]any{"key": "line\nbreak"}, goErr(work.Key("line\nbreak"))},
+		{map[string]any{"key": "nul\x00"}, goErr(work.Key("nul\x00"))},
+		{map[string]any{"key": "é \t\x7f\u200b😀\"\\", "priority": "high", "delay_ms": 1000}, goErr(work.Key("é \t\x7f\u200b😀\"\\"))},
+		{map[string]any{"key": json.RawMessage(`"half \ud800"`)}, goErr(work.Key("half \xed\xa0\x80"))},
 	}
 	var ops []map[string]any
 	for _, c := range cases {
@@ -650,11 +659,15 @@ func TestClientsRefuseBadOptions(t *testing.T) {
 	batch := map[string]any{"op": "items", "items": []map[string]any{
 		{"payload": "a"}, {"payload": "b", "opts": map[string]any{"priority": "high"}}, {"payload": "c", "opts": map[string]any{"max_attempts": 0}},
 	}}
-	ops = append(ops, batch, map[string]any{"op": "keys", "key": "k"})
+	keyBatch := map[string]any{"op": "items", "items": []map[string]any{
+		{"payload": "a", "opts": map[string]any{"key": "fine"}}, {"payload": "b", "opts": map[string]any{"key": "not\tfine"}},
+	}}
+	ops = append(ops, batch, map[string]any{"op": "keys", "key": "k"}, keyBatch,
+		map[string]any{"op": "enqueue", "payload": "x", "opts": map[string]any{"key": 42}})
 	k := work.KeysFor("bad")
 	wantKeys := map[string]any{"stream": k.Stream, "high": k.High, "low": k.Low, "retry": k.Retry, "retry_jobs": k.RetryJobs,
 		"scheduled": k.Scheduled, "scheduled_jobs": k.ScheduledJobs, "dead": k.Dead, "dead_index": k.DeadIndex, "done": k.Done,
-		"unique": k.Unique("k")}
+		"unique": k.Unique("k"), "key_jobs": k.KeyJobs()}
 	for _, p := range producers[1:] {
 		res := r.drive(p, "bad", nil, ops...)
 		for i, c := range cases {
@@ -667,6 +680,12 @@ func TestClientsRefuseBadOptions(t *testing.T) {
 		}
 		if got := res[len(cases)+1]; !reflect.DeepEqual(got, wantKeys) {
 			t.Errorf("%s: keys %v, want work.KeysFor's %v", p, got, wantKeys)
+		}
+		if got, want := res[len(cases)+2]["error"], "job 2: "+goErr(work.Key("not\tfine"))[len("job 1: "):]; got != want {
+			t.Errorf("%s: a batch whose second job's key is bad: %v, want %q", p, got, want)
+		}
+		if got, _ := res[len(cases)+3]["error"].(string); res[len(cases)+3]["bad"] != true || !strings.HasPrefix(got, "job 1: bad job option: key: want a") {
+			t.Errorf("%s: a key that is not a string: %v, want BadOption", p, res[len(cases)+3])
 		}
 	}
 	if keys, err := r.client().Keys(ctx, "baton:{bad}*").Result(); err != nil || len(keys) > 0 {

@@ -1,6 +1,7 @@
 -- keys enqueue: adds jobs that have a key and no delay to their keys' lists
 -- (work/key_enqueue.go, keyEnqueueScript, says what it does, its KEYS, ARGV
--- and reply).
+-- and reply). Go embeds this file, and the Python and Node clients run the
+-- same bytes (their lua/key_enqueue.lua; make clients-lua).
 local A = cmsgpack.unpack(ARGV[2])
 local base = ARGV[1]
 local function mpstr(s)

@@ -5,6 +5,7 @@
     job_id = c.enqueue("mail", b'{"user": 42}', delay=timedelta(minutes=10),
                        unique_key="welcome-42")
     job_id.duplicate  # True when a job with that key was already queued
+    c.enqueue("api", b'{"call": "refund"}', key="customer-42")  # docs/keys.md
     c.job("mail", job_id).state  # "scheduled"
     c.wait("mail", job_id, timeout=60)  # its result, once done (JobDead if not)
 
@@ -21,6 +22,7 @@ import hashlib
 import os
 import re
 import time
+import unicodedata
 from typing import Any, Iterable, List, Optional, Sequence, Union
 
 __all__ = [
@@ -44,6 +46,7 @@ GROUP = "baton"  # the consumer group every holder reads through
 # Most a job's own max_attempts may be, and how many jobs with options go in
 # one script call (as work/enqueue.go).
 MAX_JOB_ATTEMPTS = 1000
+MAX_KEY_LEN = 256  # the longest job key, in bytes (work/key.go's MaxKeyLen)
 _SCRIPT_BATCH = 200
 _SCRIPT_BYTES = 64 << 20
 # How many stream entries a lookup reads at most to find a job back in the
@@ -63,6 +66,7 @@ RECORD_FIELD_LUA = _lua("record_field.lua")
 WAIT_LUA = _lua("wait.lua")
 UNWAIT_LUA = _lua("unwait.lua")
 RESULT_LUA = _lua("result.lua")
+KEY_ENQUEUE_LUA = _lua("key_enqueue.lua")  # work/keylua/enqueue.lua
 _ENQUEUE_SHA = hashlib.sha1(ENQUEUE_LUA).hexdigest()
 _RECORD_FIELD_SHA = hashlib.sha1(RECORD_FIELD_LUA).hexdigest()
 _WAIT_SHA = hashlib.sha1(WAIT_LUA).hexdigest()
@@ -154,7 +158,14 @@ def keys_for(queue: str) -> dict:
         "done": base + ":done",
         "results": base + ":results",
         "waiters": base + ":waiters",
+        "key_jobs": base + ":key:jobs",
     }
+
+
+def _key_base(queue: str) -> str:
+    """The prefix of a queue's job keys' Redis keys (work/key.go's keyBase):
+    + "q:<level>:<key>" is a key's list, + "run:<key>" its permits."""
+    return "baton:{" + queue + "}:key:"
 
 
 def _unique_key(queue: str, key: str) -> str:
@@ -229,10 +240,12 @@ class _Opts:
     priority: int = 0
     traceparent: Optional[str] = None  # the W3C trace context the job continues
     tracestate: Optional[str] = None
+    key: Optional[str] = None  # the job's key (docs/keys.md)
 
     def plain(self) -> bool:
         return (self.due_ms is None and self.unique is None and self.max_attempts == 0
-                and self.timeout_ms is None and self.priority == 0 and self.traceparent is None)
+                and self.timeout_ms is None and self.priority == 0 and self.traceparent is None
+                and self.key is None)
 
 
 _PLAIN_OPTS = _Opts()  # shared by the jobs without options: never changed
@@ -254,8 +267,28 @@ def _check_trace(traceparent: Any, tracestate: Any) -> None:
                         % _go_quote(tracestate))
 
 
+def _check_key(k: Any) -> None:
+    """Refuses a job key as work.ValidKey does, with its messages."""
+    if not isinstance(k, str):
+        raise BadOption("bad job option: key: want a str, not %s" % type(k).__name__)
+    n = len(k.encode("utf-8", "surrogatepass"))
+    if k == "":
+        why = "empty"
+    elif n > MAX_KEY_LEN:
+        why = "%d bytes, at most %d" % (n, MAX_KEY_LEN)
+    elif any("\ud800" <= ch <= "\udfff" for ch in k):
+        why = "not UTF-8"
+    elif "{" in k or "}" in k:
+        why = "%s holds '{' or '}'" % _go_quote(k)
+    elif any(ch < " " or ch == "\x7f" for ch in k):
+        why = "%s holds a control character" % _go_quote(k)
+    else:
+        return
+    raise BadOption("bad job option: bad job key: " + why)
+
+
 def _options(delay=None, at=None, unique_key=None, unique_for=None, priority=None,
-             timeout=None, max_attempts=None, traceparent=None, tracestate=None) -> _Opts:
+             timeout=None, max_attempts=None, traceparent=None, tracestate=None, key=None) -> _Opts:
     """Checks a job's options, as work/enqueue.go's Option functions do, with
     the same messages (durations as Go prints them)."""
     o = _Opts()
@@ -301,13 +334,37 @@ def _options(delay=None, at=None, unique_key=None, unique_for=None, priority=Non
     if traceparent is not None:
         _check_trace(traceparent, tracestate)
         o.traceparent, o.tracestate = traceparent, tracestate or None
+    if key is not None:
+        _check_key(key)
+        o.key = key
     return _PLAIN_OPTS if o.plain() else o
 
 
+_GO_ESC = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v",
+           "\\": "\\\\", '"': '\\"'}
+
+
 def _go_quote(v: Any) -> str:
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    return repr(v)
+    """v as Go's %q prints a string (strconv.Quote): what is not printable
+    escaped."""
+    if not isinstance(v, str):
+        return repr(v)
+    out = ['"']
+    for ch in v:
+        c = ord(ch)
+        if ch in _GO_ESC:
+            out.append(_GO_ESC[ch])
+        elif ch == " " or (c >= 0x20 and unicodedata.category(ch)[0] in "LMNPS"):
+            out.append(ch)
+        elif c < 0x20 or c == 0x7F:
+            out.append("\\x%02x" % c)
+        elif 0xD800 <= c <= 0xDFFF:
+            out.append("\\ufffd")
+        elif c < 0x10000:
+            out.append("\\u%04x" % c)
+        else:
+            out.append("\\U%08x" % c)
+    return "".join(out) + '"'
 
 
 class Message:
@@ -355,9 +412,10 @@ def _array_header(n: int) -> bytes:
 _KIND = [[_pack_str(k.encode()) for k in row] for row in
          (("0", "0u", "0t"), ("1", "1u", "1t"), ("2", "2u", "2t"))]
 _PRIO_NAME = {1: b"high", 2: b"low"}
-_F_PAYLOAD, _F_UNIQUE, _F_MAX, _F_TIMEOUT, _F_PRIO, _F_TP, _F_TS = (
+_F_PAYLOAD, _F_UNIQUE, _F_MAX, _F_TIMEOUT, _F_PRIO, _F_TP, _F_TS, _F_KEY = (
     _pack_str(b"payload"), _pack_str(b"unique"), _pack_str(b"max_attempts"),
-    _pack_str(b"timeout"), _pack_str(b"priority"), _pack_str(b"traceparent"), _pack_str(b"tracestate"))
+    _pack_str(b"timeout"), _pack_str(b"priority"), _pack_str(b"traceparent"), _pack_str(b"tracestate"),
+    _pack_str(b"key"))
 _DUE_NOW = _pack_str(b"0")
 # A plain job's items before its payload: due now, kind "0", 2 strings, "payload".
 _PLAIN_HEAD = _DUE_NOW + _KIND[0][0] + b"\x02" + _F_PAYLOAD
@@ -373,6 +431,8 @@ def _fields(payload: bytes, o: _Opts) -> List[bytes]:
         f += [_F_TIMEOUT, _pack_str(str(o.timeout_ms).encode())]
     if o.priority:
         f += [_F_PRIO, _pack_str(_PRIO_NAME[o.priority])]
+    if o.key is not None:
+        f += [_F_KEY, _pack_str(o.key.encode())]
     if o.traceparent is not None:
         f += [_F_TP, _pack_str(o.traceparent.encode())]
     if o.tracestate is not None:
@@ -428,6 +488,46 @@ class _ScriptCall:
         return b"\xdd" + self.n.to_bytes(4, "big") + b"".join(self.items)
 
 
+# A keyed job's level and unique kind in the keys' enqueue script's
+# arguments (work/key_enqueue.go's keyCall).
+_LEVEL = [_pack_str(b"normal"), _pack_str(b"high"), _pack_str(b"low")]
+_UK_NONE, _UK_UNIQUE, _UK_TTL = _pack_str(b""), _pack_str(b"u"), _pack_str(b"t")
+
+
+class _KeyCall:
+    """The arguments of one call of the keys' enqueue script
+    (work/key_enqueue.go's keyCall): the jobs that have a key and no delay,
+    which wait in their keys' lists rather than in a stream."""
+
+    __slots__ = ("jobs", "keys", "items", "n")
+
+    def __init__(self, k: dict):
+        self.jobs: List[int] = []
+        self.keys = [k["stream"], k["key_jobs"]]
+        self.items: List[bytes] = []
+        self.n = 0
+
+    def add(self, i: int, queue: str, payload: bytes, o: _Opts) -> None:
+        it = [_LEVEL[o.priority], _pack_str(o.key.encode())]
+        if o.unique is None:
+            it.append(_UK_NONE)
+        elif o.unique_for_ms:
+            it += [_UK_TTL, _pack_str(str(o.unique_for_ms).encode())]
+        else:
+            it.append(_UK_UNIQUE)
+        if o.unique is not None:
+            self.keys.append(_unique_key(queue, o.unique))
+        # Its record: the script appends its orig pair, counted here.
+        f = _fields(payload, o)
+        it.append(_pack_str(_array_header(len(f) + 2) + b"".join(f)))
+        self.n += len(it)
+        self.items += it
+        self.jobs.append(i)
+
+    def argv(self) -> bytes:
+        return b"\xdd" + self.n.to_bytes(4, "big") + b"".join(self.items)
+
+
 def _text(v: Any) -> str:
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
 
@@ -456,7 +556,7 @@ class Client:
 
     def enqueue(self, queue: str, payload: Union[bytes, str], *, delay=None, at=None,
                 unique_key=None, unique_for=None, priority=None, timeout=None,
-                max_attempts=None, traceparent=None, tracestate=None) -> JobID:
+                max_attempts=None, traceparent=None, tracestate=None, key=None) -> JobID:
         """Adds one job to queue and returns its id. delay (a timedelta, or
         seconds) or at (a datetime; a past one runs now) schedule it;
         unique_key adds nothing while a job with that key is waiting,
@@ -466,11 +566,16 @@ class Client:
         seconds) and max_attempts override the queue's for this job;
         traceparent (and tracestate) is the W3C trace context the job's runs
         continue (docs/tracing.md), e.g. OpenTelemetry's
-        propagate.inject({})["traceparent"] in a traced request.
-        BadOption is raised, before anything is sent, for a bad option."""
+        propagate.inject({})["traceparent"] in a traced request; key (a
+        customer, a tenant: 1 to 256 bytes of UTF-8 without "{", "}" or
+        control characters) makes holders run at most the queue's
+        key_concurrency of the key's jobs at once, taking keys in turns
+        (docs/keys.md). BadOption is raised, before anything is sent, for a
+        bad option."""
         ids = self.enqueue_many(queue, [payload], delay=delay, at=at, unique_key=unique_key,
                                 unique_for=unique_for, priority=priority, timeout=timeout,
-                                max_attempts=max_attempts, traceparent=traceparent, tracestate=tracestate)
+                                max_attempts=max_attempts, traceparent=traceparent, tracestate=tracestate,
+                                key=key)
         return ids[0]
 
     def enqueue_many(self, queue: str, payloads: Iterable[Union[bytes, str, Message]],
@@ -528,12 +633,23 @@ class Client:
         calls of up to 200 jobs, in job order, so ids grow in job order.
         (Go sends a batch's plain jobs before its first job with options as
         XADDs; here a command costs more than the script's own work, and
-        the script adds a plain job with the same XADD.)"""
+        the script adds a plain job with the same XADD.) Jobs with a key
+        and no delay go, as in Go, in calls of the keys' enqueue script
+        after the others (EVAL, as Go sends it: no NOSCRIPT to retry)."""
         now_ms = time.time_ns() // 10**6
         pipe = self.redis.pipeline(transaction=False)
         plan: List[Any] = []
         scripted = len(jobs) > 1
         call: Optional[_ScriptCall] = None
+        keyed: Optional[_KeyCall] = None
+
+        def send_keyed():
+            nonlocal keyed
+            if keyed is not None and keyed.jobs:
+                keys = keyed.keys
+                pipe.execute_command("EVAL", KEY_ENQUEUE_LUA, len(keys), *keys, _key_base(queue), keyed.argv())
+                plan.append(keyed.jobs)
+            keyed = None
 
         def flush():
             nonlocal call
@@ -553,12 +669,20 @@ class Client:
                 pipe.execute_command("XADD", k["stream"], "*", "payload", p)
                 plan.append(i)
                 continue
+            if o.key is not None and (o.due_ms is None or o.due_ms <= now_ms):
+                if keyed is None:
+                    keyed = _KeyCall(k)
+                keyed.add(i, queue, p, o)
+                if len(keyed.jobs) == _SCRIPT_BATCH:
+                    send_keyed()
+                continue
             if call is None:
                 call = _ScriptCall(k)
             call.add(i, queue, p, o, now_ms)
             if len(call.jobs) == _SCRIPT_BATCH or call.size >= _SCRIPT_BYTES:
                 flush()
         flush()
+        send_keyed()
         if self.wait_replicas > 0:
             pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
         res = pipe.execute(raise_on_error=False)
@@ -620,9 +744,12 @@ class Client:
         pipe.zscore(k["done"], job_id)
         pipe.hget(k["dead_index"], job_id)
         pipe.xrange(k["stream"], job_id, job_id)
-        retry, sched, done, letter, own = pipe.execute()
+        pipe.hexists(k["key_jobs"], job_id)
+        retry, sched, done, letter, own, keyed = pipe.execute()
         job_id = str(job_id)
         loc = Location(id=job_id, state="unknown")
+        if keyed and self._in_key_list(queue, k, loc):
+            return loc
         if retry is not None:
             loc.state, loc.due = "retrying", _from_ms(int(retry))
             try:
@@ -751,6 +878,26 @@ class Client:
             if not _is_noscript(e):
                 raise
             return self.redis.eval(lua, len(keys), *keys, *args)
+
+    def _in_key_list(self, queue: str, k: dict, loc: "Location") -> bool:
+        """Fills loc for a job waiting in its key's list, as work.Locate
+        does (key_status.go's locateKeyed); False when the job left the list
+        since (its key's turn came): then it is in a stream."""
+        key = self._eval(RECORD_FIELD_LUA, _RECORD_FIELD_SHA, [k["key_jobs"]], [loc.id, "key"])
+        if key is None:
+            return False
+        key = _text(key)
+        prio = self._eval(RECORD_FIELD_LUA, _RECORD_FIELD_SHA, [k["key_jobs"]], [loc.id, "priority"])
+        level = _text(prio) if prio is not None and _text(prio) in ("high", "low") else "normal"
+        base = _key_base(queue)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hlen(base + "run:" + key)
+        pipe.llen(base + "q:" + level + ":" + key)
+        running, waiting = pipe.execute()
+        loc.state, loc.key, loc.key_running, loc.key_waiting = "waiting", key, int(running), int(waiting)
+        if level != "normal":
+            loc.priority = level
+        return True
 
     def _find_entry(self, stream: str, job_id: str) -> Optional[str]:
         end, read = "+", 0
@@ -913,3 +1060,6 @@ class Location:
     attempts: int = 0  # runs made (retrying, dead)
     dead: Optional[DeadLetter] = None  # its dead letter (dead)
     done_at: Optional[_dt.datetime] = None  # when it was done (done)
+    key: Optional[str] = None  # its key, while it waits in its key's list (waiting): not in a stream yet
+    key_running: int = 0  # its key's jobs running now (capped keys only), while it waits in its key's list
+    key_waiting: int = 0  # its key's jobs waiting at its level, itself included

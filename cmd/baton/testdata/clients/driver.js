@@ -20,7 +20,9 @@ function options(o) {
 
 function location(l) {
   const out = { id: l.id, state: l.state };
-  for (const k of ["entry", "priority", "consumer", "ahead", "deliveries", "attempts"]) if (l[k]) out[k] = l[k];
+  for (const k of ["entry", "priority", "consumer", "ahead", "deliveries", "attempts", "key"]) if (l[k]) out[k] = l[k];
+  if (l.keyRunning) out.key_running = l.keyRunning;
+  if (l.keyWaiting) out.key_waiting = l.keyWaiting;
   if (l.due) out.due = l.due.getTime();
   if (l.doneAt) out.done_at = l.doneAt.getTime();
   if (l.deadLetter) {
@@ -48,7 +50,7 @@ async function run(c, q, op) {
         const k = keysFor(q);
         return { stream: k.stream, high: k.high, low: k.low, retry: k.retry, retry_jobs: k.retryJobs,
           scheduled: k.scheduled, scheduled_jobs: k.scheduledJobs, dead: k.dead, dead_index: k.deadIndex,
-          done: k.done, unique: "baton:{" + q + "}:unique:" + op.key };
+          done: k.done, unique: "baton:{" + q + "}:unique:" + op.key, key_jobs: k.keyJobs };
       }
     }
     throw new Error("unknown op " + op.op);

@@ -35,10 +35,10 @@ def ms(t):
 
 def location(loc):
     out = {"id": loc.id, "state": loc.state}
-    for k in ("entry", "priority", "consumer"):
+    for k in ("entry", "priority", "consumer", "key"):
         if getattr(loc, k):
             out[k] = getattr(loc, k)
-    for k in ("ahead", "deliveries", "attempts"):
+    for k in ("ahead", "deliveries", "attempts", "key_running", "key_waiting"):
         if getattr(loc, k):
             out[k] = getattr(loc, k)
     if loc.due:
@@ -80,7 +80,7 @@ def run(c, q, op):
             return {"stream": k["stream"], "high": k["high"], "low": k["low"], "retry": k["retry"],
                     "retry_jobs": k["retry_jobs"], "scheduled": k["scheduled"],
                     "scheduled_jobs": k["scheduled_jobs"], "dead": k["dead"], "dead_index": k["dead_index"],
-                    "done": k["done"], "unique": baton_client._unique_key(q, op["key"])}
+                    "done": k["done"], "unique": baton_client._unique_key(q, op["key"]), "key_jobs": k["key_jobs"]}
         if kind == "result":
             return outcome(c.result(q, op["id"]))
         if kind == "wait":

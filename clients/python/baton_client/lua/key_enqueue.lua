@@ -1,0 +1,1 @@
+../../../../work/keylua/enqueue.lua
