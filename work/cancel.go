@@ -378,6 +378,26 @@ func (r *runner) cancelReplayed(j *Job) {
 	r.c.Logger.Info().Str("job", j.ID).Str("entry", j.Entry).Str("why", why).Msg("cancelling job")
 }
 
+// cancelWithdrawn reports whether a job marked cancelled before it
+// started has no cancel request any more, and then unmarks it: the mark
+// may come from a copy of the requests up to keepEvery old, which still
+// names a job requeued since (RequeueDead takes its request out). One
+// HEXISTS, only for a job about to be dead-lettered as cancelled unrun;
+// when Redis does not answer, the mark stands.
+func (r *runner) cancelWithdrawn(ctx context.Context, j *Job) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if on, err := r.c.Client.HExists(ctx, r.keys.Cancel, j.ID).Result(); err != nil || on {
+		return false
+	}
+	r.mu.Lock()
+	j.cancelled.Store(false)
+	j.cancelWhy = ""
+	r.mu.Unlock()
+	r.c.Logger.Info().Str("job", j.ID).Str("entry", j.Entry).Msg("cancel request gone: running the job")
+	return true
+}
+
 // cancelled dead-letters a cancelled job (stopped, or never started), then
 // takes its request out of the cancel requests, only once the letter is
 // written: a job left pending (Redis down, a fenced write) is cancelled by
