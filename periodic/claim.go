@@ -54,8 +54,10 @@ func Fingerprint(entries []Entry) string {
 // the entry's last claimed tick; the record moves to it in the same script,
 // so a second claimant, a stale one or a replay of the same call after a
 // lost reply finds the record and adds nothing. A tick with mode "o" that is
-// later than ARGV[1] ms moves the record without a job (missed). Each
-// outcome that moves the record is counted ("<name>:count:<outcome>"). An
+// later than ARGV[1] ms moves the record without a job (missed); so does
+// one with mode "n" (a new entry's first tick: recorded, not missed). Each
+// outcome that moves the record, but a new entry's, is counted
+// ("<name>:count:<outcome>"). An
 // entry with a unique key (overlap = "skip") skips a tick, moving the
 // record without a job, while its key names a job; else its job takes the key, as Enqueue's UniqueKey does (the job's
 // fields carry it, and settling the job frees it). Keys' types are checked
@@ -75,10 +77,11 @@ func Fingerprint(entries []Entry) string {
 // of its unique key ("0": none); nf and nf field/value strings of its jobs;
 // nc and nc claims, oldest first, each three strings: the tick (unix ms),
 // the tick (RFC 3339), the mode ("e": enqueue however late, "o": only
-// within ARGV[1]). Returns {Redis' time (unix ms), then per entry {its last
+// within ARGV[1], "n": the same, for a new entry). Returns {Redis' time (unix ms), then per entry {its last
 // claimed tick (unix ms) or "", its last job's id or "", then one outcome
 // per claim: "+<job id>" enqueued, "=" already claimed, "-" too late
-// (record moved, no job), "~" skipped for overlap (record moved, no job),
+// (record moved, no job), "." a new entry's tick too late (record moved,
+// no job, not counted), "~" skipped for overlap (record moved, no job),
 // ">" not due yet}}.
 const claimLua = `
 local t = redis.call('TIME')
@@ -144,7 +147,10 @@ for _ = 1, tonumber(ARGV[2]) do
       res[#res + 1] = '='
     else
       check()
-      if mode == 'o' and now - tick > late then
+      if mode == 'n' and now - tick > late then
+        redis.call('HSET', KEYS[1], name, ticks)
+        res[#res + 1] = '.'
+      elseif mode == 'o' and now - tick > late then
         redis.call('HSET', KEYS[1], name, ticks)
         redis.call('HINCRBY', KEYS[1], name .. ':count:missed', 1)
         res[#res + 1] = '-'
@@ -189,6 +195,7 @@ const (
 	Enqueued = "enqueued" // this call claimed the tick and enqueued its job
 	Claimed  = "claimed"  // the tick was already claimed (by anyone): nothing done
 	Missed   = "missed"   // claimed too late for its policy: recorded, no job
+	Recorded = "recorded" // a new entry's first tick, too late: recorded, no job, not counted (it fires from its next tick)
 	Skipped  = "skipped"  // overlap = "skip" and the previous job still queued: recorded, no job, counted
 	NotYet   = "not_yet"  // after Redis' clock: nothing done
 )
@@ -197,7 +204,7 @@ const (
 type Outcome struct {
 	Entry string
 	Tick  time.Time
-	Kind  string // Enqueued, Claimed, Missed, Skipped or NotYet
+	Kind  string // Enqueued, Claimed, Missed, Recorded, Skipped or NotYet
 	Job   string // the job's id when Enqueued
 }
 
@@ -345,6 +352,8 @@ func (c *Claimer) Round(ctx context.Context) ([]Outcome, error) {
 				o.Kind = Claimed
 			case v == "-":
 				o.Kind = Missed
+			case v == ".":
+				o.Kind = Recorded
 			case v == "~":
 				o.Kind = Skipped
 			default:

@@ -354,19 +354,35 @@ func TestCatchUp(t *testing.T) {
 }
 
 // A new entry does not fire for a tick long past: its first round records
-// that tick without a job, and its ticks fire from the next one on.
+// that tick without a job, not as missed (no holder was to claim it: the
+// entry did not exist), and its ticks fire from the next one on. It was
+// counted missed: `baton periodic` and status showed "1 missed" for every
+// entry just added.
 func TestNewEntryStartsAtItsNextTick(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client()
 	at := time.Now().UTC().Add(-6 * time.Hour)
-	c := claimer(t, rdb, "q", nil, Entry{Name: "daily", Schedule: fmt.Sprintf("%d %d * * *", at.Minute(), at.Hour())})
+	e := Entry{Name: "daily", Schedule: fmt.Sprintf("%d %d * * *", at.Minute(), at.Hour())}
+	c := claimer(t, rdb, "q", nil, e)
 	round(t, c)
 	outs := round(t, c)
-	if len(outs) != 1 || outs[0].Kind != Missed {
-		t.Fatalf("outcomes = %+v, want the past tick recorded as missed", outs)
+	if len(outs) != 1 || outs[0].Kind != Recorded {
+		t.Fatalf("outcomes = %+v, want the past tick recorded", outs)
 	}
 	if count, _ := jobs(t, rdb, "q"); len(count) != 0 {
 		t.Fatalf("a new entry fired for a past tick: %v", count)
+	}
+	ctx := context.Background()
+	st, err := List(ctx, rdb, "q", []Entry{e})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st[0].Missed != 0 || st[0].LastTick.IsZero() || !st[0].Unclaimed.IsZero() {
+		t.Fatalf("status %+v: want no tick missed, the past tick recorded, none unclaimed", st[0])
+	}
+	counts, err := ReadCounts(ctx, rdb, "q")
+	if err != nil || counts["daily"] == nil || counts["daily"].Ticks[Missed] != 0 {
+		t.Fatalf("counts %+v (%v): want the entry, no tick missed", counts["daily"], err)
 	}
 }
 

@@ -27,8 +27,8 @@ type Status struct {
 	// Overlap is the entry's overlap; Skipped counts the ticks it skipped.
 	Overlap string `json:"overlap"`
 	Skipped int64  `json:"skipped"`
-	// Missed counts the ticks claimed too late to enqueue (catch_up none,
-	// or a new entry's first tick).
+	// Missed counts the ticks claimed too late to enqueue (catch_up none;
+	// not a new entry's first tick, recorded only).
 	Missed int64 `json:"missed"`
 	// Unclaimed is the first tick after the last claimed one (for an entry
 	// never claimed, its latest tick) when it is more than Late past: no

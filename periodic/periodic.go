@@ -262,7 +262,8 @@ func (s *Schedule) String() string { return strings.TrimSpace(s.src) }
 // is treated, and a tick for an entry without a record.
 const (
 	modeEnqueue = "e" // enqueue, however late (latest, all)
-	modeOnTime  = "o" // enqueue only on time, else move the record only (none, and a new entry)
+	modeOnTime  = "o" // enqueue only on time, else move the record only and count it missed (none)
+	modeNew     = "n" // a new entry's first tick: enqueue only on time, else move the record only, counted nowhere
 )
 
 // tickClaim is one tick to claim for an entry.
@@ -286,9 +287,10 @@ func due(s *Schedule, cu CatchUp, max int, last, now time.Time) []tickClaim {
 		return nil
 	}
 	if last.IsZero() {
-		// A new entry: its latest tick, on time or only recorded, so that
-		// adding an entry does not fire it for a tick long past.
-		return []tickClaim{{t, modeOnTime}}
+		// A new entry: its latest tick, on time or only recorded (not
+		// missed: nobody was to claim it), so that adding an entry does
+		// not fire it for a tick long past.
+		return []tickClaim{{t, modeNew}}
 	}
 	mode := modeEnqueue
 	if cu == CatchUpNone {

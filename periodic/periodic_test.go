@@ -118,7 +118,7 @@ func TestDue(t *testing.T) {
 		last time.Time
 		want string
 	}{
-		{"new entry", CatchUpLatest, 100, time.Time{}, "10:10o"},
+		{"new entry", CatchUpLatest, 100, time.Time{}, "10:10n"},
 		{"up to date", CatchUpLatest, 100, base.Add(10 * time.Minute), ""},
 		{"next tick", CatchUpAll, 100, base.Add(9 * time.Minute), "10:10e"},
 		{"latest", CatchUpLatest, 100, base.Add(6 * time.Minute), "10:10e"},

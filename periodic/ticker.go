@@ -87,6 +87,8 @@ func run(ctx context.Context, cl *Claimer, log zerolog.Logger) {
 					log.Debug().Str("periodic", o.Entry).Time("tick", o.Tick).Str("job", o.Job).Msg("enqueued periodic job")
 				case Missed:
 					log.Warn().Str("periodic", o.Entry).Time("tick", o.Tick).Msg("periodic tick missed (claimed too late for its catch_up): not enqueued")
+				case Recorded:
+					log.Debug().Str("periodic", o.Entry).Time("tick", o.Tick).Msg("new periodic entry: its latest tick is past, recorded; it fires from its next tick")
 				case Skipped:
 					log.Debug().Str("periodic", o.Entry).Time("tick", o.Tick).Msg("periodic tick skipped: the previous tick's job is still queued (overlap = \"skip\")")
 				case NotYet:

@@ -173,7 +173,7 @@ func cancelOne(ctx context.Context, rdb redis.Cmdable, q string, o CancelOptions
 // scheduled, waiting); {"running", consumer} when requested; {"gone"} when
 // the job is not where the caller saw it, or its unique key is not
 // KEYS[5] (the caller looks again).
-const cancelLua = entryLua + notifyLua + chainAckLua + chainDeadLua + `
+const cancelLua = entryLua + notifyLua + chainAckLua + chainDeadLua + buryLua + `
 local job, entry = ARGV[2], ARGV[3]
 local function ukey(f)
   for i = 1, #f, 2 do
@@ -181,33 +181,10 @@ local function ukey(f)
   end
   return nil
 end
--- bury writes the dead letter of a job with fields f (baton's own taken
--- out), runs made and last entry, bounded by dead_max; returns its id.
+-- bury letters the job (buryLua) with fields f, runs made and last entry.
 local function bury(f, runs, last)
-  local bad = writable(KEYS[2], 'stream', KEYS[3], 'hash')
-  if bad then error(bad) end
-  put(f, 'orig', job)
-  put(f, 'reason', 'cancelled')
-  put(f, 'attempts', runs)
-  put(f, 'error', ARGV[5])
-  put(f, 'id', last)
-  put(f, 'failed_at', ARGV[7])
-  local over = redis.call('XLEN', KEYS[2]) + 1 - tonumber(ARGV[4])
-  -- Another job's letter still there may hold this job id (two entries
-  -- claim it): the index is never written over, this letter is kept all
-  -- the same (listed, requeued by its letter id).
-  local held = redis.call('HGET', KEYS[3], job)
-  if held then
-    local e = redis.pcall('XRANGE', KEYS[2], held, held)
-    if e.err ~= nil or #e == 0 then held = nil end
-  end
-  local id = redis.call('XADD', KEYS[2], '*', unpack(f))
-  if not held then redis.call('HSET', KEYS[3], job, id) end
-  trim(KEYS[2], KEYS[3], over)
-  redis.pcall('HINCRBY', KEYS[4], 'dead', 1)
-  redis.pcall('HINCRBY', KEYS[4], 'dead:cancelled', 1)
-  if redis.call('EXISTS', KEYS[11]) == 1 then notify(KEYS[11], job, 'dead\ncancelled\n' .. ARGV[5]) end
-  return id
+  return buryCancelled({dead = KEYS[2], index = KEYS[3], stats = KEYS[4], waiters = KEYS[11],
+    why = ARGV[5], now = ARGV[7], max = ARGV[4]}, job, f, runs, last)
 end
 -- from a retry or scheduled set
 for _, s in ipairs({{KEYS[7], KEYS[8], 'retrying'}, {KEYS[9], KEYS[10], 'scheduled'}}) do
@@ -254,6 +231,42 @@ return {'waiting', id}
 `
 
 var cancelScript = redis.NewScript(cancelLua)
+
+// buryLua is how the cancel scripts (cancelScript, keyCancelScript) write
+// a cancelled job's dead letter: buryCancelled(to, job, f, runs, last)
+// letters job with fields f (baton's own taken out), runs made and last
+// entry id, bounded by to.max (dead_max), in to.dead and to.index, counts
+// it in to.stats and tells to.waiters (why: to.why, failed_at: to.now);
+// returns the letter's id. It raises an error, before anything is
+// written, when dead or index holds another type.
+const buryLua = `
+local function buryCancelled(to, job, f, runs, last)
+  local bad = writable(to.dead, 'stream', to.index, 'hash')
+  if bad then error(bad) end
+  put(f, 'orig', job)
+  put(f, 'reason', 'cancelled')
+  put(f, 'attempts', runs)
+  put(f, 'error', to.why)
+  put(f, 'id', last)
+  put(f, 'failed_at', to.now)
+  local over = redis.call('XLEN', to.dead) + 1 - tonumber(to.max)
+  -- Another job's letter still there may hold this job id (two entries
+  -- claim it): the index is never written over, this letter is kept all
+  -- the same (listed, requeued by its letter id).
+  local held = redis.call('HGET', to.index, job)
+  if held then
+    local e = redis.pcall('XRANGE', to.dead, held, held)
+    if e.err ~= nil or #e == 0 then held = nil end
+  end
+  local id = redis.call('XADD', to.dead, '*', unpack(f))
+  if not held then redis.call('HSET', to.index, job, id) end
+  trim(to.dead, to.index, over)
+  redis.pcall('HINCRBY', to.stats, 'dead', 1)
+  redis.pcall('HINCRBY', to.stats, 'dead:cancelled', 1)
+  if redis.call('EXISTS', to.waiters) == 1 then notify(to.waiters, job, 'dead\ncancelled\n' .. to.why) end
+  return id
+end
+`
 
 // AwaitCancel waits until a job whose cancel was requested (it was
 // running) is no longer running, polling every 50 ms until ctx ends, and
@@ -364,6 +377,26 @@ func (r *runner) cancelReplayed(j *Job) {
 	j.cancelWhy = why
 	j.cancelled.Store(true)
 	r.c.Logger.Info().Str("job", j.ID).Str("entry", j.Entry).Str("why", why).Msg("cancelling job")
+}
+
+// cancelWithdrawn reports whether a job marked cancelled before it
+// started has no cancel request any more, and then unmarks it: the mark
+// may come from a copy of the requests up to keepEvery old, which still
+// names a job requeued since (RequeueDead takes its request out). One
+// HEXISTS, only for a job about to be dead-lettered as cancelled unrun;
+// when Redis does not answer, the mark stands.
+func (r *runner) cancelWithdrawn(ctx context.Context, j *Job) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if on, err := r.c.Client.HExists(ctx, r.keys.Cancel, j.ID).Result(); err != nil || on {
+		return false
+	}
+	r.mu.Lock()
+	j.cancelled.Store(false)
+	j.cancelWhy = ""
+	r.mu.Unlock()
+	r.c.Logger.Info().Str("job", j.ID).Str("entry", j.Entry).Msg("cancel request gone: running the job")
+	return true
 }
 
 // cancelled dead-letters a cancelled job (stopped, or never started), then

@@ -171,9 +171,14 @@ func RequeueDead(ctx context.Context, rdb redis.Cmdable, q, id string) (string, 
 		return "", err
 	}
 	if d, err := GetDead(ctx, rdb, q, did); err == nil && d.Fields[afterField] != "" {
-		return requeueChained(ctx, rdb, q, d) // blocked again on what it waits for
+		// Blocked again on what it waits for, its cancel request (if one
+		// is left) taken out first, as requeueScript does.
+		if err := rdb.HDel(ctx, k.Cancel, d.JobID).Err(); err != nil {
+			return "", fmt.Errorf("clear cancel request of job %s: %w", d.JobID, err)
+		}
+		return requeueChained(ctx, rdb, q, d)
 	}
-	v, err := runScript(ctx, rdb, requeueScript, []string{k.Dead, k.DeadIndex, k.Stream, k.High, k.Low}, did).Result()
+	v, err := runScript(ctx, rdb, requeueScript, []string{k.Dead, k.DeadIndex, k.Stream, k.High, k.Low, k.Cancel}, did).Result()
 	if err != nil {
 		return "", deadIDErr(id, err)
 	}

@@ -9,21 +9,20 @@ import (
 
 // keyCancelScript cancels a job waiting in its key's list: its record
 // becomes a dead letter with reason "cancelled" (the letter and its index
-// entry first), then the record is removed and the unique key freed if it
-// names the job. Its id stays in the key's list, skipped when its turn
-// comes (no record).
+// entry first, written as cancelScript writes them: buryLua), then the
+// record is removed and the unique key freed if it names the job. Its id
+// stays in the key's list, skipped when its turn comes (no record).
 //
-// KEYS[1] key jobs, KEYS[2] dead, KEYS[3] dead index, KEYS[4] stats;
+// KEYS[1] key jobs, KEYS[2] dead, KEYS[3] dead index, KEYS[4] stats,
+// KEYS[5] waiters;
 // ARGV[1] job id, ARGV[2] dead_max, ARGV[3] why, ARGV[4] now (unix ms),
 // ARGV[5] the prefix of the queue's unique keys.
 // Returns {"waiting", letter id}, or {"gone"} when no record (it was taken
 // meanwhile: the caller looks again).
-const keyCancelLua = entryLua + notifyLua + chainAckLua + chainDeadLua + `
+const keyCancelLua = entryLua + notifyLua + chainAckLua + chainDeadLua + buryLua + `
 local job = ARGV[1]
 local packed = redis.call('HGET', KEYS[1], job)
 if not packed then return {'gone'} end
-local bad = writable(KEYS[2], 'stream', KEYS[3], 'hash')
-if bad then return bad end
 local all, f, runs, u = cmsgpack.unpack(packed), {}, '0', nil
 for i = 1, #all, 2 do
   if all[i] == 'attempts' then runs = all[i + 1]
@@ -32,21 +31,10 @@ for i = 1, #all, 2 do
     if all[i] == 'unique' then u = ARGV[5] .. all[i + 1] end
   end
 end
-put(f, 'orig', job)
-put(f, 'reason', 'cancelled')
-put(f, 'attempts', runs)
-put(f, 'error', ARGV[3])
-put(f, 'id', job)
-put(f, 'failed_at', ARGV[4])
-local over = redis.call('XLEN', KEYS[2]) + 1 - tonumber(ARGV[2])
-local id = redis.call('XADD', KEYS[2], '*', unpack(f))
-redis.call('HSET', KEYS[3], job, id)
-trim(KEYS[2], KEYS[3], over)
+local id = buryCancelled({dead = KEYS[2], index = KEYS[3], stats = KEYS[4], waiters = KEYS[5],
+  why = ARGV[3], now = ARGV[4], max = ARGV[2]}, job, f, runs, job)
 redis.call('HDEL', KEYS[1], job)
 if u then release(u, job) end
-redis.pcall('HINCRBY', KEYS[4], 'dead', 1)
-redis.pcall('HINCRBY', KEYS[4], 'dead:cancelled', 1)
-if redis.call('EXISTS', KEYS[5]) == 1 then notify(KEYS[5], job, 'dead\ncancelled\n' .. ARGV[3]) end
 chainDead(KEYS[4], job, tonumber(ARGV[2]))
 return {'waiting', id}
 `

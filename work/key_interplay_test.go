@@ -269,3 +269,29 @@ func TestKeyPause(t *testing.T) {
 	<-errc
 	keysClean(t, rdb)
 }
+
+// Keyed jobs that reach the stream together without permits (delayed jobs
+// of one key due at the same instant) are parked in their key's list in
+// one call, and run in their enqueue order. Each went to the list's head
+// (LPUSH), so they ran last first.
+func TestKeyParkedKeepOrder(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ids := enqueueKeyed(t, rdb, "k", 6, At(time.Now().Add(300*time.Millisecond)))
+	var mu sync.Mutex
+	var order []string
+	st := new(Stats)
+	c := testConfig(rdb, HandlerFunc(func(_ context.Context, j *Job) error {
+		mu.Lock()
+		order = append(order, j.ID)
+		mu.Unlock()
+		return nil
+	}))
+	c.Concurrency = 8
+	c.KeyCaps = KeyCaps{Default: 1} // one at a time: they run in their list's order
+	runUntil(t, c, st, func() bool { return st.Done.Load() == 6 })
+	if fmt.Sprint(order) != fmt.Sprint(ids) {
+		t.Fatalf("ran in order %v, want the enqueue order %v", order, ids)
+	}
+	levelsSettled(t, rdb)
+	keysClean(t, rdb)
+}

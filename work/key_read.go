@@ -42,9 +42,10 @@ var keyTakeScript = redis.NewScript(keyTakeLua)
 // keyTakeScript (a due retry or delayed job, a requeued dead letter, a
 // give-back, a replay), whether each holds a permit; one that does not is
 // parked: its record (its fields, runs made and job id) back in the key
-// jobs hash, its job id at the head of its key's list (it waited already),
-// the key in the ring when its list was empty, then the entry acknowledged
-// and deleted. Never run, never an attempt.
+// jobs hash, its job id at the head of its key's list (it waited already;
+// those of one key parked by one call keep their order there), the key in
+// the ring when its list was empty, then the entry acknowledged and
+// deleted. Never run, never an attempt.
 //
 // KEYS[1..3] the high, normal and low streams, KEYS[4..6] their rings,
 // KEYS[7] key jobs; ARGV[1] group, ARGV[2] consumer, ARGV[3] the key names'
@@ -55,6 +56,8 @@ var keyTakeScript = redis.NewScript(keyTakeLua)
 var keyAdmitScript = redis.NewScript(entryLua + `
 local names = {'high', 'normal', 'low'}
 local out = {}
+-- the job ids parked per key list, in entry order, pushed at the end
+local park, lists = {}, {}
 for i = 4, #ARGV, 5 do
   local li, e, k, job, runs = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
   local s, lvl = KEYS[li], names[tonumber(ARGV[i])]
@@ -70,11 +73,21 @@ for i = 4, #ARGV, 5 do
     put(f, 'orig', job)
     redis.call('HSET', KEYS[7], job, cmsgpack.pack(f))
     local q = ARGV[3] .. 'q:' .. lvl .. ':' .. k
-    if redis.call('LPUSH', q, job) == 1 then redis.call('RPUSH', KEYS[3 + li], k) end
+    if not park[q] then
+      park[q] = {}
+      lists[#lists + 1] = {q, KEYS[3 + li], k}
+    end
+    table.insert(park[q], job)
     redis.call('XACK', s, ARGV[1], e)
     redis.call('XDEL', s, e)
     out[#out + 1] = 0
   end
+end
+-- LPUSH of c, b, a (last first) puts a, b, c at the head
+for _, l in ipairs(lists) do
+  local ids, last = park[l[1]], {}
+  for i = #ids, 1, -1 do last[#last + 1] = ids[i] end
+  if redis.call('LPUSH', l[1], unpack(last)) == #last then redis.call('RPUSH', l[2], l[3]) end
 end
 return out
 `)

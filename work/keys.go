@@ -456,10 +456,12 @@ var deadScript = redis.NewScript(deadLua)
 
 // requeueScript puts a dead letter back as the same job (same id, attempts
 // starting over) in the stream of its priority: the new entry first, then
-// the letter and its index entry are removed.
+// the letter and its index entry are removed, and the job's cancel request
+// if one is left (its job stopped or dead first), so no holder cancels the
+// job again (one that still has a copy of the requests checks first).
 //
 // KEYS[1] dead, KEYS[2] dead index, KEYS[3] stream, KEYS[4] high stream,
-// KEYS[5] low stream; ARGV[1] dead letter id.
+// KEYS[5] low stream, KEYS[6] cancel requests; ARGV[1] dead letter id.
 // Returns the job id, 0 when there is no such dead letter, 1 when it has no
 // payload (a malformed entry).
 var requeueScript = redis.NewScript(entryLua + `
@@ -484,6 +486,7 @@ end
 redis.call('XADD', to, '*', unpack(f))
 if redis.call('HGET', KEYS[2], job) == ARGV[1] then redis.call('HDEL', KEYS[2], job) end
 redis.call('XDEL', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[6], job)
 return job
 `)
 

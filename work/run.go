@@ -426,7 +426,7 @@ func (r *runner) work(ctx context.Context) {
 	r.workers = append(r.workers, w)
 	r.mu.Unlock()
 	for j := range r.jobs {
-		if j.cancelled.Load() {
+		if j.cancelled.Load() && !r.cancelWithdrawn(ctx, j) {
 			r.results <- result{job: j, dead: ReasonCancelled}
 			r.finished()
 			continue
