@@ -197,6 +197,11 @@ func (h *Holder) hold(ctx context.Context, slot lock.Slot) error {
 
 	// 9. The periodic ticks and the cron firings.
 	wcfg := h.workConfig(slot.Index(), until, handler, fenceKey, fence)
+	if hs, ok := slot.(lock.Holding); ok && wcfg.Fence != nil {
+		// Reads and starts are fenced by the lease's own clock too: a
+		// holder resumed past its lease starts nothing (docs/fleet.md).
+		wcfg.Fence.Held = hs
+	}
 	stopTicks, err := h.startTicks(wcfg.Fence)
 	if err != nil {
 		return err

@@ -157,7 +157,7 @@ func (w *waiting) turn(mode string) (Slot, bool, error) {
 	ctx, cancel := s.call()
 	defer cancel()
 	keys := append(append([]string{s.fence, LineKey(s.queue), s.config, EpochKey(s.queue)}, s.keys...), s.sb.keys...)
-	sent := boottime()
+	sent := sentNow()
 	v, err := script.Run(ctx, s.rdb, turnScript, keys,
 		s.opt.TTL.Milliseconds(), s.wake(), w.member, mode, s.n, w.sb.owner).Slice()
 	if err != nil {

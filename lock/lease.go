@@ -102,9 +102,30 @@ type LeaseSet struct {
 }
 
 var (
-	_ Set    = (*LeaseSet)(nil)
-	_ Fencer = (*leaseSlot)(nil)
+	_ Set     = (*LeaseSet)(nil)
+	_ Fencer  = (*leaseSlot)(nil)
+	_ Holding = (*leaseSlot)(nil)
 )
+
+// Holding is a Slot that tells, by the holder's own clocks and without
+// asking anyone, whether it still surely holds the slot: a lease whose renew
+// deadline has not passed since its last confirmed renewal was sent. Its
+// lease cannot have expired then (the deadline is below the TTL), so no
+// other holder can have it. A holder asks before it reads jobs and before
+// it starts one: stopped (SIGSTOP, a paused VM) past its lease and resumed,
+// it reads and starts nothing, even before its watchdog closes Lost.
+type Holding interface {
+	// HeldFor is how much longer the slot is surely held: the renew
+	// deadline less the time since the last confirmed renewal was sent, on
+	// the boot clock (time suspended included); 0 or less once it passed.
+	// It reads the clock: a system call, for each read, not each job.
+	HeldFor() time.Duration
+	// HeldAt reports whether the slot is still surely held at now, a
+	// time.Now() the caller read already: free, on the monotonic clock,
+	// which counts a stopped process's time but not a system suspend (the
+	// watchdog and HeldFor see that).
+	HeldAt(now time.Time) bool
+}
 
 // Fencer is a Slot whose writes can be fenced: Fence is the Redis key of its
 // lease and the fencing token of this tenure. A script that writes for the
@@ -224,7 +245,7 @@ func (s *LeaseSet) acquire(or *LeaseSet) (*leaseSlot, error) {
 	ctx, cancel := s.call()
 	defer cancel()
 	owner := newOwner()
-	sent := boottime()
+	sent := sentNow()
 	keys := append([]string{s.fence, s.config, EpochKey(s.queue)}, s.keys...)
 	firstOr := 0
 	if or != nil {
@@ -258,13 +279,14 @@ func (s *LeaseSet) acquire(or *LeaseSet) (*leaseSlot, error) {
 
 // held starts holding the lease a script granted: v is its reply {slot,
 // token, since, expires, previous holder's rec or ""}, owner the tenure's
-// id, sent the boot clock when the call was sent (the renew deadline counts
+// id, sent the clocks when the call was sent (the renew deadline counts
 // from there).
-func (s *LeaseSet) held(v []any, owner string, sent time.Duration) *leaseSlot {
+func (s *LeaseSet) held(v []any, owner string, sent sendTime) *leaseSlot {
 	i := int(toInt(v[0]))
 	sl := &leaseSlot{set: s, i: i, key: s.keys[i], owner: owner, token: toInt(v[1]),
 		since: time.UnixMilli(toInt(v[2])), lost: make(chan struct{}), stop: make(chan struct{})}
-	sl.okAt.Store(int64(sent))
+	sl.okAt.Store(int64(sent.boot))
+	sl.okMt.Store(int64(sent.mono))
 	if prev, _ := v[4].(string); prev != "" {
 		var r Record
 		if json.Unmarshal([]byte(prev), &r) == nil && r.Held {
@@ -362,6 +384,7 @@ type leaseSlot struct {
 	since time.Time
 	prev  *Record
 	okAt  atomic.Int64 // boot clock (ns) when the last successful grant or renewal was sent
+	okMt  atomic.Int64 // the same send on the monotonic clock (monoNow)
 
 	lost     chan struct{} // closed once by lose
 	lostOnce sync.Once
@@ -450,7 +473,7 @@ func (sl *leaseSlot) start() {
 				return
 			case <-time.After(next - boottime()):
 			}
-			sent := boottime()
+			sent, sentMono := boottime(), monoNow()
 			exp, err := sl.renew(ctx, sent, rtt)
 			switch {
 			case err != nil:
@@ -460,6 +483,7 @@ func (sl *leaseSlot) start() {
 				return
 			default:
 				if int64(sent) > sl.okAt.Load() {
+					sl.okMt.Store(int64(sentMono))
 					sl.okAt.Store(int64(sent))
 				}
 				rtt = boottime() - sent
@@ -501,12 +525,34 @@ func (sl *leaseSlot) renew(ctx context.Context, sent, rtt time.Duration) (int64,
 	return script.Run(ctx, sl.set.rdb, renewScript, []string{sl.key, sl.set.config}, sl.owner, opt.TTL.Milliseconds()).Int64()
 }
 
+// HeldFor implements Holding: the watchdog's own test, asked at once.
+func (sl *leaseSlot) HeldFor() time.Duration {
+	return time.Duration(sl.okAt.Load()) + sl.set.opt.Deadline - boottime()
+}
+
+// HeldAt implements Holding.
+func (sl *leaseSlot) HeldAt(now time.Time) bool {
+	return now.Sub(monoBase) < time.Duration(sl.okMt.Load())+sl.set.opt.Deadline
+}
+
 func (sl *leaseSlot) lose(why string) {
 	sl.lostOnce.Do(func() {
 		sl.why.Store(&why)
 		close(sl.lost)
 	})
 }
+
+// sendTime is when a grant or renewal was sent, on both clocks.
+type sendTime struct{ boot, mono time.Duration }
+
+func sentNow() sendTime { return sendTime{boottime(), monoNow()} }
+
+// monoBase is the origin of monoNow.
+var monoBase = time.Now()
+
+// monoNow is the monotonic clock (Go's, CLOCK_MONOTONIC): it reads as fast
+// as time.Now, and counts a stopped process's time, not a system suspend.
+func monoNow() time.Duration { return time.Since(monoBase) }
 
 // boottime is CLOCK_BOOTTIME: monotonic, and counting time suspended.
 func boottime() time.Duration {

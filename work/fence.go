@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -14,14 +15,40 @@ import (
 // giving an unstarted entry back) checks, in the same script, that the lease still carries Token and has not
 // expired on Redis' clock; a fenced write does nothing, and the entry stays
 // pending for the slot's next holder.
+//
+// Held, when set, is the lease as the holder's own clocks see it: the
+// reader reads nothing once it is no longer surely held, nor hands on what
+// a read brought back, and a worker starts no job then. Redis fences the
+// writes; Held fences the reads and the starts, which no script can: a
+// holder stopped (SIGSTOP) in its blocking read past its lease gets, once
+// resumed, the entries Redis gave that read meanwhile, and would otherwise
+// start them, and read more, before it notices it lost the slot.
 type Fence struct {
 	Key   string
 	Token int64
+	Held  Holding
+}
+
+// Holding tells, by the holder's own clocks, whether its lease is still
+// surely its own (lock's lease slots implement it: lock.Holding).
+type Holding interface {
+	// HeldFor is how much longer the lease is surely held; 0 or less once
+	// it may not be. Asked once per read.
+	HeldFor() time.Duration
+	// HeldAt reports whether it is still surely held at now (a time.Now()
+	// the caller read already). Asked once per job started: it must cost
+	// no more than a comparison.
+	HeldAt(now time.Time) bool
 }
 
 // ErrFenced is a write refused because the holder's lease was lost or taken
 // over (its token is no longer the lease's): it did nothing.
 var ErrFenced = errors.New("fenced: this holder's lease was lost or taken over")
+
+// ErrLeaseLapsed is Run stopped because its lease (Fence.Held) is no longer
+// surely its own: it read nothing more and started nothing more; what it
+// read and did not start stays pending for the slot's next holder.
+var ErrLeaseLapsed = errors.New("lease lapsed: its renew deadline passed by this holder's own clock")
 
 // IsFenced reports whether err is a write refused by the fence.
 func IsFenced(err error) bool {
@@ -62,4 +89,37 @@ func (r *runner) write(ctx context.Context, s *redis.Script, keys []string, args
 		return runScript(ctx, r.c.Client, s, keys, args...)
 	}
 	return runScript(ctx, r.c.Client, fenced[s], append(keys, r.c.Fence.Key), append(args, r.c.Fence.Token)...)
+}
+
+// leaseHeld is the reader's check before each read and before it hands on
+// what a read brought back: false, having stopped the runner, once the
+// lease is no longer surely held. r.heldFor is then how long it still is,
+// which bounds the read's block: an entry Redis gives the read is given
+// while the lease is held, before the slot's next holder replays the
+// slot's pending entries. Without Fence.Held: true, at no cost.
+func (r *runner) leaseHeld() bool {
+	if r.held == nil {
+		return true
+	}
+	if r.heldFor = r.held.HeldFor(); r.heldFor > 0 {
+		return true
+	}
+	r.lapsed()
+	return false
+}
+
+// heldAt is a worker's check before it starts a job, at now.
+func (r *runner) heldAt(now time.Time) bool {
+	if r.held == nil || r.held.HeldAt(now) {
+		return true
+	}
+	r.lapsed()
+	return false
+}
+
+func (r *runner) lapsed() {
+	r.lapseOnce.Do(func() {
+		r.c.Logger.Error().Msg("lease no longer surely held (its renew deadline passed): reading and starting nothing more; what was read stays pending for the slot's next holder")
+	})
+	r.stop("lease", ErrLeaseLapsed)
 }

@@ -63,6 +63,9 @@ func (r *runner) read(ctx context.Context) {
 			}
 			continue
 		}
+		if !r.leaseHeld() {
+			return
+		}
 		var jobs []*Job
 		var err error
 		granted := int64(0) // by the rate limiter; given back when not read
@@ -91,6 +94,9 @@ func (r *runner) read(ctx context.Context) {
 			nextClaim = time.Now().Add(max(r.c.VisibilityTimeout/4, time.Second))
 		default:
 			jobs, err = r.readNext(ctx, free)
+		}
+		if err == nil && len(jobs) > 0 && !r.leaseHeld() {
+			return // stopped (or SIGSTOPped) in the read past the lease: they stay pending
 		}
 		if err == nil {
 			jobs, err = r.admit(ctx, jobs)
@@ -230,6 +236,9 @@ func (r *runner) readNew(ctx context.Context, n int64) ([]*Job, error) {
 	block := r.c.Block
 	if !r.c.Deadline.IsZero() {
 		block = min(block, max(time.Until(r.c.Deadline), time.Millisecond))
+	}
+	if r.held != nil {
+		block = min(block, max(r.heldFor, time.Millisecond))
 	}
 	if r.levels.Load() {
 		return r.readLevels(ctx, n, block)

@@ -213,7 +213,7 @@ func Run(ctx context.Context, c Config, st *Stats) error {
 		claimFrom: [3]string{"0-0", "0-0", "0-0"},
 	}
 	if c.Fence != nil {
-		r.fence = c.Fence.Token
+		r.fence, r.held = c.Fence.Token, c.Fence.Held
 	}
 	r.tracer = tracing.NewConsumer(c.TracerProvider, c.Queue, Group, c.Consumer)
 	r.kk.limits = packLimits(c.KeyCaps.Limits)
@@ -259,6 +259,11 @@ type runner struct {
 	cancels map[string]string // the latest cancel requests read (job id → why), nil when none; guarded by mu
 
 	kk keyState // keys (key_read.go)
+
+	// The lease as the holder's own clocks see it (fence.go).
+	held      Holding       // c.Fence.Held: nil without one
+	heldFor   time.Duration // the lease's time left at the last read's check (leaseHeld); the reader's own
+	lapseOnce sync.Once     // the lease's lapse is logged once
 
 	paused atomic.Bool  // the queue is paused: start nothing; set by the keeper
 	down   atomic.Int64 // unix ns when Redis started failing, 0 when fine
@@ -426,6 +431,12 @@ func (r *runner) work(ctx context.Context) {
 	r.workers = append(r.workers, w)
 	r.mu.Unlock()
 	for j := range r.jobs {
+		now := time.Now()
+		if !r.heldAt(now) {
+			r.forget(j.key()) // unstarted and pending: the slot's next holder runs it
+			r.finished()
+			continue
+		}
 		if j.cancelled.Load() && !r.cancelWithdrawn(ctx, j) {
 			r.results <- result{job: j, dead: ReasonCancelled}
 			r.finished()
@@ -436,7 +447,7 @@ func (r *runner) work(ctx context.Context) {
 			r.finished()
 			continue
 		}
-		j.Started = time.Now()
+		j.Started = now
 		r.st.Recent.Store(j)
 		w.mu.Lock()
 		w.job = j

@@ -1,0 +1,104 @@
+package work
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/baton-run/baton/internal/redistest"
+	"github.com/baton-run/baton/lock"
+)
+
+// lapsing is a real lease's Holding whose clock can be made to say, at
+// once, that the renew deadline passed: what a holder stopped (SIGSTOP) past
+// its lease sees when it resumes.
+type lapsing struct {
+	lock.Holding
+	lapsed atomic.Bool
+}
+
+func (l *lapsing) HeldFor() time.Duration {
+	if l.lapsed.Load() {
+		return 0
+	}
+	return l.Holding.HeldFor()
+}
+
+func (l *lapsing) HeldAt(now time.Time) bool { return !l.lapsed.Load() && l.Holding.HeldAt(now) }
+
+// A holder whose lease is no longer surely its own by its own clock reads
+// nothing and starts nothing, though Redis would still take its writes:
+// neither before its first read, nor a job it read ahead while another ran.
+// Run returns ErrLeaseLapsed; every entry it did not finish stays in the
+// stream, pending or waiting, for the slot's next holder.
+func TestLapsedLeaseReadsAndStartsNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		lapsedFirst bool
+	}{
+		{"lapsed before the first read", true},
+		{"lapsed while a job runs, one read ahead", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			rdb := srv.Client()
+			if _, err := lock.MarkFresh(context.Background(), rdb, "q"); err != nil {
+				t.Fatal(err)
+			}
+			set, err := lock.NewLeaseSet(rdb, "q", lock.RoleRun, 1, lock.LeaseOptions{Host: "a", TTL: 10 * time.Second, Renew: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sl, ok, err := set.TryAcquire()
+			if err != nil || !ok {
+				t.Fatal(ok, err)
+			}
+			defer sl.Release()
+			held := &lapsing{Holding: sl.(lock.Holding)}
+			if held.HeldFor() <= 0 || !held.HeldAt(time.Now()) {
+				t.Fatalf("a lease just granted: held for %s, held now %v", held.HeldFor(), held.HeldAt(time.Now()))
+			}
+			held.lapsed.Store(tc.lapsedFirst)
+			ids := enqueue(t, rdb, "q", 3)
+			var ran atomic.Int64
+			h := HandlerFunc(func(ctx context.Context, j *Job) error {
+				ran.Add(1)
+				// The job read ahead is in the workers' channel by now.
+				for end := time.Now().Add(5 * time.Second); pending(t, rdb, "q") < 2 && time.Now().Before(end); {
+					time.Sleep(5 * time.Millisecond)
+				}
+				held.lapsed.Store(true)
+				return nil
+			})
+			key, token := sl.Fence()
+			c := testConfig(rdb, h)
+			c.Consumer = "fleet/run-0"
+			c.Fence = &Fence{Key: key, Token: token, Held: held}
+			errc := make(chan error, 1)
+			go func() { errc <- Run(context.Background(), c, nil) }()
+			select {
+			case err = <-errc:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Run did not stop within 10s of its lease lapsing")
+			}
+			if !errors.Is(err, ErrLeaseLapsed) {
+				t.Fatalf("Run: %v, want ErrLeaseLapsed", err)
+			}
+			want, left := int64(1), int64(2)
+			if tc.lapsedFirst {
+				want, left = 0, 3
+				if n := pending(t, rdb, "q"); n != 0 {
+					t.Errorf("%d entries read with the lease lapsed, want none", n)
+				}
+			}
+			if n := ran.Load(); n != want {
+				t.Errorf("%d jobs started, want %d", n, want)
+			}
+			if n := rdb.XLen(context.Background(), KeysFor("q").Stream).Val(); n != left {
+				t.Errorf("stream holds %d of the %d entries, want %d left for the next holder", n, len(ids), left)
+			}
+		})
+	}
+}
