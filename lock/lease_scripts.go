@@ -32,54 +32,46 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 `
 
-// epochLua defines epochPaused(epoch, fence, ttl), which keeps a failover
-// or a restart from granting a slot twice; every script that grants a lease
-// (acquire, a release's hand-over, a standby's turn) calls it before it
-// takes a token. Replication is asynchronous: a grant (or renewal) the old
-// master made may never reach the replica that takes over, whose data then
-// shows that slot free while its holder runs on; a server restarted
-// without persistence has lost every lease. So the queue's epoch key (a
-// hash: runid, until) records the run id of the server that last granted
-// (INFO server, read in the script: no extra round trip). A script that
-// finds another run id (a failover, a restart, or a server never used)
-// records the new one and:
+// epochLua defines epochPaused(epoch, fence, ttl), which keeps a failover,
+// a restart or a loss of data from granting a slot twice; every script that
+// grants a lease (acquire, a release's hand-over, a standby's turn) calls
+// it before it takes a token. Replication is asynchronous: a grant (or
+// renewal) the old master made may never reach the replica that takes
+// over, whose data then shows that slot free while its holder runs on; a
+// server restarted without persistence has lost every lease, and so has
+// one that runs on after a FLUSHALL, a FLUSHDB or a DEL of baton's keys,
+// with the same run id and uptime. So the queue's epoch key (a hash:
+// runid, until) records the run id of the server that last granted (INFO
+// server, read in the script: no extra round trip); it is written by the
+// first grant (or MarkFresh) and never removed by baton, so its absence,
+// or the fence counter's, means this server lost what it knew, or never
+// served the queue, which it cannot tell apart. A script that finds
+// another run id (a failover, a restart), or no epoch key or no fence
+// counter (a loss of data, a restart without persistence, a server never
+// used and not marked fresh), records this server's run id and:
 //
-//   - when lease state from an earlier server exists (the epoch key or the
-//     fence counter), refuses every grant of a free lease until now + TTL on
-//     this server's clock: any lease the old server granted and this one
-//     lost has expired by then, and its holder has fenced itself (its
-//     renewals fail here, and it stops at its renew deadline, below the
-//     TTL). Leases this server has are renewed, and handed over by their
-//     holders, as before.
-//   - when none exists, the server may be new or restarted without its
-//     data: grants wait until TTL after the server started (uptime, read
-//     in whole seconds as the difference of two whole-second clocks, so up
-//     to a second over: the start is taken a second later than it says,
-//     as late as it can be). Every
-//     lease an earlier incarnation granted was last renewed before it
-//     stopped, so its holder has fenced itself by then. A server up longer
-//     than a TTL grants at once (MarkFresh tells a server just started
-//     that it never served the queue).
+//   - refuses every grant of a free lease until now + TTL on this server's
+//     clock: any lease the old state granted and this server lost has
+//     expired by then, and its holder has fenced itself (its renewals fail
+//     here, and it stops at its renew deadline, below the TTL, after its
+//     last successful renewal, which came before the loss, so before now).
+//     Leases this server has are renewed, and handed over by their
+//     holders, as before. MarkFresh writes the epoch key and the counter
+//     on a server just started, so its first grants are not paused; a
+//     loss takes the mark with it.
 //   - raises the fence counter to at least now in microseconds (exact in a
 //     Lua number until the year 2255), so tokens keep growing even when the
 //     counter lost its last increments, or all of them: they stay above the
 //     lost grants' tokens while the servers' clocks agree to better than
-//     the time since the last failover.
+//     the time since the last failover (one token per µs at most).
 //
 // epochPaused returns true while grants are paused. It needs leaseNow's now.
 const epochLua = `
 local function epochPaused(epoch, fence, ttl)
-  local info = redis.call('INFO', 'server')
-  local runid = string.match(info, 'run_id:(%x+)')
+  local runid = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
   local ep = redis.call('HMGET', epoch, 'runid', 'until')
-  if ep[1] ~= runid then
+  if ep[1] ~= runid or redis.call('EXISTS', fence) == 0 then
     local untl = now + ttl
-    if not ep[1] and redis.call('EXISTS', fence) == 0 then
-      -- uptime_in_seconds is the difference of two whole-second clocks,
-      -- up to a second more than the time really elapsed: one second less
-      -- makes the start as late as it can be.
-      untl = now - 1000 * (tonumber(string.match(info, 'uptime_in_seconds:(%d+)') or '0') - 1) + ttl
-    end
     if tonumber(redis.call('GET', fence) or '0') < now * 1000 then
       redis.call('SET', fence, string.format('%d', now * 1000))
     end
@@ -130,7 +122,7 @@ end
 // (a run set's standbys) from ARGV[7]: a losing candidate makes this one
 // call. A candidate whose settings differ from the fleet's config in force
 // is refused first, free lease or not; the first grant after the config
-// lapsed writes the candidate's settings. After a failover it grants
+// lapsed writes the candidate's settings. After a failover or a loss of data it grants
 // nothing for a TTL (epochLua).
 //
 // KEYS[1] the fence counter, KEYS[2] the fleet's config, KEYS[3] the epoch
@@ -249,7 +241,7 @@ end
 // owner's it goes to the oldest live standby in line, in this one step;
 // with nobody live waiting it is deleted (free for any candidate). A lease
 // already past its expiry is free, so handing it over is a grant: while
-// grants are paused after a failover (epochLua) it is deleted instead.
+// grants are paused after a failover or a loss of data (epochLua) it is deleted instead.
 //
 // KEYS[1] the run lease, KEYS[2] the fence counter, KEYS[3] the line,
 // KEYS[4] the fleet's config, KEYS[5] the epoch key, KEYS[6..] the standby
@@ -274,7 +266,7 @@ return 1
 // turnScript is a standby's turn in line: it joins the line (ARGV[4]
 // "join"), looks ("look") or leaves it ("leave"); unless leaving, it hands
 // every free run lease (expired or missing) to the oldest live standbys in
-// line, unless grants are paused after a failover (epochLua); then, if a run lease is this standby's, it renews it (TTL from now)
+// line, unless grants are paused after a failover or a loss of data (epochLua); then, if a run lease is this standby's, it renews it (TTL from now)
 // and returns it.
 //
 // KEYS[1] the fence counter, KEYS[2] the line, KEYS[3] the fleet's config,
@@ -344,7 +336,7 @@ end
 return out
 `)
 
-// pausedScript reads until when grants are paused after a failover
+// pausedScript reads until when grants are paused after a failover or a loss
 // (epochLua), on Redis' clock.
 //
 // KEYS[1] the epoch key.
