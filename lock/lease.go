@@ -124,8 +124,9 @@ func FenceKey(queue string) string { return "baton:{" + queue + "}:lease:fence" 
 
 // EpochKey is the Redis key that records which server last granted queue's
 // leases, and until when grants are paused after a failover, a restart or
-// a loss of data. Its absence marks a server that lost the queue's lease
-// state (or never had it): baton never deletes it.
+// a loss of data, and each lease's expiry (a field per lease key). Its
+// absence marks a server that lost the queue's lease state (or never had
+// it): baton never deletes it.
 func EpochKey(queue string) string { return "baton:{" + queue + "}:lease:epoch" }
 
 // ConfigKey is the Redis key of the settings queue's leases were granted
@@ -504,7 +505,7 @@ func (sl *leaseSlot) renew(ctx context.Context, sent, rtt time.Duration) (int64,
 	left := time.Duration(sl.okAt.Load()) + opt.Deadline - sent
 	ctx, cancel := context.WithTimeout(ctx, max(min(left, max(left/2, 2*rtt)), 10*time.Millisecond))
 	defer cancel()
-	return script.Run(ctx, sl.set.rdb, renewScript, []string{sl.key, sl.set.config}, sl.owner, opt.TTL.Milliseconds()).Int64()
+	return script.Run(ctx, sl.set.rdb, renewScript, []string{sl.key, sl.set.config, EpochKey(sl.set.queue)}, sl.owner, opt.TTL.Milliseconds()).Int64()
 }
 
 func (sl *leaseSlot) lose(why string) {

@@ -15,6 +15,9 @@ import (
 //	expires  unix ms on Redis' clock; at or past it the lease is free
 //	rec      the holder's published Record, JSON
 //
+// Each lease's expiry is mirrored in the queue's epoch key (mirrorLua), so
+// that a lease key deleted on its own does not free its slot early.
+//
 // A lease key carries no Redis TTL: an expired lease stays readable, so its
 // next holder inherits the record (Slot.Inherited), and N keys per set is
 // all there ever is. Numbers are written with string.format('%d'): a Lua
@@ -82,6 +85,26 @@ local function epochPaused(epoch, fence, ttl)
 end
 `
 
+// mirrorLua mirrors each lease's expiry in the epoch hash (field: the
+// lease's key, value: its expiry, unix ms): every grant and renewal writes
+// it, a release removes it. A lease key deleted on its own (an operator's
+// DEL) while its lease was valid leaves the mirror ahead of Redis' clock,
+// and the slot is not free until then, by when its holder, whose renewals
+// fail, has fenced itself. A loss of the epoch key itself pauses every
+// grant (epochLua). It needs leaseNow's now and EPOCH, the epoch key.
+const mirrorLua = `
+local function mirrorLive(key)
+  return tonumber(redis.call('HGET', EPOCH, key) or '0') > now
+end
+local function mirror(key, exp)
+  if exp then
+    redis.call('HSET', EPOCH, key, string.format('%d', exp))
+  else
+    redis.call('HDEL', EPOCH, key)
+  end
+end
+`
+
 // freshScript records, on a server that holds none of the queue's lease
 // state, that it never served the queue: the epoch key gets its run id
 // and no pause, the fence counter its clock in µs (epochLua).
@@ -117,7 +140,8 @@ local function cfgExtend(key, exp)
 end
 `
 
-// acquireScript grants the first free lease of a set, trying every slot once
+// acquireScript grants the first free lease of a set (expired or missing,
+// and its mirror too: mirrorLua), trying every slot once
 // from ARGV[5], or, when every lease of the set is live, of a second set
 // (a run set's standbys) from ARGV[7]: a losing candidate makes this one
 // call. A candidate whose settings differ from the fleet's config in force
@@ -136,6 +160,8 @@ end
 // live or grants are paused, {-2, name, the fleet's value} when a setting differs from the
 // fleet's config in force.
 var acquireScript = script.AllowOOM(leaseNow + configLua + epochLua + `
+local EPOCH = KEYS[3]
+` + mirrorLua + `
 local ttl, nfirst = tonumber(ARGV[1]), tonumber(ARGV[6])
 local live = cfgLive(KEYS[2])
 if live then
@@ -152,11 +178,12 @@ for s = 1, 2 do
     local i = (first + k) % n
     local key = KEYS[base + i]
     local l = redis.call('HMGET', key, 'expires', 'rec', 'host')
-    if not l[1] or tonumber(l[1]) <= now then
+    if (not l[1] or tonumber(l[1]) <= now) and not mirrorLive(key) then
       local token = redis.call('INCR', KEYS[1])
       redis.call('DEL', key)
       redis.call('HSET', key, 'owner', ARGV[2], 'token', token, 'host', ARGV[3], 'pid', ARGV[4],
         'since', string.format('%d', now), 'expires', string.format('%d', now + ttl))
+      mirror(key, now + ttl)
       if not live then redis.call('DEL', KEYS[2]) end
       for j = 8, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[j], ARGV[j + 1]) end
       cfgExtend(KEYS[2], now + ttl)
@@ -171,24 +198,30 @@ return {-1}
 // now, and the fleet's config with it. An expired lease is never renewed,
 // even when nobody took it: its holder has already fenced itself.
 //
-// KEYS[1] lease, KEYS[2] the fleet's config; ARGV[1] owner, ARGV[2] TTL (ms).
+// KEYS[1] lease, KEYS[2] the fleet's config, KEYS[3] the epoch key (its
+// mirror, mirrorLua); ARGV[1] owner, ARGV[2] TTL (ms).
 // Returns the new expiry (unix ms), 0 when the lease is not ours or expired.
 var renewScript = script.AllowOOM(leaseNow + configLua + `
+local EPOCH = KEYS[3]
+` + mirrorLua + `
 local l = redis.call('HMGET', KEYS[1], 'owner', 'expires')
 if l[1] ~= ARGV[1] or tonumber(l[2]) <= now then return 0 end
 local exp = now + tonumber(ARGV[2])
 redis.call('HSET', KEYS[1], 'expires', string.format('%d', exp))
+mirror(KEYS[1], exp)
 cfgExtend(KEYS[2], exp)
 return exp
 `)
 
-// releaseScript deletes a lease that is still this owner's.
+// releaseScript deletes a lease that is still this owner's, and its
+// mirror (mirrorLua).
 //
-// KEYS[1] lease; ARGV[1] owner.
+// KEYS[1] lease, KEYS[2] the epoch key; ARGV[1] owner.
 // Returns 1 when released, 0 when it was not ours.
 var releaseScript = script.AllowOOM(`
 if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
+redis.call('HDEL', KEYS[2], KEYS[1])
 return 1
 `)
 
@@ -209,9 +242,10 @@ return 1
 // runKey) to the oldest live standby in line, with prev, the previous
 // holder's record, when it died holding the lease, and returns the
 // standby's owner, or nil when nobody live is waiting. The script sets
-// LINE (the line's key), FENCE, CFG (the fleet's config), SB (the index in
-// KEYS of standby lease 0), NSB (the number of standby leases) and WAKE
-// (the wake channel prefix) first.
+// LINE (the line's key), FENCE, CFG (the fleet's config), EPOCH (the epoch
+// key), SB (the index in KEYS of standby lease 0), NSB (the number of
+// standby leases) and WAKE (the wake channel prefix) first, and includes
+// mirrorLua.
 const lineLua = `
 local function handOver(runKey, i, ttl, prev)
   while true do
@@ -228,6 +262,7 @@ local function handOver(runKey, i, ttl, prev)
         redis.call('HSET', runKey, 'owner', owner, 'token', token, 'host', s[3] or '', 'pid', s[4] or '0',
           'since', string.format('%d', now), 'expires', string.format('%d', now + ttl))
         if prev and prev ~= '' then redis.call('HSET', runKey, 'prev', prev) end
+        mirror(runKey, now + ttl)
         cfgExtend(CFG, now + ttl)
         redis.call('PUBLISH', WAKE .. owner, i)
         return owner
@@ -250,22 +285,24 @@ end
 // ARGV[4] the run lease's slot.
 // Returns 2 when handed over, 1 when released, 0 when it was not ours.
 var handOverScript = script.AllowOOM(leaseNow + configLua + epochLua + `
-local LINE, FENCE, CFG, SB, NSB, WAKE = KEYS[3], KEYS[2], KEYS[4], 6, #KEYS - 5, ARGV[3]
-` + lineLua + `
+local LINE, FENCE, CFG, EPOCH, SB, NSB, WAKE = KEYS[3], KEYS[2], KEYS[4], KEYS[5], 6, #KEYS - 5, ARGV[3]
+` + mirrorLua + lineLua + `
 local l = redis.call('HMGET', KEYS[1], 'owner', 'expires')
 if l[1] ~= ARGV[1] then return 0 end
 if epochPaused(KEYS[5], FENCE, tonumber(ARGV[2])) and tonumber(l[2] or '0') <= now then
   redis.call('DEL', KEYS[1])
+  mirror(KEYS[1], nil)
   return 1
 end
 if handOver(KEYS[1], ARGV[4], tonumber(ARGV[2])) then return 2 end
 redis.call('DEL', KEYS[1])
+mirror(KEYS[1], nil)
 return 1
 `)
 
 // turnScript is a standby's turn in line: it joins the line (ARGV[4]
 // "join"), looks ("look") or leaves it ("leave"); unless leaving, it hands
-// every free run lease (expired or missing) to the oldest live standbys in
+// every free run lease (expired or missing, and its mirror: mirrorLua) to the oldest live standbys in
 // line, unless grants are paused after a failover or a loss of data (epochLua); then, if a run lease is this standby's, it renews it (TTL from now)
 // and returns it.
 //
@@ -278,9 +315,9 @@ return 1
 // when a run lease is this standby's, else {-1}.
 var turnScript = script.AllowOOM(leaseNow + configLua + epochLua + `
 local nrun = tonumber(ARGV[5])
-local LINE, FENCE, CFG, SB, NSB, WAKE = KEYS[2], KEYS[1], KEYS[3], 5 + nrun, #KEYS - 4 - nrun, ARGV[2]
+local LINE, FENCE, CFG, EPOCH, SB, NSB, WAKE = KEYS[2], KEYS[1], KEYS[3], KEYS[4], 5 + nrun, #KEYS - 4 - nrun, ARGV[2]
 local ttl = tonumber(ARGV[1])
-` + lineLua + `
+` + mirrorLua + lineLua + `
 if ARGV[4] == 'join' then
   -- in µs of Redis' clock, and after the last to join: a strict order
   local t = redis.call('TIME')
@@ -294,7 +331,7 @@ end
 if ARGV[4] ~= 'leave' and not epochPaused(KEYS[4], FENCE, ttl) then
   for i = 0, nrun - 1 do
     local l = redis.call('HMGET', KEYS[5 + i], 'expires', 'rec')
-    if not l[1] or tonumber(l[1]) <= now then
+    if (not l[1] or tonumber(l[1]) <= now) and not mirrorLive(KEYS[5 + i]) then
       if not handOver(KEYS[5 + i], i, ttl, l[2]) then break end
     end
   end
@@ -303,6 +340,7 @@ for i = 0, nrun - 1 do
   local l = redis.call('HMGET', KEYS[5 + i], 'owner', 'expires', 'token', 'since', 'prev')
   if l[1] == ARGV[6] and tonumber(l[2]) > now then
     redis.call('HSET', KEYS[5 + i], 'expires', string.format('%d', now + ttl))
+    mirror(KEYS[5 + i], now + ttl)
     cfgExtend(CFG, now + ttl)
     return {i, tonumber(l[3]), tonumber(l[4]), now + ttl, l[5] or ''}
   end
