@@ -44,7 +44,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 // server restarted without persistence has lost every lease, and so has
 // one that runs on after a FLUSHALL, a FLUSHDB or a DEL of baton's keys,
 // with the same run id and uptime. So the queue's epoch key (a hash:
-// runid, until) records the run id of the server that last granted (INFO
+// runid, until, and the leases' mirrors, mirrorLua) records the run id of the server that last granted (INFO
 // server, read in the script: no extra round trip); it is written by the
 // first grant (or MarkFresh) and never removed by baton, so its absence,
 // or the fence counter's, means this server lost what it knew, or never
@@ -146,8 +146,8 @@ end
 // (a run set's standbys) from ARGV[7]: a losing candidate makes this one
 // call. A candidate whose settings differ from the fleet's config in force
 // is refused first, free lease or not; the first grant after the config
-// lapsed writes the candidate's settings. After a failover or a loss of data it grants
-// nothing for a TTL (epochLua).
+// lapsed writes the candidate's settings. After a failover or a loss of
+// data it grants nothing for a TTL (epochLua).
 //
 // KEYS[1] the fence counter, KEYS[2] the fleet's config, KEYS[3] the epoch
 // key, KEYS[4..] the first set's lease keys in slot order, then the second set's (none for a
@@ -276,7 +276,8 @@ end
 // owner's it goes to the oldest live standby in line, in this one step;
 // with nobody live waiting it is deleted (free for any candidate). A lease
 // already past its expiry is free, so handing it over is a grant: while
-// grants are paused after a failover or a loss of data (epochLua) it is deleted instead.
+// grants are paused after a failover or a loss of data (epochLua) it is
+// deleted instead.
 //
 // KEYS[1] the run lease, KEYS[2] the fence counter, KEYS[3] the line,
 // KEYS[4] the fleet's config, KEYS[5] the epoch key, KEYS[6..] the standby
@@ -302,9 +303,10 @@ return 1
 
 // turnScript is a standby's turn in line: it joins the line (ARGV[4]
 // "join"), looks ("look") or leaves it ("leave"); unless leaving, it hands
-// every free run lease (expired or missing, and its mirror: mirrorLua) to the oldest live standbys in
-// line, unless grants are paused after a failover or a loss of data (epochLua); then, if a run lease is this standby's, it renews it (TTL from now)
-// and returns it.
+// every free run lease (expired or missing, and its mirror: mirrorLua) to
+// the oldest live standbys in line, unless grants are paused after a
+// failover or a loss of data (epochLua); then, if a run lease is this
+// standby's, it renews it (TTL from now) and returns it.
 //
 // KEYS[1] the fence counter, KEYS[2] the line, KEYS[3] the fleet's config,
 // KEYS[4] the epoch key, KEYS[5..4+ARGV[5]] the run leases in slot order,
