@@ -42,13 +42,13 @@ func loserRun(ctx context.Context, srv *redisServer, bins *binaries, n int, host
 		return nil, nil, err
 	}
 	defer s.close()
-	if len(hosts) > 0 {
-		s.fleet(hosts...)
-	}
 	rdb := srv.Client(1)
 	defer rdb.Close()
 	if err := fill(ctx, rdb, s.queue, 0); err != nil {
 		return nil, nil, err
+	}
+	if len(hosts) > 0 { // after fill's FLUSHALL, which takes the fresh mark with it
+		s.fleet(hosts...)
 	}
 	args := s.args("--slots", "1", "--standby-slots", "1", "--lifetime", "1m", "--standby-wait", "1m")
 	for i, role := range []string{"run", "standby"} {

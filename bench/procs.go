@@ -88,12 +88,13 @@ func (s *scene) args(extra ...string) []string {
 		"--lock-dir", filepath.Join(s.dir, "locks")}, extra...)
 }
 
-// fleet makes s a fleet of the simulated hosts.
+// fleet makes s a fleet of the simulated hosts; call it after fill, whose
+// FLUSHALL takes the fresh mark with it.
 func (s *scene) fleet(hosts ...string) {
 	s.hosts = hosts
 	s.leases = s.srv.Client(2)
-	// The bench's Redis was just started: grants would wait a lease TTL
-	// after its start, as after a restart that lost the leases.
+	// The bench's Redis was just flushed: grants would wait a lease TTL,
+	// as after any loss of the lease state.
 	_, _ = lock.MarkFresh(context.Background(), s.leases, s.queue)
 }
 

@@ -38,14 +38,14 @@ func promotionRun(ctx context.Context, srv *redisServer, bins *binaries, samples
 		return nil, err
 	}
 	defer s.close()
-	if len(hosts) > 0 {
-		s.fleet(hosts...)
-	}
 	rdb := srv.Client(1)
 	defer rdb.Close()
 	// About 1,000 jobs per lifetime are taken; keep the queue from running dry.
 	if err := fill(ctx, rdb, s.queue, 0); err != nil {
 		return nil, err
+	}
+	if len(hosts) > 0 { // after fill's FLUSHALL, which takes the fresh mark with it
+		s.fleet(hosts...)
 	}
 	if err := addJobs(ctx, rdb, s.queue, (samples+2)*2000, "mark sleep=1ms"); err != nil {
 		return nil, err

@@ -71,7 +71,7 @@ func (s *LeaseSet) wake() string { return "baton:{" + s.queue + "}:lease:wake:" 
 // to the oldest live one in line.
 func (s *LeaseSet) release(ctx context.Context, sl *leaseSlot) error {
 	if s.sb == nil || sl.i >= s.handBelow {
-		return script.Run(ctx, s.rdb, releaseScript, []string{sl.key}, sl.owner).Err()
+		return script.Run(ctx, s.rdb, releaseScript, []string{sl.key, EpochKey(s.queue)}, sl.owner).Err()
 	}
 	keys := append([]string{sl.key, s.fence, LineKey(s.queue), s.config, EpochKey(s.queue)}, s.sb.keys...)
 	return script.Run(ctx, s.rdb, handOverScript, keys, sl.owner, s.opt.TTL.Milliseconds(), s.wake(), sl.i).Err()

@@ -88,9 +88,7 @@ func TestLeaseHandOver(t *testing.T) {
 	sbC, wC := c.inLine(t)
 	// The second standby dies in line: its standby lease expires.
 	deadKey := lock.LeaseKey("q", lock.RoleStandby, sbDead.Index())
-	if err := rdb.HSet(context.Background(), deadKey, "expires", 1).Err(); err != nil {
-		t.Fatal(err)
-	}
+	expire(t, rdb, "q", deadKey)
 
 	// The line as status reads it: b then c, the dead standby counted apart.
 	line, stale, err := a.sb.Line()
@@ -157,9 +155,7 @@ func TestLeaseHandOverExpiredAndLeave(t *testing.T) {
 	_ = dead.Publish(lock.Record{PID: 7, Token: "dead"})
 	sbOld, wOld := a.inLine(t)
 	sbNew, wNew := b.inLine(t)
-	if err := rdb.HSet(context.Background(), lock.LeaseKey("q", lock.RoleRun, 0), "expires", 1).Err(); err != nil {
-		t.Fatal(err)
-	}
+	expire(t, rdb, "q", lock.LeaseKey("q", lock.RoleRun, 0))
 	// The newer standby looks first, and hands the lease to the older one.
 	if s, ok, err := wNew.Take(); err != nil || ok {
 		t.Fatalf("the newer standby took the lease (%v %v %v), want it handed to the older one", s, ok, err)

@@ -144,7 +144,10 @@ func LeaseKey(queue, role string, i int) string {
 func FenceKey(queue string) string { return "baton:{" + queue + "}:lease:fence" }
 
 // EpochKey is the Redis key that records which server last granted queue's
-// leases, and until when grants are paused after a failover.
+// leases, and until when grants are paused after a failover, a restart or
+// a loss of data, and each lease's expiry (a field per lease key). Its
+// absence marks a server that lost the queue's lease state (or never had
+// it): baton never deletes it.
 func EpochKey(queue string) string { return "baton:{" + queue + "}:lease:epoch" }
 
 // ConfigKey is the Redis key of the settings queue's leases were granted
@@ -346,13 +349,16 @@ func (s *LeaseSet) Records() ([]Record, error) {
 }
 
 // MarkFresh records that the Redis server rdb reaches has never granted
-// queue's leases, so that its first grants are not paused: on a server up
-// for less than a lease TTL and holding none of the queue's lease state,
-// grants otherwise wait until a TTL after its start, since a server
-// restarted without persistence looks just like a new one (docs/fleet.md).
-// Only for a server no holder of the queue ever used: tests, or a new
-// deployment started before any baton. It writes nothing, and returns
-// false, when the server holds lease state of the queue.
+// queue's leases, so that its first grants are not paused: a server that
+// holds none of the queue's lease state has either lost it (a restart
+// without persistence, a FLUSHALL, a FLUSHDB, a failover to a replica that
+// never had it, a DEL of baton's keys) or never had it, and cannot tell
+// which, so its grants otherwise wait a lease TTL from the first candidate
+// that looks (docs/fleet.md). Only for a server no holder of the queue ever
+// used: tests, or a new deployment started before any baton. It writes
+// nothing, and returns false, when the server holds lease state of the
+// queue. The mark is the lease state itself: a later loss takes it too,
+// and is paused for like any other.
 func MarkFresh(ctx context.Context, rdb redis.UniversalClient, queue string) (bool, error) {
 	n, err := script.Run(ctx, rdb, freshScript, []string{EpochKey(queue), FenceKey(queue)}).Int64()
 	if err != nil {
@@ -361,8 +367,9 @@ func MarkFresh(ctx context.Context, rdb redis.UniversalClient, queue string) (bo
 	return n == 1, nil
 }
 
-// PausedFor is how much longer grants stay paused after a failover or a
-// restart of Redis (0 when they are not), on Redis' clock; see docs/fleet.md.
+// PausedFor is how much longer grants stay paused after a failover, a
+// restart or a loss of data of Redis (0 when they are not), on Redis'
+// clock; see docs/fleet.md.
 func (s *LeaseSet) PausedFor() (time.Duration, error) {
 	ctx, cancel := s.call()
 	defer cancel()
@@ -522,7 +529,7 @@ func (sl *leaseSlot) renew(ctx context.Context, sent, rtt time.Duration) (int64,
 	left := time.Duration(sl.okAt.Load()) + opt.Deadline - sent
 	ctx, cancel := context.WithTimeout(ctx, max(min(left, max(left/2, 2*rtt)), 10*time.Millisecond))
 	defer cancel()
-	return script.Run(ctx, sl.set.rdb, renewScript, []string{sl.key, sl.set.config}, sl.owner, opt.TTL.Milliseconds()).Int64()
+	return script.Run(ctx, sl.set.rdb, renewScript, []string{sl.key, sl.set.config, EpochKey(sl.set.queue)}, sl.owner, opt.TTL.Milliseconds()).Int64()
 }
 
 // HeldFor implements Holding: the watchdog's own test, asked at once.

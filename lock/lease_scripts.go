@@ -15,6 +15,9 @@ import (
 //	expires  unix ms on Redis' clock; at or past it the lease is free
 //	rec      the holder's published Record, JSON
 //
+// Each lease's expiry is mirrored in the queue's epoch key (mirrorLua), so
+// that a lease key deleted on its own does not free its slot early.
+//
 // A lease key carries no Redis TTL: an expired lease stays readable, so its
 // next holder inherits the record (Slot.Inherited), and N keys per set is
 // all there ever is. Numbers are written with string.format('%d'): a Lua
@@ -32,54 +35,46 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 `
 
-// epochLua defines epochPaused(epoch, fence, ttl), which keeps a failover
-// or a restart from granting a slot twice; every script that grants a lease
-// (acquire, a release's hand-over, a standby's turn) calls it before it
-// takes a token. Replication is asynchronous: a grant (or renewal) the old
-// master made may never reach the replica that takes over, whose data then
-// shows that slot free while its holder runs on; a server restarted
-// without persistence has lost every lease. So the queue's epoch key (a
-// hash: runid, until) records the run id of the server that last granted
-// (INFO server, read in the script: no extra round trip). A script that
-// finds another run id (a failover, a restart, or a server never used)
-// records the new one and:
+// epochLua defines epochPaused(epoch, fence, ttl), which keeps a failover,
+// a restart or a loss of data from granting a slot twice; every script that
+// grants a lease (acquire, a release's hand-over, a standby's turn) calls
+// it before it takes a token. Replication is asynchronous: a grant (or
+// renewal) the old master made may never reach the replica that takes
+// over, whose data then shows that slot free while its holder runs on; a
+// server restarted without persistence has lost every lease, and so has
+// one that runs on after a FLUSHALL, a FLUSHDB or a DEL of baton's keys,
+// with the same run id and uptime. So the queue's epoch key (a hash:
+// runid, until, and the leases' mirrors, mirrorLua) records the run id of the server that last granted (INFO
+// server, read in the script: no extra round trip); it is written by the
+// first grant (or MarkFresh) and never removed by baton, so its absence,
+// or the fence counter's, means this server lost what it knew, or never
+// served the queue, which it cannot tell apart. A script that finds
+// another run id (a failover, a restart), or no epoch key or no fence
+// counter (a loss of data, a restart without persistence, a server never
+// used and not marked fresh), records this server's run id and:
 //
-//   - when lease state from an earlier server exists (the epoch key or the
-//     fence counter), refuses every grant of a free lease until now + TTL on
-//     this server's clock: any lease the old server granted and this one
-//     lost has expired by then, and its holder has fenced itself (its
-//     renewals fail here, and it stops at its renew deadline, below the
-//     TTL). Leases this server has are renewed, and handed over by their
-//     holders, as before.
-//   - when none exists, the server may be new or restarted without its
-//     data: grants wait until TTL after the server started (uptime, read
-//     in whole seconds as the difference of two whole-second clocks, so up
-//     to a second over: the start is taken a second later than it says,
-//     as late as it can be). Every
-//     lease an earlier incarnation granted was last renewed before it
-//     stopped, so its holder has fenced itself by then. A server up longer
-//     than a TTL grants at once (MarkFresh tells a server just started
-//     that it never served the queue).
+//   - refuses every grant of a free lease until now + TTL on this server's
+//     clock: any lease the old state granted and this server lost has
+//     expired by then, and its holder has fenced itself (its renewals fail
+//     here, and it stops at its renew deadline, below the TTL, after its
+//     last successful renewal, which came before the loss, so before now).
+//     Leases this server has are renewed, and handed over by their
+//     holders, as before. MarkFresh writes the epoch key and the counter
+//     on a server just started, so its first grants are not paused; a
+//     loss takes the mark with it.
 //   - raises the fence counter to at least now in microseconds (exact in a
 //     Lua number until the year 2255), so tokens keep growing even when the
 //     counter lost its last increments, or all of them: they stay above the
 //     lost grants' tokens while the servers' clocks agree to better than
-//     the time since the last failover.
+//     the time since the last failover (one token per µs at most).
 //
 // epochPaused returns true while grants are paused. It needs leaseNow's now.
 const epochLua = `
 local function epochPaused(epoch, fence, ttl)
-  local info = redis.call('INFO', 'server')
-  local runid = string.match(info, 'run_id:(%x+)')
+  local runid = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
   local ep = redis.call('HMGET', epoch, 'runid', 'until')
-  if ep[1] ~= runid then
+  if ep[1] ~= runid or redis.call('EXISTS', fence) == 0 then
     local untl = now + ttl
-    if not ep[1] and redis.call('EXISTS', fence) == 0 then
-      -- uptime_in_seconds is the difference of two whole-second clocks,
-      -- up to a second more than the time really elapsed: one second less
-      -- makes the start as late as it can be.
-      untl = now - 1000 * (tonumber(string.match(info, 'uptime_in_seconds:(%d+)') or '0') - 1) + ttl
-    end
     if tonumber(redis.call('GET', fence) or '0') < now * 1000 then
       redis.call('SET', fence, string.format('%d', now * 1000))
     end
@@ -87,6 +82,26 @@ local function epochPaused(epoch, fence, ttl)
     ep[2] = untl
   end
   return tonumber(ep[2] or 0) > now
+end
+`
+
+// mirrorLua mirrors each lease's expiry in the epoch hash (field: the
+// lease's key, value: its expiry, unix ms): every grant and renewal writes
+// it, a release removes it. A lease key deleted on its own (an operator's
+// DEL) while its lease was valid leaves the mirror ahead of Redis' clock,
+// and the slot is not free until then, by when its holder, whose renewals
+// fail, has fenced itself. A loss of the epoch key itself pauses every
+// grant (epochLua). It needs leaseNow's now and EPOCH, the epoch key.
+const mirrorLua = `
+local function mirrorLive(key)
+  return tonumber(redis.call('HGET', EPOCH, key) or '0') > now
+end
+local function mirror(key, exp)
+  if exp then
+    redis.call('HSET', EPOCH, key, string.format('%d', exp))
+  else
+    redis.call('HDEL', EPOCH, key)
+  end
 end
 `
 
@@ -125,13 +140,14 @@ local function cfgExtend(key, exp)
 end
 `
 
-// acquireScript grants the first free lease of a set, trying every slot once
+// acquireScript grants the first free lease of a set (expired or missing,
+// and its mirror too: mirrorLua), trying every slot once
 // from ARGV[5], or, when every lease of the set is live, of a second set
 // (a run set's standbys) from ARGV[7]: a losing candidate makes this one
 // call. A candidate whose settings differ from the fleet's config in force
 // is refused first, free lease or not; the first grant after the config
-// lapsed writes the candidate's settings. After a failover it grants
-// nothing for a TTL (epochLua).
+// lapsed writes the candidate's settings. After a failover or a loss of
+// data it grants nothing for a TTL (epochLua).
 //
 // KEYS[1] the fence counter, KEYS[2] the fleet's config, KEYS[3] the epoch
 // key, KEYS[4..] the first set's lease keys in slot order, then the second set's (none for a
@@ -144,6 +160,8 @@ end
 // live or grants are paused, {-2, name, the fleet's value} when a setting differs from the
 // fleet's config in force.
 var acquireScript = script.AllowOOM(leaseNow + configLua + epochLua + `
+local EPOCH = KEYS[3]
+` + mirrorLua + `
 local ttl, nfirst = tonumber(ARGV[1]), tonumber(ARGV[6])
 local live = cfgLive(KEYS[2])
 if live then
@@ -160,11 +178,12 @@ for s = 1, 2 do
     local i = (first + k) % n
     local key = KEYS[base + i]
     local l = redis.call('HMGET', key, 'expires', 'rec', 'host')
-    if not l[1] or tonumber(l[1]) <= now then
+    if (not l[1] or tonumber(l[1]) <= now) and not mirrorLive(key) then
       local token = redis.call('INCR', KEYS[1])
       redis.call('DEL', key)
       redis.call('HSET', key, 'owner', ARGV[2], 'token', token, 'host', ARGV[3], 'pid', ARGV[4],
         'since', string.format('%d', now), 'expires', string.format('%d', now + ttl))
+      mirror(key, now + ttl)
       if not live then redis.call('DEL', KEYS[2]) end
       for j = 8, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[j], ARGV[j + 1]) end
       cfgExtend(KEYS[2], now + ttl)
@@ -179,24 +198,30 @@ return {-1}
 // now, and the fleet's config with it. An expired lease is never renewed,
 // even when nobody took it: its holder has already fenced itself.
 //
-// KEYS[1] lease, KEYS[2] the fleet's config; ARGV[1] owner, ARGV[2] TTL (ms).
+// KEYS[1] lease, KEYS[2] the fleet's config, KEYS[3] the epoch key (its
+// mirror, mirrorLua); ARGV[1] owner, ARGV[2] TTL (ms).
 // Returns the new expiry (unix ms), 0 when the lease is not ours or expired.
 var renewScript = script.AllowOOM(leaseNow + configLua + `
+local EPOCH = KEYS[3]
+` + mirrorLua + `
 local l = redis.call('HMGET', KEYS[1], 'owner', 'expires')
 if l[1] ~= ARGV[1] or tonumber(l[2]) <= now then return 0 end
 local exp = now + tonumber(ARGV[2])
 redis.call('HSET', KEYS[1], 'expires', string.format('%d', exp))
+mirror(KEYS[1], exp)
 cfgExtend(KEYS[2], exp)
 return exp
 `)
 
-// releaseScript deletes a lease that is still this owner's.
+// releaseScript deletes a lease that is still this owner's, and its
+// mirror (mirrorLua).
 //
-// KEYS[1] lease; ARGV[1] owner.
+// KEYS[1] lease, KEYS[2] the epoch key; ARGV[1] owner.
 // Returns 1 when released, 0 when it was not ours.
 var releaseScript = script.AllowOOM(`
 if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
+redis.call('HDEL', KEYS[2], KEYS[1])
 return 1
 `)
 
@@ -217,9 +242,10 @@ return 1
 // runKey) to the oldest live standby in line, with prev, the previous
 // holder's record, when it died holding the lease, and returns the
 // standby's owner, or nil when nobody live is waiting. The script sets
-// LINE (the line's key), FENCE, CFG (the fleet's config), SB (the index in
-// KEYS of standby lease 0), NSB (the number of standby leases) and WAKE
-// (the wake channel prefix) first.
+// LINE (the line's key), FENCE, CFG (the fleet's config), EPOCH (the epoch
+// key), SB (the index in KEYS of standby lease 0), NSB (the number of
+// standby leases) and WAKE (the wake channel prefix) first, and includes
+// mirrorLua.
 const lineLua = `
 local function handOver(runKey, i, ttl, prev)
   while true do
@@ -236,6 +262,7 @@ local function handOver(runKey, i, ttl, prev)
         redis.call('HSET', runKey, 'owner', owner, 'token', token, 'host', s[3] or '', 'pid', s[4] or '0',
           'since', string.format('%d', now), 'expires', string.format('%d', now + ttl))
         if prev and prev ~= '' then redis.call('HSET', runKey, 'prev', prev) end
+        mirror(runKey, now + ttl)
         cfgExtend(CFG, now + ttl)
         redis.call('PUBLISH', WAKE .. owner, i)
         return owner
@@ -249,7 +276,8 @@ end
 // owner's it goes to the oldest live standby in line, in this one step;
 // with nobody live waiting it is deleted (free for any candidate). A lease
 // already past its expiry is free, so handing it over is a grant: while
-// grants are paused after a failover (epochLua) it is deleted instead.
+// grants are paused after a failover or a loss of data (epochLua) it is
+// deleted instead.
 //
 // KEYS[1] the run lease, KEYS[2] the fence counter, KEYS[3] the line,
 // KEYS[4] the fleet's config, KEYS[5] the epoch key, KEYS[6..] the standby
@@ -258,24 +286,27 @@ end
 // ARGV[4] the run lease's slot.
 // Returns 2 when handed over, 1 when released, 0 when it was not ours.
 var handOverScript = script.AllowOOM(leaseNow + configLua + epochLua + `
-local LINE, FENCE, CFG, SB, NSB, WAKE = KEYS[3], KEYS[2], KEYS[4], 6, #KEYS - 5, ARGV[3]
-` + lineLua + `
+local LINE, FENCE, CFG, EPOCH, SB, NSB, WAKE = KEYS[3], KEYS[2], KEYS[4], KEYS[5], 6, #KEYS - 5, ARGV[3]
+` + mirrorLua + lineLua + `
 local l = redis.call('HMGET', KEYS[1], 'owner', 'expires')
 if l[1] ~= ARGV[1] then return 0 end
 if epochPaused(KEYS[5], FENCE, tonumber(ARGV[2])) and tonumber(l[2] or '0') <= now then
   redis.call('DEL', KEYS[1])
+  mirror(KEYS[1], nil)
   return 1
 end
 if handOver(KEYS[1], ARGV[4], tonumber(ARGV[2])) then return 2 end
 redis.call('DEL', KEYS[1])
+mirror(KEYS[1], nil)
 return 1
 `)
 
 // turnScript is a standby's turn in line: it joins the line (ARGV[4]
 // "join"), looks ("look") or leaves it ("leave"); unless leaving, it hands
-// every free run lease (expired or missing) to the oldest live standbys in
-// line, unless grants are paused after a failover (epochLua); then, if a run lease is this standby's, it renews it (TTL from now)
-// and returns it.
+// every free run lease (expired or missing, and its mirror: mirrorLua) to
+// the oldest live standbys in line, unless grants are paused after a
+// failover or a loss of data (epochLua); then, if a run lease is this
+// standby's, it renews it (TTL from now) and returns it.
 //
 // KEYS[1] the fence counter, KEYS[2] the line, KEYS[3] the fleet's config,
 // KEYS[4] the epoch key, KEYS[5..4+ARGV[5]] the run leases in slot order,
@@ -286,9 +317,9 @@ return 1
 // when a run lease is this standby's, else {-1}.
 var turnScript = script.AllowOOM(leaseNow + configLua + epochLua + `
 local nrun = tonumber(ARGV[5])
-local LINE, FENCE, CFG, SB, NSB, WAKE = KEYS[2], KEYS[1], KEYS[3], 5 + nrun, #KEYS - 4 - nrun, ARGV[2]
+local LINE, FENCE, CFG, EPOCH, SB, NSB, WAKE = KEYS[2], KEYS[1], KEYS[3], KEYS[4], 5 + nrun, #KEYS - 4 - nrun, ARGV[2]
 local ttl = tonumber(ARGV[1])
-` + lineLua + `
+` + mirrorLua + lineLua + `
 if ARGV[4] == 'join' then
   -- in µs of Redis' clock, and after the last to join: a strict order
   local t = redis.call('TIME')
@@ -302,7 +333,7 @@ end
 if ARGV[4] ~= 'leave' and not epochPaused(KEYS[4], FENCE, ttl) then
   for i = 0, nrun - 1 do
     local l = redis.call('HMGET', KEYS[5 + i], 'expires', 'rec')
-    if not l[1] or tonumber(l[1]) <= now then
+    if (not l[1] or tonumber(l[1]) <= now) and not mirrorLive(KEYS[5 + i]) then
       if not handOver(KEYS[5 + i], i, ttl, l[2]) then break end
     end
   end
@@ -311,6 +342,7 @@ for i = 0, nrun - 1 do
   local l = redis.call('HMGET', KEYS[5 + i], 'owner', 'expires', 'token', 'since', 'prev')
   if l[1] == ARGV[6] and tonumber(l[2]) > now then
     redis.call('HSET', KEYS[5 + i], 'expires', string.format('%d', now + ttl))
+    mirror(KEYS[5 + i], now + ttl)
     cfgExtend(CFG, now + ttl)
     return {i, tonumber(l[3]), tonumber(l[4]), now + ttl, l[5] or ''}
   end
@@ -344,7 +376,7 @@ end
 return out
 `)
 
-// pausedScript reads until when grants are paused after a failover
+// pausedScript reads until when grants are paused after a failover or a loss
 // (epochLua), on Redis' clock.
 //
 // KEYS[1] the epoch key.

@@ -34,6 +34,20 @@ func fresh(tb testing.TB, rdb redis.UniversalClient, queue string) {
 	}
 }
 
+// expire makes the lease key of queue expired on Redis' clock, as if its
+// holder had stopped renewing long ago: the lease and its mirror in the
+// epoch key (lock/lease_scripts.go mirrorLua).
+func expire(tb testing.TB, rdb redis.UniversalClient, queue, key string) {
+	tb.Helper()
+	ctx := context.Background()
+	if err := rdb.HSet(ctx, key, "expires", 1).Err(); err != nil {
+		tb.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, lock.EpochKey(queue), key, 1).Err(); err != nil {
+		tb.Fatal(err)
+	}
+}
+
 // Many candidates on three hosts race for 3 leases: exactly 3 win, with
 // distinct tokens, and Records shows each with its host and pid.
 func TestLeaseAtMostN(t *testing.T) {
@@ -152,9 +166,7 @@ func TestLeaseExpiry(t *testing.T) {
 	}
 	_ = old.Publish(lock.Record{PID: 7, Token: "old"})
 	// Make the lease expired on Redis' clock, as if its holder had stopped.
-	if err := rdb.HSet(context.Background(), lock.LeaseKey("q", lock.RoleRun, 0), "expires", 1).Err(); err != nil {
-		t.Fatal(err)
-	}
+	expire(t, rdb, "q", lock.LeaseKey("q", lock.RoleRun, 0))
 	sl, ok, err := leaseSet(t, rdb, "b", lock.RoleRun, 1, opt).TryAcquire()
 	if err != nil || !ok {
 		t.Fatal("expired lease not granted", ok, err)

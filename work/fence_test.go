@@ -62,7 +62,8 @@ func TestFencedWrites(t *testing.T) {
 					if !tc.takeOver {
 						return
 					}
-					rdb.HSet(ctx, key, "expires", 1) // expired on Redis' clock
+					rdb.HSet(ctx, key, "expires", 1)          // expired on Redis' clock,
+					rdb.HSet(ctx, lock.EpochKey("q"), key, 1) // and its copy (lock: mirrorLua)
 					other, _ := lock.NewLeaseSet(rdb, "q", lock.RoleRun, 1, lock.LeaseOptions{Host: "b"})
 					if s, ok, err := other.TryAcquire(); err != nil || !ok {
 						t.Errorf("takeover: %v %v", ok, err)

@@ -115,6 +115,48 @@ func TestFleetOOMKeepsWorking(t *testing.T) {
 	t.Logf("holder log at maxmemory:\n%s", h.log())
 }
 
+// noTwoRunning reads the ticks file the jobs of a two-host test write
+// ("<host> <pid> <unix ns>" every few ms while each runs) and fails the
+// test where two jobs' runs overlap: two holders ran jobs at once. It
+// returns when host's first job began (unix ns; 0: none).
+func noTwoRunning(t *testing.T, ticks, host string) (first int64) {
+	t.Helper()
+	type run struct {
+		host       string
+		start, end int64
+	}
+	runs := map[string]*run{} // by the job's pid
+	for _, l := range readLines(t, ticks) {
+		f := strings.Fields(l)
+		if len(f) != 3 {
+			continue // a line cut by a kill
+		}
+		ns, _ := strconv.ParseInt(f[2], 10, 64)
+		if x := runs[f[1]]; x == nil {
+			runs[f[1]] = &run{f[0], ns, ns}
+		} else {
+			x.start, x.end = min(x.start, ns), max(x.end, ns)
+		}
+	}
+	var all []*run
+	for _, x := range runs {
+		all = append(all, x)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].start < all[j].start })
+	for i := 1; i < len(all); i++ {
+		if p, x := all[i-1], all[i]; x.start <= p.end {
+			t.Errorf("two holders ran jobs at once for %s: host %s's job until %s, host %s's job from %s",
+				time.Duration(p.end-x.start), p.host, time.Unix(0, p.end).Format("15:04:05.000"), x.host, time.Unix(0, x.start).Format("15:04:05.000"))
+		}
+	}
+	for _, x := range all {
+		if x.host == host {
+			return x.start
+		}
+	}
+	return 0
+}
+
 // fillToOOM writes 2 MiB of junk, then sets maxmemory 1 MiB below what
 // Redis uses: every write that needs memory is refused from then on.
 func fillToOOM(tb testing.TB, rdb *redis.Client) {
@@ -195,41 +237,7 @@ while [ "$(date +%s%N)" -lt "$end" ]; do echo "$BATON_HOST $$ $(date +%s%N)" >> 
 		return false
 	})
 	stop()
-	type run struct {
-		host       string
-		start, end int64
-	}
-	runs := map[string]*run{} // by the job's pid
-	for _, l := range readLines(t, ticks) {
-		f := strings.Fields(l)
-		if len(f) != 3 {
-			continue // a line cut by a kill
-		}
-		ns, _ := strconv.ParseInt(f[2], 10, 64)
-		if x := runs[f[1]]; x == nil {
-			runs[f[1]] = &run{f[0], ns, ns}
-		} else {
-			x.start, x.end = min(x.start, ns), max(x.end, ns)
-		}
-	}
-	var all []*run
-	for _, x := range runs {
-		all = append(all, x)
-	}
-	sort.Slice(all, func(i, j int) bool { return all[i].start < all[j].start })
-	for i := 1; i < len(all); i++ {
-		if p, x := all[i-1], all[i]; x.start <= p.end {
-			t.Errorf("two holders ran jobs at once for %s: host %s's job until %s, host %s's job from %s",
-				time.Duration(p.end-x.start), p.host, time.Unix(0, p.end).Format("15:04:05.000"), x.host, time.Unix(0, x.start).Format("15:04:05.000"))
-		}
-	}
-	var firstB int64
-	for _, x := range all {
-		if x.host == "b" {
-			firstB = x.start
-			break
-		}
-	}
+	firstB := noTwoRunning(t, ticks, "b")
 	t.Logf("restart without data: host a left %s after it, host b's first job began %s after it (lease_ttl %s)",
 		fenced.Round(time.Millisecond), time.Duration(firstB-at.UnixNano()).Round(time.Millisecond), ttl)
 }

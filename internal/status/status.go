@@ -93,8 +93,8 @@ type Report struct {
 	// Events are the queue's last slot events (EventsShown), oldest first.
 	Events []history.Event `json:"events,omitempty"`
 	// LeasesPausedUntil is set while fleet leases are not granted after a
-	// Redis failover or restart (a lease_ttl from when a candidate first
-	// saw the new server): a lease the old server granted may still run.
+	// Redis failover, restart or loss of data (a lease_ttl from when a
+	// candidate first saw it): a lease the old state granted may still run.
 	LeasesPausedUntil *time.Time `json:"leases_paused_until,omitempty"`
 	// Line is the fleet's line of standbys waiting for a run lease, first
 	// in line first (lock_backend redis; empty: nobody waits). LineStale
@@ -302,7 +302,7 @@ func Warnings(cfg *config.Config, rep *Report, others []string) []string {
 		}
 	}
 	if p := rep.LeasesPausedUntil; p != nil {
-		w = append(w, fmt.Sprintf("leases paused after a Redis failover or restart until %s: no slot is granted before a lease the old server granted has expired (docs/fleet.md)",
+		w = append(w, fmt.Sprintf("leases paused after a Redis failover, restart or loss of data until %s: no slot is granted before a lease granted before it has expired (docs/fleet.md)",
 			p.Format("15:04:05.000")))
 	}
 	if cfg.LockBackend != "redis" {
