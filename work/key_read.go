@@ -320,18 +320,20 @@ const recordField = "record"
 
 // entryValues are an entry's fields, and whether they were packed: an
 // entry keyTakeScript added holds them in its record field (the same
-// unpacking as entryLua's unpacked). One that does not decode is left as
-// it is (no payload: dead-lettered as malformed).
+// unpacking as entryLua's unpacked). One that does not decode, or whose
+// record names another job than its orig (the scripts read the job id
+// from orig), is left as it is (no payload: dead-lettered as malformed).
 func entryValues(v map[string]any) (map[string]any, bool) {
 	if len(v) != 2 { // first: a plain job's entry pays no lookup
 		return v, false
 	}
 	rec, ok := v[recordField].(string)
-	if !ok || v[jobField] == nil {
+	orig, _ := v[jobField].(string)
+	if !ok || orig == "" {
 		return v, false
 	}
 	d, ok := decodeRecord(rec)
-	if !ok {
+	if !ok || d[jobField] != orig {
 		return v, false
 	}
 	return d, true
