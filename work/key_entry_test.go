@@ -2,6 +2,9 @@ package work
 
 import (
 	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/baton-run/baton/internal/redistest"
@@ -62,4 +65,93 @@ func TestKeyRecordEntryMalformed(t *testing.T) {
 		t.Errorf("entries with no dead letter: %q", entries)
 	}
 	settled(t, rdb, "q")
+}
+
+// loseFedReply loses, once armed, the reply of the holder's next pipeline
+// that reads fed jobs: the read of the jobs keys' turns fed to the stream
+// (XREADGROUPs only), or the take script and the read sent with it. Redis
+// runs it, the holder sees a broken connection.
+type loseFedReply struct{ armed atomic.Bool }
+
+func (*loseFedReply) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (*loseFedReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *loseFedReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		reads := 0
+		for _, c := range cmds {
+			switch c.Name() {
+			case "xreadgroup":
+				reads++
+			case "evalsha":
+			default:
+				return next(ctx, cmds)
+			}
+		}
+		if reads == 0 || !h.armed.CompareAndSwap(true, false) {
+			return next(ctx, cmds)
+		}
+		if err := next(ctx, cmds); err != nil {
+			return err
+		}
+		lost := errors.New("read tcp: connection reset by peer")
+		for _, c := range cmds {
+			switch c := c.(type) {
+			case *redis.XStreamSliceCmd:
+				c.SetVal(nil)
+			case *redis.Cmd:
+				c.SetVal(nil)
+			}
+			c.SetErr(lost)
+		}
+		return lost
+	}
+}
+
+// The reply of the read of an uncapped key's fed jobs is lost: the jobs
+// it delivered are pending for the holder's slot and never seen. The
+// holder looks at its own pending entries after that error, as after any
+// lost read, and runs them, each once, while it still holds the slot
+// (not only when its next holder replays them). So for the read made
+// after the take script (a cap on another key) and for the one sent with
+// it (no caps: one round trip).
+func TestKeyFedReadReplyLost(t *testing.T) {
+	for name, caps := range map[string]KeyCaps{
+		"after the script": {Limits: map[string]int{"other": 1}},
+		"with the script":  {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			direct := srv.Client()
+			ctx := context.Background()
+			ids := enqueueKeyed(t, direct, "k", 3)
+			if err := keyTakeScript.Load(ctx, direct).Err(); err != nil {
+				t.Fatal(err)
+			}
+			rdb := srv.Client()
+			h := &loseFedReply{}
+			h.armed.Store(true)
+			rdb.AddHook(h)
+			var mu sync.Mutex
+			ran := map[string]int{}
+			c := testConfig(rdb, HandlerFunc(func(_ context.Context, j *Job) error {
+				mu.Lock()
+				ran[j.ID]++
+				mu.Unlock()
+				return nil
+			}))
+			c.KeyCaps = caps
+			st := new(Stats)
+			runUntil(t, c, st, func() bool { return st.Done.Load() == 3 })
+			if h.armed.Load() {
+				t.Fatal("no read of fed jobs was made")
+			}
+			for _, id := range ids {
+				if ran[id] != 1 {
+					t.Errorf("job %s ran %d times, want once", id, ran[id])
+				}
+			}
+			levelsSettled(t, direct)
+			keysClean(t, direct)
+		})
+	}
 }

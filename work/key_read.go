@@ -88,6 +88,7 @@ type keyState struct {
 	on      atomic.Bool  // keys have waiting jobs: read with keyTakeScript
 	pending atomic.Int64 // len(release), read without the lock
 	limits  string       // KeyCaps.Limits packed for keyTakeScript; set once
+	lost    error        // a failed read of fed jobs, for readNext to report; the reader's own
 
 	held    map[entryKey]string // admitted keyed entries → key; guarded by runner.mu
 	release []any               // settled permits to drop (key, level, entry); guarded by runner.mu
@@ -112,6 +113,10 @@ func levelIndex(p Priority) int {
 // readNext reads new entries: the plain read while no key waits (nothing
 // more than before for a queue without keys), else keyTakeScript.
 func (r *runner) readNext(ctx context.Context, n int64) ([]*Job, error) {
+	if err := r.kk.lost; err != nil {
+		r.kk.lost = nil
+		return nil, err
+	}
 	if !r.kk.on.Load() && r.kk.pending.Load() == 0 {
 		return r.readNew(ctx, n)
 	}
@@ -196,8 +201,14 @@ func (r *runner) takeKeyed(ctx context.Context, n int64) ([]*Job, bool, error) {
 		read, err := r.readFed(ctx, fed)
 		jobs = append(jobs, read...)
 		if err != nil {
-			// Left undelivered: read by the next read of any holder.
-			r.c.Logger.Debug().Err(err).Msg("read the jobs fed by keys' turns")
+			// Left undelivered (any holder's next read takes them), or
+			// delivered into a lost reply: pending for this slot, unseen.
+			// The reader looks at its own pending entries after an error
+			// (read.go): now, or with the next read when jobs came.
+			if len(jobs) == 0 {
+				return nil, true, err
+			}
+			r.kk.lost = err
 			more1 = true
 		}
 	}
