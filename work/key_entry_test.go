@@ -3,6 +3,7 @@ package work
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -152,6 +153,49 @@ func TestKeyFedReadReplyLost(t *testing.T) {
 			}
 			levelsSettled(t, direct)
 			keysClean(t, direct)
+		})
+	}
+}
+
+// A high keyed job waits for its turn in the high ring while the high
+// stream does not exist yet (no high job ever ran): a holder without caps,
+// which reads the normal stream in the same round trip as its take script,
+// takes it before the normal backlog of jobs without a key, within a read
+// or two; so too when Redis has not loaded the take script yet.
+func TestKeyHighBeforeNormalBacklog(t *testing.T) {
+	for _, loaded := range []bool{true, false} {
+		t.Run(fmt.Sprint("script loaded ", loaded), func(t *testing.T) {
+			rdb := redistest.Start(t).Client()
+			ctx := context.Background()
+			if err := EnsureGroup(ctx, rdb, KeysFor("q")); err != nil {
+				t.Fatal(err)
+			}
+			if loaded {
+				if err := keyTakeScript.Load(ctx, rdb).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			enqueue(t, rdb, "q", 600)
+			high := enqueueKeyed(t, rdb, "k", 1, WithPriority(PriorityHigh))[0]
+			var mu sync.Mutex
+			at, n := -1, 0
+			c := testConfig(rdb, HandlerFunc(func(_ context.Context, j *Job) error {
+				mu.Lock()
+				defer mu.Unlock()
+				if j.ID == high {
+					at = n
+				}
+				n++
+				return nil
+			}))
+			c.Batch = 16
+			st := new(Stats)
+			runUntil(t, c, st, func() bool { return st.Done.Load() == 601 })
+			if at < 0 || at > 3*c.Batch {
+				t.Fatalf("the high keyed job ran as number %d of 601: after the normal backlog", at+1)
+			}
+			levelsSettled(t, rdb)
+			keysClean(t, rdb)
 		})
 	}
 }

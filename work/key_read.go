@@ -89,6 +89,7 @@ type keyState struct {
 	pending atomic.Int64 // len(release), read without the lock
 	limits  string       // KeyCaps.Limits packed for keyTakeScript; set once
 	lost    error        // a failed read of fed jobs, for readNext to report; the reader's own
+	levels  atomic.Bool  // a high or low key waited: no reading with the take script (takePiped)
 
 	held    map[entryKey]string // admitted keyed entries → key; guarded by runner.mu
 	release []any               // settled permits to drop (key, level, entry); guarded by runner.mu
@@ -145,7 +146,7 @@ func (r *runner) takeKeyed(ctx context.Context, n int64) ([]*Job, bool, error) {
 	r.kk.release = nil
 	r.kk.pending.Store(0)
 	r.mu.Unlock()
-	if len(release) == 0 && r.c.KeyCaps.uncapped() && !r.levels.Load() {
+	if len(release) == 0 && r.c.KeyCaps.uncapped() && !r.levels.Load() && !r.kk.levels.Load() {
 		jobs, more, again, err := r.takePiped(ctx, n)
 		if !again {
 			return jobs, more, err
@@ -245,7 +246,12 @@ func (r *runner) takePiped(ctx context.Context, n int64) (jobs []*Job, more, aga
 	}
 	v, terr := take.Slice()
 	if terr != nil {
-		return jobs, true, len(jobs) == 0, nil // NOSCRIPT: the two steps load it
+		// NOSCRIPT: the two steps load it, or, when jobs without a key
+		// came, this load (else keys would wait for those to run out)
+		if len(jobs) > 0 && isNoScript(terr) {
+			_ = keyTakeScript.Load(ctx, r.c.Client).Err()
+		}
+		return jobs, true, len(jobs) == 0, nil
 	}
 	if len(v) > 0 {
 		m, _ := v[0].(int64)
@@ -253,6 +259,10 @@ func (r *runner) takePiped(ctx context.Context, n int64) (jobs []*Job, more, aga
 	}
 	for _, s := range v[min(1, len(v)):] {
 		if s == "levels" {
+			// A high or low key waits: its level's stream comes with its
+			// first turn (and then readNew reads every level). Till then,
+			// the two steps, high first; jobs read here were still next.
+			r.kk.levels.Store(true)
 			return jobs, true, len(jobs) == 0, nil
 		}
 	}
