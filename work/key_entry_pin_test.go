@@ -89,3 +89,92 @@ func TestKeyRecordEntrySettles(t *testing.T) {
 		})
 	}
 }
+
+// A holder killed right after its take script (before it read what the
+// script fed) leaves an uncapped key's jobs undelivered in the stream and a
+// capped key's job pending for its slot, with its permit. Another holder
+// runs the fed jobs, each once; the capped key stays at its cap (the dead
+// holder's permit counts) until the slot's next holder replays that job.
+// And a holder whose config caps a key that the killed holder's did not
+// (a config change between holders) parks that key's fed jobs and runs
+// them under its cap, none lost.
+func TestKeyFedEntriesOutliveTheirHolder(t *testing.T) {
+	for name, killed := range map[string]KeyCaps{
+		"same caps":     {Default: 0, Limits: map[string]int{"c": 1}},
+		"no caps there": {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rdb := redistest.Start(t).Client()
+			ctx := context.Background()
+			k := KeysFor("q")
+			if err := EnsureGroup(ctx, rdb, k); err != nil {
+				t.Fatal(err)
+			}
+			ids := append(enqueueKeyed(t, rdb, "u", 6), enqueueKeyed(t, rdb, "c", 3)...)
+			// the killed holder's take script, never followed by its read
+			keys := []string{k.High, k.Stream, k.Low, k.KeyRing(PriorityHigh), k.KeyRing(PriorityNormal), k.KeyRing(PriorityLow), k.KeyJobs()}
+			if err := keyTakeScript.Run(ctx, rdb, keys, Group, "h/run-9", 10, k.keyBase(), killed.Default, packLimits(killed.Limits), "").Err(); err != nil {
+				t.Fatal(err)
+			}
+			left := pending(t, rdb, "q") // the capped job, pending for h/run-9
+			if want := int64(len(killed.Limits)); left != want {
+				t.Fatalf("%d entries pending after the take script, want %d", left, want)
+			}
+			var cc capCounter
+			if left == 1 {
+				cc.enter("c") // running, as far as anyone knows, till replayed
+			}
+			var mu sync.Mutex
+			ran := map[string]int{}
+			replayed := make(chan struct{})
+			h := func(slot string) Handler {
+				return HandlerFunc(func(_ context.Context, j *Job) error {
+					if j.Key == "c" && slot == "h/run-9" && j.Attempt > 1 {
+						cc.leave("c") // the killed holder's job, replayed: the same run
+						close(replayed)
+					}
+					cc.enter(j.Key)
+					defer cc.leave(j.Key)
+					time.Sleep(5 * time.Millisecond)
+					mu.Lock()
+					ran[j.ID]++
+					mu.Unlock()
+					return nil
+				})
+			}
+			caps := KeyCaps{Default: 0, Limits: map[string]int{"c": 1}}
+			c := testConfig(rdb, h("h/run-0"))
+			c.Concurrency, c.KeyCaps = 4, caps
+			st := runFor(t, c)
+			if left == 0 {
+				waitFor(t, "the other holder runs every job", func() bool { return st.Done.Load() == int64(len(ids)) })
+			} else {
+				// key c at its cap meanwhile: only u's jobs run
+				waitFor(t, "the other holder runs u's jobs", func() bool { return st.Done.Load() == 6 })
+				z := testConfig(rdb, h("h/run-9"))
+				z.Consumer, z.KeyCaps = "h/run-9", caps
+				zs := runFor(t, z)
+				waitFor(t, "the slot's next holder replays its job, then c's others run", func() bool {
+					return st.Done.Load()+zs.Done.Load() == int64(len(ids))
+				})
+				select {
+				case <-replayed:
+				case <-time.After(time.Second):
+					t.Error("the killed holder's job was not replayed by its slot")
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, id := range ids {
+				if ran[id] != 1 {
+					t.Errorf("job %s ran %d times, want once", id, ran[id])
+				}
+			}
+			if cc.most["c"] > 1 {
+				t.Errorf("%d jobs of key c at once, cap 1", cc.most["c"])
+			}
+			levelsSettled(t, rdb)
+			keysClean(t, rdb)
+		})
+	}
+}
