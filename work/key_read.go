@@ -29,13 +29,25 @@ var keyTakeLua string
 // that died before it dropped them), so a cap never counts a finished job
 // for long, and never misses a running one.
 //
+// An uncapped key's jobs are not read here: they are added after the
+// level's read, in the record form, and left undelivered, for the
+// holder's plain XREADGROUP (readFed), and whichever holder reads one runs
+// it (no permit). In mode "pipe" (no caps, only the normal level in use)
+// the script reads nothing: it takes turns only when the normal stream has
+// nothing undelivered, and the XREADGROUP sent with it reads the lot.
+//
 // KEYS[1..3] the high, normal and low streams, KEYS[4..6] their rings,
 // KEYS[7] key jobs; ARGV[1] group, ARGV[2] consumer, ARGV[3] most entries
 // to read, ARGV[4] the key names' prefix, ARGV[5] the default cap (0: none),
-// ARGV[6] a MessagePack array of key, cap strings ("" for none), then
-// triples of key, level, entry id: permits to drop.
-// Returns {1 when a ring still holds keys, else 0, then per stream read
-// {stream, entries as XREADGROUP gives them, 1 when they hold permits}}.
+// ARGV[6] a MessagePack array of key, cap strings ("" for none), ARGV[7]
+// the mode ("" or "pipe"), then triples of key, level, entry id: permits
+// to drop.
+// Returns {1 when a ring still holds keys, else 0, then per stream:
+// {stream, entries as XREADGROUP gives them, 1 when they hold permits, 0
+// when read first (jobs without a key)}, or {stream, entry ids, records, 2}
+// (moved with permits, pending), or {stream, n}: n entries fed,
+// undelivered}; in mode "pipe", "levels" last when a high or low stream or
+// ring exists (nothing done: the caller takes the two steps).
 var keyTakeScript = redis.NewScript(keyTakeLua)
 
 // keyAdmitScript decides, for keyed entries read other than by
