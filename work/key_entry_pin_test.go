@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -172,6 +173,93 @@ func TestKeyFedEntriesOutliveTheirHolder(t *testing.T) {
 			}
 			if cc.most["c"] > 1 {
 				t.Errorf("%d jobs of key c at once, cap 1", cc.most["c"])
+			}
+			levelsSettled(t, rdb)
+			keysClean(t, rdb)
+		})
+	}
+}
+
+// A holder that leaves gives back the jobs it read and never started, fed
+// ones (an uncapped key's) and moved ones (a capped key's) alike: their
+// fields come back unpacked (or the job back in its key's list), and the
+// next holder runs each once, a capped key under its cap.
+func TestKeyRecordEntriesGivenBack(t *testing.T) {
+	for _, key := range []string{"c", "u"} {
+		t.Run(key, func(t *testing.T) {
+			rdb := redistest.Start(t).Client()
+			ctx := context.Background()
+			ids := enqueueKeyed(t, rdb, key, 10)
+			var cc capCounter
+			var mu sync.Mutex
+			ran := map[string]int{}
+			started := make(chan struct{}, 1)
+			release := make(chan struct{})
+			caps := KeyCaps{Limits: map[string]int{"c": 3}}
+			h := func(first bool) Handler {
+				return HandlerFunc(func(_ context.Context, j *Job) error {
+					cc.enter(j.Key)
+					defer cc.leave(j.Key)
+					if !strings.HasPrefix(string(j.Payload), j.Key+"-") {
+						t.Errorf("job %s of key %q has payload %q", j.ID, j.Key, j.Payload)
+					}
+					if first {
+						select {
+						case started <- struct{}{}:
+						default:
+						}
+						<-release
+					}
+					mu.Lock()
+					ran[j.ID]++
+					mu.Unlock()
+					return nil
+				})
+			}
+			c := testConfig(rdb, h(true))
+			c.Concurrency, c.KeyCaps = 1, caps
+			runCtx, cancel := context.WithCancel(ctx)
+			errc := make(chan error, 1)
+			go func() { errc <- Run(runCtx, c, nil) }()
+			<-started
+			// one running, one read ahead
+			waitFor(t, "the holder read more than it runs", func() bool { return pending(t, rdb, "q") >= 2 })
+			cancel() // leave: what was read and not started goes back
+			close(release)
+			if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
+				t.Fatal(err)
+			}
+			// given back to the stream (or parked from there already: a
+			// keyed entry read without a permit waits in its key's list)
+			back, err := rdb.XRange(ctx, KeysFor("q").Stream, "-", "+").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := rdb.HLen(ctx, KeysFor("q").KeyJobs()).Val(); len(back)+int(n) != len(ids)-1 {
+				t.Errorf("%d entries given back, %d jobs waiting in the key's list; want %d in all", len(back), n, len(ids)-1)
+			}
+			for _, m := range back {
+				if m.Values[PayloadField] == nil || m.Values[keyField] != key || m.Values[recordField] != nil {
+					t.Errorf("given back as %v; want the job's own fields", m.Values)
+				}
+			}
+			c = testConfig(rdb, h(false))
+			c.Concurrency, c.KeyCaps = 4, caps
+			st := new(Stats)
+			runUntil(t, c, st, func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(ran) == len(ids)
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			for _, id := range ids {
+				if ran[id] != 1 {
+					t.Errorf("job %s ran %d times, want once", id, ran[id])
+				}
+			}
+			if cc.most["c"] > 3 {
+				t.Errorf("%d jobs of key c at once, cap 3", cc.most["c"])
 			}
 			levelsSettled(t, rdb)
 			keysClean(t, rdb)
