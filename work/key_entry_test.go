@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/baton-run/baton/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -198,4 +199,40 @@ func TestKeyHighBeforeNormalBacklog(t *testing.T) {
 			keysClean(t, rdb)
 		})
 	}
+}
+
+// A producer's entry in the record form with its fields the other way
+// round (record, then orig) reads as the job it holds everywhere: its
+// reader sees no field order, and its retry keeps its fields, so it runs
+// again as the same job rather than as a malformed entry.
+func TestKeyRecordEntryFieldOrder(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	if err := EnsureGroup(ctx, rdb, KeysFor("q")); err != nil {
+		t.Fatal(err)
+	}
+	rec := "\x94\xa7payload\xa1p\xa4orig\xa31-1"
+	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: KeysFor("q").Stream, Values: []any{"record", rec, "orig", "1-1"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var runs []string
+	c := testConfig(rdb, HandlerFunc(func(_ context.Context, j *Job) error {
+		mu.Lock()
+		defer mu.Unlock()
+		runs = append(runs, fmt.Sprintf("%s %s %d", j.ID, j.Payload, j.Attempt))
+		if j.Attempt == 1 {
+			return errors.New("fails once")
+		}
+		return nil
+	}))
+	c.RetryBackoff, c.RetryBackoffMax = 10*time.Millisecond, 20*time.Millisecond
+	st := new(Stats)
+	runUntil(t, c, st, func() bool { return st.Done.Load()+st.Dead.Load() == 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	if st.Done.Load() != 1 || len(runs) != 2 || runs[0] != "1-1 p 1" || runs[1] != "1-1 p 2" {
+		t.Fatalf("runs %q, done %d, dead %d; want job 1-1 run twice with payload p", runs, st.Done.Load(), st.Dead.Load())
+	}
+	settled(t, rdb, "q")
 }

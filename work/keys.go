@@ -94,8 +94,16 @@ const entryLua = `
 -- orig is left as it is (a producer's: dead-lettered as malformed, the
 -- record kept, never a script error).
 local function unpacked(f)
-  if #f ~= 4 or f[1] ~= 'orig' or f[3] ~= 'record' then return f end
-  local r = {pcall(cmsgpack.unpack, f[4])}
+  if #f ~= 4 then return f end
+  -- orig first (the take script's order), or record first (a producer's:
+  -- Go's reader sees no order)
+  local o, rec = f[2], f[4]
+  if f[1] == 'record' and f[3] == 'orig' then
+    o, rec = f[4], f[2]
+  elseif f[1] ~= 'orig' or f[3] ~= 'record' then
+    return f
+  end
+  local r = {pcall(cmsgpack.unpack, rec)}
   local t = r[2]
   if not r[1] or #r ~= 2 or type(t) ~= 'table' then return f end
   -- a nil inside (a hole) or a map would misalign the pairs
@@ -106,7 +114,7 @@ local function unpacked(f)
     if type(t[i]) ~= 'string' or type(t[i + 1]) ~= 'string' then return f end
     if t[i] == 'orig' then orig = t[i + 1] end
   end
-  if orig ~= f[2] then return f end
+  if orig ~= o then return f end
   return t
 end
 local function fields(stream, id, drop)
