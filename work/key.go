@@ -71,10 +71,10 @@ type KeyCaps struct {
 	Limits  map[string]int
 }
 
-// of returns k's cap, 0 for none.
 // uncapped: no key has a cap (turns only).
 func (c KeyCaps) uncapped() bool { return c.Default == 0 && len(c.Limits) == 0 }
 
+// of returns k's cap, 0 for none.
 func (c KeyCaps) of(k string) int {
 	if n, ok := c.Limits[k]; ok {
 		return n

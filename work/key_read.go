@@ -29,13 +29,25 @@ var keyTakeLua string
 // that died before it dropped them), so a cap never counts a finished job
 // for long, and never misses a running one.
 //
+// An uncapped key's jobs are not read here: they are added after the
+// level's read, in the record form, and left undelivered, for the
+// holder's plain XREADGROUP (readFed), and whichever holder reads one runs
+// it (no permit). In mode "pipe" (no caps, only the normal level in use)
+// the script reads nothing: it takes turns only when the normal stream has
+// nothing undelivered, and the XREADGROUP sent with it reads the lot.
+//
 // KEYS[1..3] the high, normal and low streams, KEYS[4..6] their rings,
 // KEYS[7] key jobs; ARGV[1] group, ARGV[2] consumer, ARGV[3] most entries
 // to read, ARGV[4] the key names' prefix, ARGV[5] the default cap (0: none),
-// ARGV[6] a MessagePack array of key, cap strings ("" for none), then
-// triples of key, level, entry id: permits to drop.
-// Returns {1 when a ring still holds keys, else 0, then per stream read
-// {stream, entries as XREADGROUP gives them, 1 when they hold permits}}.
+// ARGV[6] a MessagePack array of key, cap strings ("" for none), ARGV[7]
+// the mode ("" or "pipe"), then triples of key, level, entry id: permits
+// to drop.
+// Returns {1 when a ring still holds keys, else 0, then per stream:
+// {stream, entries as XREADGROUP gives them, 1 when they hold permits, 0
+// when read first (jobs without a key)}, or {stream, entry ids, records, 2}
+// (moved with permits, pending), or {stream, n}: n entries fed,
+// undelivered}; in mode "pipe", "levels" last when a high or low stream or
+// ring exists (nothing done: the caller takes the two steps).
 var keyTakeScript = redis.NewScript(keyTakeLua)
 
 // keyAdmitScript decides, for keyed entries read other than by
@@ -101,6 +113,8 @@ type keyState struct {
 	on      atomic.Bool  // keys have waiting jobs: read with keyTakeScript
 	pending atomic.Int64 // len(release), read without the lock
 	limits  string       // KeyCaps.Limits packed for keyTakeScript; set once
+	lost    error        // a failed read of fed jobs, for readNext to report; the reader's own
+	levels  atomic.Bool  // a high or low key waited: no reading with the take script (takePiped)
 
 	held    map[entryKey]string // admitted keyed entries → key; guarded by runner.mu
 	release []any               // settled permits to drop (key, level, entry); guarded by runner.mu
@@ -125,6 +139,10 @@ func levelIndex(p Priority) int {
 // readNext reads new entries: the plain read while no key waits (nothing
 // more than before for a queue without keys), else keyTakeScript.
 func (r *runner) readNext(ctx context.Context, n int64) ([]*Job, error) {
+	if err := r.kk.lost; err != nil {
+		r.kk.lost = nil
+		return nil, err
+	}
 	if !r.kk.on.Load() && r.kk.pending.Load() == 0 {
 		return r.readNew(ctx, n)
 	}
@@ -153,7 +171,7 @@ func (r *runner) takeKeyed(ctx context.Context, n int64) ([]*Job, bool, error) {
 	r.kk.release = nil
 	r.kk.pending.Store(0)
 	r.mu.Unlock()
-	if len(release) == 0 && r.c.KeyCaps.uncapped() && !r.levels.Load() {
+	if len(release) == 0 && r.c.KeyCaps.uncapped() && !r.levels.Load() && !r.kk.levels.Load() {
 		jobs, more, again, err := r.takePiped(ctx, n)
 		if !again {
 			return jobs, more, err
@@ -209,8 +227,14 @@ func (r *runner) takeKeyed(ctx context.Context, n int64) ([]*Job, bool, error) {
 		read, err := r.readFed(ctx, fed)
 		jobs = append(jobs, read...)
 		if err != nil {
-			// Left undelivered: read by the next read of any holder.
-			r.c.Logger.Debug().Err(err).Msg("read the jobs fed by keys' turns")
+			// Left undelivered (any holder's next read takes them), or
+			// delivered into a lost reply: pending for this slot, unseen.
+			// The reader looks at its own pending entries after an error
+			// (read.go): now, or with the next read when jobs came.
+			if len(jobs) == 0 {
+				return nil, true, err
+			}
+			r.kk.lost = err
 			more1 = true
 		}
 	}
@@ -247,7 +271,12 @@ func (r *runner) takePiped(ctx context.Context, n int64) (jobs []*Job, more, aga
 	}
 	v, terr := take.Slice()
 	if terr != nil {
-		return jobs, true, len(jobs) == 0, nil // NOSCRIPT: the two steps load it
+		// NOSCRIPT: the two steps load it, or, when jobs without a key
+		// came, this load (else keys would wait for those to run out)
+		if len(jobs) > 0 && isNoScript(terr) {
+			_ = keyTakeScript.Load(ctx, r.c.Client).Err()
+		}
+		return jobs, true, len(jobs) == 0, nil
 	}
 	if len(v) > 0 {
 		m, _ := v[0].(int64)
@@ -255,6 +284,10 @@ func (r *runner) takePiped(ctx context.Context, n int64) (jobs []*Job, more, aga
 	}
 	for _, s := range v[min(1, len(v)):] {
 		if s == "levels" {
+			// A high or low key waits: its level's stream comes with its
+			// first turn (and then readNew reads every level). Till then,
+			// the two steps, high first; jobs read here were still next.
+			r.kk.levels.Store(true)
 			return jobs, true, len(jobs) == 0, nil
 		}
 	}
@@ -333,18 +366,20 @@ const recordField = "record"
 
 // entryValues are an entry's fields, and whether they were packed: an
 // entry keyTakeScript added holds them in its record field (the same
-// unpacking as entryLua's unpacked). One that does not decode is left as
-// it is (no payload: dead-lettered as malformed).
+// unpacking as entryLua's unpacked). One that does not decode, or whose
+// record names another job than its orig (the scripts read the job id
+// from orig), is left as it is (no payload: dead-lettered as malformed).
 func entryValues(v map[string]any) (map[string]any, bool) {
 	if len(v) != 2 { // first: a plain job's entry pays no lookup
 		return v, false
 	}
 	rec, ok := v[recordField].(string)
-	if !ok || v[jobField] == nil {
+	orig, _ := v[jobField].(string)
+	if !ok || orig == "" {
 		return v, false
 	}
 	d, ok := decodeRecord(rec)
-	if !ok {
+	if !ok || d[jobField] != orig {
 		return v, false
 	}
 	return d, true

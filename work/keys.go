@@ -90,14 +90,31 @@ func isRedisNil(err error) bool { return errors.Is(err, redis.Nil) }
 const entryLua = `
 -- unpacked: an entry's fields. An entry the keys' take script added holds
 -- them packed in its record field, next to orig (work.entryValues); one
--- that does not unpack to strings is left as it is.
+-- whose record is not one array of field, value strings with that same
+-- orig is left as it is (a producer's: dead-lettered as malformed, the
+-- record kept, never a script error).
 local function unpacked(f)
-  if #f ~= 4 or f[1] ~= 'orig' or f[3] ~= 'record' then return f end
-  local ok, t = pcall(cmsgpack.unpack, f[4])
-  if not ok or type(t) ~= 'table' or #t % 2 ~= 0 then return f end
-  for _, v in ipairs(t) do
-    if type(v) ~= 'string' then return f end
+  if #f ~= 4 then return f end
+  -- orig first (the take script's order), or record first (a producer's:
+  -- Go's reader sees no order)
+  local o, rec = f[2], f[4]
+  if f[1] == 'record' and f[3] == 'orig' then
+    o, rec = f[4], f[2]
+  elseif f[1] ~= 'orig' or f[3] ~= 'record' then
+    return f
   end
+  local r = {pcall(cmsgpack.unpack, rec)}
+  local t = r[2]
+  if not r[1] or #r ~= 2 or type(t) ~= 'table' then return f end
+  -- a nil inside (a hole) or a map would misalign the pairs
+  local n, orig = 0, nil
+  for _ in pairs(t) do n = n + 1 end
+  if n == 0 or n % 2 ~= 0 or n ~= #t then return f end
+  for i = 1, n, 2 do
+    if type(t[i]) ~= 'string' or type(t[i + 1]) ~= 'string' then return f end
+    if t[i] == 'orig' then orig = t[i + 1] end
+  end
+  if orig ~= o then return f end
   return t
 end
 local function fields(stream, id, drop)

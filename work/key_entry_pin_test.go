@@ -1,0 +1,281 @@
+package work
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/baton-run/baton/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// A keyed job enters the stream in the record form (orig, record), moved
+// with a permit (a capped key) or fed (an uncapped one). Wherever it goes
+// next its fields are the job's own, never the record: its dead letter,
+// its retry record, and its cancel while it runs (the permit returns: the
+// key's next job runs).
+func TestKeyRecordEntrySettles(t *testing.T) {
+	for name, caps := range map[string]KeyCaps{
+		"capped":   {Default: 1},
+		"uncapped": {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rdb := redistest.Start(t).Client()
+			ctx := context.Background()
+			k := KeysFor("q")
+			dead := enqueueKeyed(t, rdb, "d", 1)[0]
+			retried := enqueueKeyed(t, rdb, "r", 1, MaxAttempts(3))[0]
+			stop := enqueueKeyed(t, rdb, "c", 2)
+			running := make(chan struct{}, 1)
+			var mu sync.Mutex
+			var ran []string
+			c := testConfig(rdb, HandlerFunc(func(jctx context.Context, j *Job) error {
+				mu.Lock()
+				ran = append(ran, j.ID)
+				mu.Unlock()
+				if want := fmt.Sprintf("%s-", j.Key); string(j.Payload[:len(want)]) != want {
+					t.Errorf("job %s of key %q has payload %q", j.ID, j.Key, j.Payload)
+				}
+				switch j.ID {
+				case dead:
+					return fmt.Errorf("bad: %w", ErrSkipRetry)
+				case retried:
+					return errors.New("fails once")
+				case stop[0]:
+					running <- struct{}{}
+					<-jctx.Done()
+					return context.Cause(jctx)
+				}
+				return nil
+			}))
+			c.KeyCaps, c.RetryBackoff, c.RetryBackoffMax = caps, time.Hour, time.Hour
+			st := runFor(t, c)
+			select {
+			case <-running:
+			case <-time.After(30 * time.Second):
+				t.Fatal("key c's first job never ran")
+			}
+			res, err := Cancel(ctx, rdb, "q", stop[0])
+			if err != nil || len(res) != 1 || res[0].Outcome != CancelRequested {
+				t.Fatalf("cancel of a running keyed job: %+v, %v", res, err)
+			}
+			waitFor(t, "the cancel, the dead letter, the retry and key c's next job", func() bool {
+				loc, _ := Locate(ctx, rdb, "q", retried)
+				return st.Dead.Load() == 2 && st.Done.Load() == 1 && loc != nil && loc.State == StateRetrying
+			})
+			for id, reason := range map[string]string{dead: ReasonRejected, stop[0]: ReasonCancelled} {
+				d, err := GetDead(ctx, rdb, "q", id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Reason != reason || d.JobID != id || len(d.Payload) == 0 || d.Fields[keyField] == "" || d.Fields[recordField] != "" {
+					t.Errorf("dead letter of %s: %+v; want reason %s, its payload, its key, no record", id, d, reason)
+				}
+			}
+			for f, want := range map[string]string{keyField: "r", PayloadField: "r-0", maxAttemptsField: "3", attemptsField: "1", recordField: ""} {
+				got, _ := runScript(ctx, rdb, recordFieldScript, []string{k.RetryJobs}, retried, f).Text()
+				if got != want {
+					t.Errorf("retry record of %s: %s = %q, want %q", retried, f, got, want)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(ran) != 4 || !slices.Contains(ran, stop[1]) {
+				t.Errorf("ran %v; want each job once, key c's second too", ran)
+			}
+		})
+	}
+}
+
+// A holder killed right after its take script (before it read what the
+// script fed) leaves an uncapped key's jobs undelivered in the stream and a
+// capped key's job pending for its slot, with its permit. Another holder
+// runs the fed jobs, each once; the capped key stays at its cap (the dead
+// holder's permit counts) until the slot's next holder replays that job.
+// And a holder whose config caps a key that the killed holder's did not
+// (a config change between holders) parks that key's fed jobs and runs
+// them under its cap, none lost.
+func TestKeyFedEntriesOutliveTheirHolder(t *testing.T) {
+	for name, killed := range map[string]KeyCaps{
+		"same caps":     {Default: 0, Limits: map[string]int{"c": 1}},
+		"no caps there": {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rdb := redistest.Start(t).Client()
+			ctx := context.Background()
+			k := KeysFor("q")
+			if err := EnsureGroup(ctx, rdb, k); err != nil {
+				t.Fatal(err)
+			}
+			ids := append(enqueueKeyed(t, rdb, "u", 6), enqueueKeyed(t, rdb, "c", 3)...)
+			// the killed holder's take script, never followed by its read
+			keys := []string{k.High, k.Stream, k.Low, k.KeyRing(PriorityHigh), k.KeyRing(PriorityNormal), k.KeyRing(PriorityLow), k.KeyJobs()}
+			if err := keyTakeScript.Run(ctx, rdb, keys, Group, "h/run-9", 10, k.keyBase(), killed.Default, packLimits(killed.Limits), "").Err(); err != nil {
+				t.Fatal(err)
+			}
+			left := pending(t, rdb, "q") // the capped job, pending for h/run-9
+			if want := int64(len(killed.Limits)); left != want {
+				t.Fatalf("%d entries pending after the take script, want %d", left, want)
+			}
+			var cc capCounter
+			if left == 1 {
+				cc.enter("c") // running, as far as anyone knows, till replayed
+			}
+			var mu sync.Mutex
+			ran := map[string]int{}
+			replayed := make(chan struct{})
+			h := func(slot string) Handler {
+				return HandlerFunc(func(_ context.Context, j *Job) error {
+					if j.Key == "c" && slot == "h/run-9" && j.Attempt > 1 {
+						cc.leave("c") // the killed holder's job, replayed: the same run
+						close(replayed)
+					}
+					cc.enter(j.Key)
+					defer cc.leave(j.Key)
+					time.Sleep(5 * time.Millisecond)
+					mu.Lock()
+					ran[j.ID]++
+					mu.Unlock()
+					return nil
+				})
+			}
+			caps := KeyCaps{Default: 0, Limits: map[string]int{"c": 1}}
+			c := testConfig(rdb, h("h/run-0"))
+			c.Concurrency, c.KeyCaps = 4, caps
+			st := runFor(t, c)
+			if left == 0 {
+				waitFor(t, "the other holder runs every job", func() bool { return st.Done.Load() == int64(len(ids)) })
+			} else {
+				// key c at its cap meanwhile: only u's jobs run
+				waitFor(t, "the other holder runs u's jobs", func() bool { return st.Done.Load() == 6 })
+				z := testConfig(rdb, h("h/run-9"))
+				z.Consumer, z.KeyCaps = "h/run-9", caps
+				zs := runFor(t, z)
+				waitFor(t, "the slot's next holder replays its job, then c's others run", func() bool {
+					return st.Done.Load()+zs.Done.Load() == int64(len(ids))
+				})
+				select {
+				case <-replayed:
+				case <-time.After(time.Second):
+					t.Error("the killed holder's job was not replayed by its slot")
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, id := range ids {
+				if ran[id] != 1 {
+					t.Errorf("job %s ran %d times, want once", id, ran[id])
+				}
+			}
+			if cc.most["c"] > 1 {
+				t.Errorf("%d jobs of key c at once, cap 1", cc.most["c"])
+			}
+			levelsSettled(t, rdb)
+			keysClean(t, rdb)
+		})
+	}
+}
+
+// A holder that leaves gives back the jobs it read and never started, fed
+// ones (an uncapped key's) and moved ones (a capped key's) alike: their
+// fields come back unpacked (or the job back in its key's list), and the
+// next holder runs each once, a capped key under its cap.
+func TestKeyRecordEntriesGivenBack(t *testing.T) {
+	for _, key := range []string{"c", "u"} {
+		t.Run(key, func(t *testing.T) {
+			rdb := redistest.Start(t).Client()
+			ctx := context.Background()
+			ids := enqueueKeyed(t, rdb, key, 10)
+			var cc capCounter
+			var mu sync.Mutex
+			ran := map[string]int{}
+			started := make(chan struct{}, 1)
+			release := make(chan struct{})
+			caps := KeyCaps{Limits: map[string]int{"c": 3}}
+			h := func(first bool) Handler {
+				return HandlerFunc(func(_ context.Context, j *Job) error {
+					cc.enter(j.Key)
+					defer cc.leave(j.Key)
+					if !strings.HasPrefix(string(j.Payload), j.Key+"-") {
+						t.Errorf("job %s of key %q has payload %q", j.ID, j.Key, j.Payload)
+					}
+					if first {
+						select {
+						case started <- struct{}{}:
+						default:
+						}
+						<-release
+					}
+					mu.Lock()
+					ran[j.ID]++
+					mu.Unlock()
+					return nil
+				})
+			}
+			c := testConfig(rdb, h(true))
+			c.Concurrency, c.KeyCaps = 1, caps
+			runCtx, cancel := context.WithCancel(ctx)
+			errc := make(chan error, 1)
+			go func() { errc <- Run(runCtx, c, nil) }()
+			<-started
+			// one running, one read ahead
+			waitFor(t, "the holder read more than it runs", func() bool { return pending(t, rdb, "q") >= 2 })
+			cancel() // leave: what was read and not started goes back
+			close(release)
+			if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
+				t.Fatal(err)
+			}
+			// given back to the stream (or parked from there already: a
+			// keyed entry read without a permit waits in its key's list)
+			back, err := rdb.XRange(ctx, KeysFor("q").Stream, "-", "+").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// (or, read as the holder left, pending for its slot's next holder)
+			mu.Lock()
+			left := len(ids) - len(ran)
+			mu.Unlock()
+			n, p := rdb.HLen(ctx, KeysFor("q").KeyJobs()).Val(), pending(t, rdb, "q")
+			if len(back)+int(n) != left {
+				t.Errorf("%d entries given back (%d pending), %d jobs waiting in the key's list; want %d in all", len(back), p, n, left)
+			}
+			held := map[string]bool{}
+			for _, x := range rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: KeysFor("q").Stream, Group: Group, Start: "-", End: "+", Count: 100}).Val() {
+				held[x.ID] = true
+			}
+			for _, m := range back {
+				if held[m.ID] {
+					continue // read as it left: replayed as it is
+				}
+				if m.Values[PayloadField] == nil || m.Values[keyField] != key || m.Values[recordField] != nil {
+					t.Errorf("given back as %v; want the job's own fields", m.Values)
+				}
+			}
+			c = testConfig(rdb, h(false))
+			c.Concurrency, c.KeyCaps = 4, caps
+			st := new(Stats)
+			runUntil(t, c, st, func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(ran) == len(ids)
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			for _, id := range ids {
+				if ran[id] != 1 {
+					t.Errorf("job %s ran %d times, want once", id, ran[id])
+				}
+			}
+			if cc.most["c"] > 3 {
+				t.Errorf("%d jobs of key c at once, cap 3", cc.most["c"])
+			}
+			levelsSettled(t, rdb)
+			keysClean(t, rdb)
+		})
+	}
+}
