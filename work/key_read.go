@@ -250,7 +250,8 @@ func (r *runner) takeKeyed(ctx context.Context, n int64) ([]*Job, bool, error) {
 func (r *runner) takePiped(ctx context.Context, n int64) (jobs []*Job, more, again bool, err error) {
 	var take *redis.Cmd
 	var read *redis.XStreamSliceCmd
-	_, err = r.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+	// Each command's own error is looked at below, not the pipeline's.
+	_, _ = r.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		take = keyTakeScript.EvalSha(ctx, p, r.keyKeys(), Group, r.c.Consumer, n, r.keys.keyBase(), 0, "", "pipe")
 		read = p.XReadGroup(ctx, &redis.XReadGroupArgs{
 			Group: Group, Consumer: r.c.Consumer, Streams: []string{r.keys.Stream, ">"}, Count: n, Block: -1,
