@@ -210,6 +210,7 @@ while [ "$(date +%s%N)" -lt "$end" ]; do echo "$BATON_HOST $$ $(date +%s%N)" >> 
 	}
 	eventually(t, 10*time.Second, "host a starts a job", func() bool { return len(readLines(t, ticks)) > 0 })
 
+	cut := time.Now()
 	px.Partition(true)
 	r.redis.Restart() // no persistence: the jobs are gone too; queue new ones
 	at := time.Now()
@@ -218,12 +219,16 @@ while [ "$(date +%s%N)" -lt "$end" ]; do echo "$BATON_HOST $$ $(date +%s%N)" >> 
 	}
 	stop := r.cron(100*time.Millisecond, r.fleetArgs("b", common...)...)
 	defer stop()
-	time.Sleep(time.Until(at.Add(2500 * time.Millisecond))) // the partition's length
+	// The partition's length, the restart in it: under the renew deadline
+	// (3s) unless the restart alone takes longer, on a loaded machine. Host
+	// a then finds its lease gone at its first renewal, or, the partition
+	// having outlasted its deadline, stops at the deadline: fenced either way.
+	time.Sleep(time.Until(cut.Add(2000 * time.Millisecond)))
 	px.Partition(false)
 	code := a.wait(t, 2*ttl)
 	fenced := time.Since(at)
-	if code != 1 || !strings.Contains(a.log(), "lease lost") {
-		t.Errorf("host a's holder after the restart: exit %d, want 1 with its lease lost:\n%s", code, a.log())
+	if out := a.log(); code != 1 || !strings.Contains(out, "lease lost") && !strings.Contains(out, "renew deadline") {
+		t.Errorf("host a's holder after the restart: exit %d, want 1 with its lease lost or its renew deadline passed:\n%s", code, out)
 	}
 	if fenced > 6*time.Second { // the partition's 2.5s, its renew deadline of 3s at most, and room to kill its job
 		t.Errorf("host a's holder left %s after the restart, want within 6s", fenced)
