@@ -223,6 +223,12 @@ func (r *runner) takeKeyed(ctx context.Context, n int64) ([]*Job, bool, error) {
 		}
 	}
 	more1 := more == 1
+	if len(fed) > 0 && !r.leaseHeld() {
+		// Lapsed since the script (stopped between the two): the fed jobs
+		// stay undelivered for any holder, not pending under the slot's
+		// consumer, which its next holder may have replayed already.
+		return jobs, more1, nil
+	}
 	if len(fed) > 0 {
 		read, err := r.readFed(ctx, fed)
 		jobs = append(jobs, read...)
