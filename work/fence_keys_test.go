@@ -3,6 +3,7 @@ package work
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -33,6 +34,13 @@ func (l *lapseOnFeed) HeldFor() time.Duration {
 // so they stay undelivered for whichever holder reads next, not pending,
 // unseen, under the slot's consumer the next holder has already replayed.
 func TestLapsedLeaseReadsNoFedJobs(t *testing.T) {
+	// 2: the turn feeds them all, and no key waits any more.
+	for _, n := range []int{6, 2} {
+		t.Run(fmt.Sprint(n, " jobs"), func(t *testing.T) { lapseOnFeedRun(t, n) })
+	}
+}
+
+func lapseOnFeedRun(t *testing.T, jobs int) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
 	if _, err := lock.MarkFresh(ctx, rdb, "q"); err != nil {
@@ -47,7 +55,7 @@ func TestLapsedLeaseReadsNoFedJobs(t *testing.T) {
 		t.Fatal(ok, err)
 	}
 	defer sl.Release()
-	enqueueKeyed(t, rdb, "a", 6)
+	enqueueKeyed(t, rdb, "a", jobs)
 	var ran atomic.Int64
 	key, token := sl.Fence()
 	c := testConfig(rdb, HandlerFunc(func(context.Context, *Job) error { ran.Add(1); return nil }))

@@ -227,7 +227,8 @@ func (r *runner) takeKeyed(ctx context.Context, n int64) ([]*Job, bool, error) {
 		// Lapsed since the script (stopped between the two): the fed jobs
 		// stay undelivered for any holder, not pending under the slot's
 		// consumer, which its next holder may have replayed already.
-		return jobs, more1, nil
+		// more: readNext then reads nothing else (it waits on stopped).
+		return jobs, true, nil
 	}
 	if len(fed) > 0 {
 		read, err := r.readFed(ctx, fed)
