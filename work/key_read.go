@@ -152,6 +152,11 @@ func (r *runner) readNext(ctx context.Context, n int64) ([]*Job, error) {
 	}
 	r.kk.on.Store(more)
 	if !more {
+		// A second read: the lease is asked again (the take's round trip
+		// took time), and the block is bounded by what it says.
+		if !r.leaseHeld() {
+			return nil, nil
+		}
 		return r.readNew(ctx, n)
 	}
 	// Every waiting key is at its cap: look again soon, or when a job of
