@@ -9,6 +9,7 @@ import (
 
 	"github.com/baton-run/baton/internal/redistest"
 	"github.com/baton-run/baton/lock"
+	"github.com/redis/go-redis/v9"
 )
 
 // lapsing is a real lease's Holding whose clock can be made to say, at
@@ -42,20 +43,8 @@ func TestLapsedLeaseReadsAndStartsNothing(t *testing.T) {
 		{"lapsed while a job runs, one read ahead", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := redistest.Start(t)
-			rdb := srv.Client()
-			if _, err := lock.MarkFresh(context.Background(), rdb, "q"); err != nil {
-				t.Fatal(err)
-			}
-			set, err := lock.NewLeaseSet(rdb, "q", lock.RoleRun, 1, lock.LeaseOptions{Host: "a", TTL: 10 * time.Second, Renew: time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			sl, ok, err := set.TryAcquire()
-			if err != nil || !ok {
-				t.Fatal(ok, err)
-			}
-			defer sl.Release()
+			rdb := redistest.Start(t).Client()
+			sl := runLease(t, rdb)
 			held := &lapsing{Holding: sl.(lock.Holding)}
 			if held.HeldFor() <= 0 || !held.HeldAt(time.Now()) {
 				t.Fatalf("a lease just granted: held for %s, held now %v", held.HeldFor(), held.HeldAt(time.Now()))
@@ -76,16 +65,7 @@ func TestLapsedLeaseReadsAndStartsNothing(t *testing.T) {
 			c := testConfig(rdb, h)
 			c.Consumer = "fleet/run-0"
 			c.Fence = &Fence{Key: key, Token: token, Held: held}
-			errc := make(chan error, 1)
-			go func() { errc <- Run(context.Background(), c, nil) }()
-			select {
-			case err = <-errc:
-			case <-time.After(10 * time.Second):
-				t.Fatal("Run did not stop within 10s of its lease lapsing")
-			}
-			if !errors.Is(err, ErrLeaseLapsed) {
-				t.Fatalf("Run: %v, want ErrLeaseLapsed", err)
-			}
+			runUntilLapsed(t, c, 10*time.Second)
 			want, left := int64(1), int64(2)
 			if tc.lapsedFirst {
 				want, left = 0, 3
@@ -100,5 +80,40 @@ func TestLapsedLeaseReadsAndStartsNothing(t *testing.T) {
 				t.Errorf("stream holds %d of the %d entries, want %d left for the next holder", n, len(ids), left)
 			}
 		})
+	}
+}
+
+// runLease is queue q's one run slot, taken on rdb (a fresh server, marked
+// so) with a 10 s lease; released at the test's end.
+func runLease(t *testing.T, rdb *redis.Client) lock.Slot {
+	t.Helper()
+	if _, err := lock.MarkFresh(context.Background(), rdb, "q"); err != nil {
+		t.Fatal(err)
+	}
+	set, err := lock.NewLeaseSet(rdb, "q", lock.RoleRun, 1, lock.LeaseOptions{Host: "a", TTL: 10 * time.Second, Renew: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl, ok, err := set.TryAcquire()
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	t.Cleanup(func() { _ = sl.Release() })
+	return sl
+}
+
+// runUntilLapsed runs c until Run returns, which must be within d and with
+// ErrLeaseLapsed.
+func runUntilLapsed(t *testing.T, c Config, d time.Duration) {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() { errc <- Run(context.Background(), c, nil) }()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrLeaseLapsed) {
+			t.Fatalf("Run: %v, want ErrLeaseLapsed", err)
+		}
+	case <-time.After(d):
+		t.Fatalf("Run did not stop within %s of its lease lapsing", d)
 	}
 }

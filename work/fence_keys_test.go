@@ -2,7 +2,6 @@ package work
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -43,18 +42,7 @@ func TestLapsedLeaseReadsNoFedJobs(t *testing.T) {
 func lapseOnFeedRun(t *testing.T, jobs int) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	if _, err := lock.MarkFresh(ctx, rdb, "q"); err != nil {
-		t.Fatal(err)
-	}
-	set, err := lock.NewLeaseSet(rdb, "q", lock.RoleRun, 1, lock.LeaseOptions{Host: "a", TTL: 10 * time.Second, Renew: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sl, ok, err := set.TryAcquire()
-	if err != nil || !ok {
-		t.Fatal(ok, err)
-	}
-	defer sl.Release()
+	sl := runLease(t, rdb)
 	enqueueKeyed(t, rdb, "a", jobs)
 	var ran atomic.Int64
 	key, token := sl.Fence()
@@ -63,16 +51,7 @@ func lapseOnFeedRun(t *testing.T, jobs int) {
 	// A cap on another key: the take script's two steps, not the piped read.
 	c.KeyCaps = KeyCaps{Limits: map[string]int{"other": 1}}
 	c.Fence = &Fence{Key: key, Token: token, Held: &lapseOnFeed{Holding: sl.(lock.Holding), rdb: rdb}}
-	errc := make(chan error, 1)
-	go func() { errc <- Run(ctx, c, nil) }()
-	select {
-	case err = <-errc:
-	case <-time.After(15 * time.Second):
-		t.Fatal("Run did not stop within 15s of its lease lapsing")
-	}
-	if !errors.Is(err, ErrLeaseLapsed) {
-		t.Fatalf("Run: %v, want ErrLeaseLapsed", err)
-	}
+	runUntilLapsed(t, c, 15*time.Second)
 	if n := ran.Load(); n != 0 {
 		t.Errorf("%d jobs started with the lease lapsed", n)
 	}

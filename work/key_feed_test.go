@@ -102,23 +102,7 @@ func TestKeyPipedMixedQueue(t *testing.T) {
 		plain = append(plain, id)
 	}
 	keyed := append(enqueueKeyed(t, rdb, "a", 50), enqueueKeyed(t, rdb, "b", 50)...)
-	var mu sync.Mutex
-	var order []string
-	ran := map[string]int{}
-	st := new(Stats)
-	c := testConfig(rdb, HandlerFunc(func(_ context.Context, j *Job) error {
-		mu.Lock()
-		order = append(order, j.Key)
-		ran[j.ID]++
-		mu.Unlock()
-		return nil
-	}))
-	runUntil(t, c, st, func() bool { return st.Done.Load() == 160 })
-	for _, id := range append(plain, keyed...) {
-		if ran[id] != 1 {
-			t.Errorf("job %s ran %d times", id, ran[id])
-		}
-	}
+	order := runEachOnce(t, rdb, append(plain, keyed...))
 	for i, k := range order[:60] {
 		if k != "" {
 			t.Fatalf("run %d was key %q's job, before all jobs without a key (order %q)", i+1, k, order)
@@ -135,6 +119,21 @@ func TestKeyPipedHighLevel(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	normal := enqueueKeyed(t, rdb, "n", 30)
 	high := enqueueKeyed(t, rdb, "h", 30, WithPriority(PriorityHigh))
+	order := runEachOnce(t, rdb, append(normal, high...))
+	for i, k := range order[:30] {
+		if k != "h" {
+			t.Fatalf("run %d was key %q's job, before every high one (order %q)", i+1, k, order)
+		}
+	}
+	levelsSettled(t, rdb)
+	keysClean(t, rdb)
+}
+
+// runEachOnce runs one holder (testConfig) until the jobs ids are done,
+// checks that each ran once, and returns the keys of the jobs in the order
+// they ran.
+func runEachOnce(t *testing.T, rdb *redis.Client, ids []string) []string {
+	t.Helper()
 	var mu sync.Mutex
 	var order []string
 	ran := map[string]int{}
@@ -146,17 +145,11 @@ func TestKeyPipedHighLevel(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}))
-	runUntil(t, c, st, func() bool { return st.Done.Load() == 60 })
-	for _, id := range append(normal, high...) {
+	runUntil(t, c, st, func() bool { return st.Done.Load() == int64(len(ids)) })
+	for _, id := range ids {
 		if ran[id] != 1 {
 			t.Errorf("job %s ran %d times", id, ran[id])
 		}
 	}
-	for i, k := range order[:30] {
-		if k != "h" {
-			t.Fatalf("run %d was key %q's job, before every high one (order %q)", i+1, k, order)
-		}
-	}
-	levelsSettled(t, rdb)
-	keysClean(t, rdb)
+	return order
 }

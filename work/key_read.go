@@ -218,10 +218,10 @@ func (r *runner) takeKeyed(ctx context.Context, n int64) ([]*Job, bool, error) {
 		if len(s) != 3 {
 			continue
 		}
-		fed, _ := s[2].(int64)
+		permits, _ := s[2].(int64) // 1: moved by this call, with permits
 		from := len(jobs)
 		jobs = append(jobs, r.scriptJobs([]any{s[:2]})...)
-		if fed == 1 {
+		if permits == 1 {
 			for _, j := range jobs[from:] {
 				j.admitted = j.Key != ""
 			}
@@ -270,11 +270,7 @@ func (r *runner) takePiped(ctx context.Context, n int64) (jobs []*Job, more, aga
 		})
 		return nil
 	})
-	for _, m := range read.Val() {
-		for _, e := range m.Messages {
-			jobs = append(jobs, r.toJob(e, 1, PriorityNormal))
-		}
-	}
+	jobs = r.streamJobs(read.Val())
 	if err := read.Err(); err != nil && !isRedisNil(err) {
 		if isNoGroup(err) {
 			return jobs, true, len(jobs) == 0, nil // the two steps make the group
@@ -329,12 +325,7 @@ func (r *runner) readFed(ctx context.Context, fed []fedStream) ([]*Job, error) {
 	})
 	var jobs []*Job
 	for _, c := range cmds {
-		for _, s := range c.Val() {
-			level := r.levelOf(s.Stream)
-			for _, m := range s.Messages {
-				jobs = append(jobs, r.toJob(m, 1, level))
-			}
-		}
+		jobs = append(jobs, r.streamJobs(c.Val())...)
 	}
 	if isRedisNil(err) {
 		err = nil

@@ -126,13 +126,20 @@ func (r *runner) readLevels(ctx context.Context, n int64, block time.Duration) (
 	if isRedisNil(err) || (err != nil && ctx.Err() != nil) {
 		return nil, nil
 	}
+	return append(jobs, r.streamJobs(res)...), err
+}
+
+// streamJobs are the jobs of XREADGROUP's new entries, each stream's at
+// its level.
+func (r *runner) streamJobs(res []redis.XStream) []*Job {
+	var jobs []*Job
 	for _, s := range res {
-		p := r.levelOf(s.Stream)
+		level := r.levelOf(s.Stream)
 		for _, m := range s.Messages {
-			jobs = append(jobs, r.toJob(m, 1, p))
+			jobs = append(jobs, r.toJob(m, 1, level))
 		}
 	}
-	return jobs, err
+	return jobs
 }
 
 // levelOf names the level of one of the queue's streams.
