@@ -98,6 +98,35 @@ func (k Keys) KeyList(p Priority, key string) string {
 // KeyRun is the hash of key's permits: "<level>:<entry id>" → job id.
 func (k Keys) KeyRun(key string) string { return k.Stream + ":key:run:" + key }
 
+// KeyStream is key's stream of jobs of level p: its waiting jobs (not yet
+// delivered) and its running ones (pending in the group: a capped key's
+// permits are its pending entries).
+func (k Keys) KeyStream(p Priority, key string) string {
+	return k.Stream + ":key:s:" + p.String() + ":" + key
+}
+
+// KeyStreams is the set of the key streams that exist.
+func (k Keys) KeyStreams() string { return k.Stream + ":key:streams" }
+
+// keyRingIn is the set of the keys in KeyRing(p): a key joins the ring
+// only when it is not in it.
+func (k Keys) keyRingIn(p Priority) string { return k.Stream + ":key:in:" + p.String() }
+
+// keyOfStream is the level and key of a key stream, ok false for any other
+// name.
+func (k Keys) keyOfStream(s string) (p Priority, key string, ok bool) {
+	rest, ok := strings.CutPrefix(s, k.Stream+":key:s:")
+	if !ok {
+		return 0, "", false
+	}
+	lvl, key, ok := strings.Cut(rest, ":")
+	if !ok || lvl == "" || key == "" {
+		return 0, "", false
+	}
+	p, err := ParsePriority(lvl)
+	return p, key, err == nil
+}
+
 // keyBase is the prefix the key scripts build key names from.
 func (k Keys) keyBase() string { return k.Stream + ":key:" }
 
