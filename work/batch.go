@@ -375,7 +375,7 @@ func runningMembers(ctx context.Context, rdb redis.Cmdable, k Keys, id string) (
 	var n int64
 	for _, c := range ranges {
 		for _, m := range c.Val() {
-			if v, _ := entryValues(m.Values); v[batchField] == id {
+			if m.Values[batchField] == id {
 				n++
 			}
 		}

@@ -97,7 +97,7 @@ func cancelOne(ctx context.Context, rdb redis.Cmdable, q string, o CancelOptions
 			level, _ := ParsePriority(loc.Priority)
 			stream, entry = k.StreamOf(level), loc.Entry
 			if m, err := rdb.XRange(ctx, stream, entry, entry).Result(); err == nil && len(m) == 1 {
-				v, _ := entryValues(m[0].Values)
+				v := m[0].Values
 				unique, _ = v[uniqueField].(string)
 				batch, _ = v[batchField].(string)
 			}
@@ -208,7 +208,7 @@ end
 if entry == '' then return {'gone'} end
 local e = redis.call('XRANGE', KEYS[1], entry, entry)
 if #e == 0 then return {'gone'} end
-local all, f, runs, orig = unpacked(e[1][2]), {}, '0', entry
+local all, f, runs, orig = e[1][2], {}, '0', entry
 for i = 1, #all, 2 do
   if all[i] == 'attempts' then runs = all[i + 1]
   elseif all[i] == 'orig' then if all[i + 1] ~= '' then orig = all[i + 1] end

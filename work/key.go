@@ -84,7 +84,8 @@ func (c KeyCaps) of(k string) int {
 
 // Redis keys of job keys, under the queue's hash tag.
 
-// KeyJobs is the hash of waiting keyed jobs' records, by job id.
+// KeyJobs is the index of keyed jobs: job id → "<entry id>\n<level>\n<key>",
+// from when the job enters its key's stream until its holder settles it.
 func (k Keys) KeyJobs() string { return k.Stream + ":key:jobs" }
 
 // KeyRing is the list of keys with waiting jobs of level p: the turn order.

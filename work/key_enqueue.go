@@ -11,25 +11,27 @@ import (
 //go:embed keylua/enqueue.lua
 var keyEnqueueLua string
 
-// keyEnqueueScript adds jobs that have a key and no delay: each job's id is
-// reserved from the normal stream's id space (an entry added and deleted in
-// the same script, as for a delayed job), its record is written to the key
-// jobs hash, its id appended to its key's list of its level, and the key
-// appended to the level's ring when the list was empty (a key is in the ring
-// exactly while its list holds jobs). A unique key is checked and taken as
-// by enqueueScript.
+// keyEnqueueScript adds jobs that have a key and no delay to their keys'
+// streams: each job's id is reserved from the normal stream's id space (an
+// entry added and deleted in the same script, as for a delayed job), its
+// fields and orig (its id) are added to its key's stream of its level under
+// that same id (a stream made now gets the group, and joins the set of key
+// streams), the index names the entry, and the key joins the level's ring
+// unless it is in it. A unique key is checked and taken as by
+// enqueueScript.
 //
-// KEYS[1] stream, KEYS[2] key jobs, KEYS[3..] unique keys (one per job that
-// has one, in job order); ARGV[1] the key names' prefix (Keys.keyBase),
-// ARGV[2] a MessagePack array of, per job: its level ("high", "normal",
-// "low"), its key, "" or "u" (a unique key) or "t" (one with a TTL, which
-// comes next, in ms), then its record: a MessagePack array of its
-// field/value strings whose length counts the "orig" pair the script
-// appends. Returns one id per job (the queued job's id for a duplicate),
-// then the number of each duplicate (1 for the call's first): the reply of
-// enqueueScript, so collect reads both. The Python and Node clients run the
-// same file (their lua/key_enqueue.lua, TestClientScriptsAreWorkLua) and
-// pack the same ARGV: a change here is a change there.
+// KEYS[1] stream, KEYS[2] key jobs index, KEYS[3..] unique keys (one per
+// job that has one, in job order); ARGV[1] the key names' prefix
+// (Keys.keyBase), ARGV[2] a MessagePack array of, per job: its level
+// ("high", "normal", "low"), its key, "" or "u" (a unique key) or "t" (one
+// with a TTL, which comes next, in ms), then its record: a MessagePack
+// array of its field/value strings whose length counts the "orig" pair the
+// script appends. Returns one id per job (the queued job's id for a
+// duplicate), then the number of each duplicate (1 for the call's first):
+// the reply of enqueueScript, so collect reads both. The Python and Node
+// clients run the same file (their lua/key_enqueue.lua,
+// TestClientScriptsAreWorkLua) and pack the same ARGV: a change here is a
+// change there.
 var keyEnqueueScript = redis.NewScript(keyEnqueueLua)
 
 // keyCall gathers the jobs of one keyEnqueueScript call.

@@ -7,67 +7,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/baton-run/baton/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
-
-// A producer's raw entry in the form the keys' take script writes (orig,
-// record) whose record is not one array of field and value strings naming
-// that same job is dead-lettered as malformed, its record kept as it was,
-// never run and never a script error: nothing is left pending, and the jobs
-// behind it run.
-func TestKeyRecordEntryMalformed(t *testing.T) {
-	bad := map[string]string{
-		"not msgpack":    "\xff\x00zz",
-		"a nil inside":   "\x94\xa7payload\xc0\xa1b\xa1c",
-		"a map":          "\x82\xa7payload\xa1x\xa4orig\xa31-1",
-		"empty":          "\x90",
-		"two objects":    "\x94\xa7payload\xa1x\xa4orig\xa31-1\x92\xa1a\xa1b",
-		"a number":       "\x94\xa7payload\x01\xa4orig\xa31-1",
-		"another orig":   "\x94\xa7payload\xa1x\xa4orig\xa31-2",
-		"no orig inside": "\x92\xa7payload\xa1x",
-	}
-	rdb := redistest.Start(t).Client()
-	ctx := context.Background()
-	if err := EnsureGroup(ctx, rdb, KeysFor("q")); err != nil {
-		t.Fatal(err)
-	}
-	entries := map[string]string{} // entry id → its record
-	for _, rec := range bad {
-		id, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: KeysFor("q").Stream, Values: []any{"orig", "1-1", "record", rec}}).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		entries[id] = rec
-	}
-	enqueue(t, rdb, "q", 3)
-	st := new(Stats)
-	c := testConfig(rdb, HandlerFunc(func(_ context.Context, j *Job) error {
-		if string(j.Payload) == "x" {
-			t.Errorf("a malformed record ran: %s", j.Entry)
-		}
-		return nil
-	}))
-	c.KeyCaps = KeyCaps{Default: 2}
-	runUntil(t, c, st, func() bool { return st.Dead.Load() == int64(len(bad)) && st.Done.Load() == 3 })
-	letters, err := ListDead(ctx, rdb, "q", "", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range letters {
-		rec, ok := entries[d.Entry]
-		if !ok || d.Reason != ReasonMalformed || d.Fields[recordField] != rec || len(d.Payload) != 0 {
-			t.Errorf("dead letter %+v: want the entry's record kept, as malformed, no payload", d)
-		}
-		delete(entries, d.Entry)
-	}
-	if len(entries) > 0 {
-		t.Errorf("entries with no dead letter: %q", entries)
-	}
-	settled(t, rdb, "q")
-}
 
 // loseFedReply loses, once armed, the reply of the holder's next pipeline
 // that reads fed jobs: the read of the jobs keys' turns fed to the stream
@@ -199,40 +142,4 @@ func TestKeyHighBeforeNormalBacklog(t *testing.T) {
 			keysClean(t, rdb)
 		})
 	}
-}
-
-// A producer's entry in the record form with its fields the other way
-// round (record, then orig) reads as the job it holds everywhere: its
-// reader sees no field order, and its retry keeps its fields, so it runs
-// again as the same job rather than as a malformed entry.
-func TestKeyRecordEntryFieldOrder(t *testing.T) {
-	rdb := redistest.Start(t).Client()
-	ctx := context.Background()
-	if err := EnsureGroup(ctx, rdb, KeysFor("q")); err != nil {
-		t.Fatal(err)
-	}
-	rec := "\x94\xa7payload\xa1p\xa4orig\xa31-1"
-	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: KeysFor("q").Stream, Values: []any{"record", rec, "orig", "1-1"}}).Err(); err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var runs []string
-	c := testConfig(rdb, HandlerFunc(func(_ context.Context, j *Job) error {
-		mu.Lock()
-		defer mu.Unlock()
-		runs = append(runs, fmt.Sprintf("%s %s %d", j.ID, j.Payload, j.Attempt))
-		if j.Attempt == 1 {
-			return errors.New("fails once")
-		}
-		return nil
-	}))
-	c.RetryBackoff, c.RetryBackoffMax = 10*time.Millisecond, 20*time.Millisecond
-	st := new(Stats)
-	runUntil(t, c, st, func() bool { return st.Done.Load()+st.Dead.Load() == 1 })
-	mu.Lock()
-	defer mu.Unlock()
-	if st.Done.Load() != 1 || len(runs) != 2 || runs[0] != "1-1 p 1" || runs[1] != "1-1 p 2" {
-		t.Fatalf("runs %q, done %d, dead %d; want job 1-1 run twice with payload p", runs, st.Done.Load(), st.Dead.Load())
-	}
-	settled(t, rdb, "q")
 }

@@ -11,8 +11,9 @@ import (
 )
 
 // feedOnce runs keyTakeScript as a holder of consumer c would, then reads
-// nothing: the uncapped keys' jobs it feeds stay undelivered, as when a
-// holder dies between the script and its read. Returns how many it fed.
+// nothing: the uncapped keys' jobs it names stay undelivered in their
+// streams, as when a holder dies between the script and its read. Returns
+// how many it named.
 func feedOnce(t *testing.T, rdb *redis.Client, c string, n int) int64 {
 	t.Helper()
 	ctx := context.Background()
@@ -27,9 +28,12 @@ func feedOnce(t *testing.T, rdb *redis.Client, c string, n int) int64 {
 	}
 	var fed int64
 	for _, s := range v[1:] {
-		if s, _ := s.([]any); len(s) == 2 {
-			n, _ := s[1].(int64)
-			fed += n
+		if s, _ := s.([]any); len(s) == 2 && s[0] == "feed" {
+			f, _ := s[1].([]any)
+			for i := 1; i < len(f); i += 2 {
+				n, _ := f[i].(int64)
+				fed += n
+			}
 		}
 	}
 	return fed

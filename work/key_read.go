@@ -17,89 +17,81 @@ var keyTakeLua string
 // high first: it reads the level stream's new entries (jobs without a key,
 // as takeScript does); when fewer than asked came, the stream has nothing
 // undelivered, and it takes turns over the level's ring for the rest: a key
-// popped from the head, when under its cap, has its oldest job moved into
-// the stream with a permit for the new entry, and goes back to the tail
-// while it has jobs; a key at its cap is skipped (it keeps its place in the
-// ring). It then reads the moved entries: exactly those, the script being
-// atomic. It looks at most n + 32 keys per level. First it drops the
-// permits the holder settled, unless their entries are pending again.
+// moved from the head to the tail, whose stream has undelivered jobs, gives
+// up to a quantum of them (deficit round robin), and leaves the ring when
+// it has none. A capped key's jobs are read here, atomically with the count
+// of its running jobs (its stream's pending entries): at most its cap, and a
+// key at its cap is passed over, keeping its place. An uncapped key's
+// stream is named in the reply instead, with how many to read: the holder
+// reads those next with one plain XREADGROUP (readFed). It looks at most
+// n + 32 keys per level. First it drops the index entries of the jobs the
+// holder settled (keyForget), unless they name a newer entry of the job.
 //
-// A permit is valid while its entry is pending in the group: a key at its
-// cap first drops the permits whose entries are not (settled by a holder
-// that died before it dropped them), so a cap never counts a finished job
-// for long, and never misses a running one.
-//
-// An uncapped key's jobs are not read here: they are added after the
-// level's read, in the record form, and left undelivered, for the
-// holder's plain XREADGROUP (readFed), and whichever holder reads one runs
-// it (no permit). In mode "pipe" (no caps, only the normal level in use)
-// the script reads nothing: it takes turns only when the normal stream has
-// nothing undelivered, and the XREADGROUP sent with it reads the lot.
+// In mode "pipe" (no caps, only the normal level in use) the script reads
+// nothing: it takes turns only when the normal stream has nothing
+// undelivered, and the XREADGROUP sent with it reads the jobs without a key.
 //
 // KEYS[1..3] the high, normal and low streams, KEYS[4..6] their rings,
-// KEYS[7] key jobs; ARGV[1] group, ARGV[2] consumer, ARGV[3] most entries
-// to read, ARGV[4] the key names' prefix, ARGV[5] the default cap (0: none),
-// ARGV[6] a MessagePack array of key, cap strings ("" for none), ARGV[7]
-// the mode ("" or "pipe"), then triples of key, level, entry id: permits
-// to drop.
-// Returns {1 when a ring still holds keys, else 0, then per stream:
-// {stream, entries as XREADGROUP gives them, 1 when they hold permits, 0
-// when read first (jobs without a key)}, or {stream, entry ids, records, 2}
-// (moved with permits, pending), or {stream, n}: n entries fed,
-// undelivered}; in mode "pipe", "levels" last when a high or low stream or
-// ring exists (nothing done: the caller takes the two steps).
+// KEYS[7] the key jobs index; ARGV[1] group, ARGV[2] consumer, ARGV[3] most
+// entries to read, ARGV[4] the key names' prefix, ARGV[5] the default cap
+// (0: none), ARGV[6] a MessagePack array of key, cap strings ("" for none),
+// ARGV[7] the mode ("" or "pipe"), then pairs of job id, entry id: index
+// entries to drop.
+// Returns {1 when a ring still holds keys, else 0, then per stream read:
+// {stream, entries as XREADGROUP gives them}, then maybe {"feed", {stream,
+// count, stream, count, …}}: uncapped keys' streams to read}; in mode
+// "pipe", "levels" last when a high or low stream or ring exists (nothing
+// done: the caller takes the two steps).
 var keyTakeScript = redis.NewScript(keyTakeLua)
 
-// keyAdmitScript decides, for keyed entries read other than by
-// keyTakeScript (a due retry or delayed job, a requeued dead letter, a
-// give-back, a replay), whether each holds a permit; one that does not is
-// parked: its record (its fields, runs made and job id) back in the key
-// jobs hash, its job id at the head of its key's list (it waited already;
-// those of one key parked by one call keep their order there), the key in
-// the ring when its list was empty, then the entry acknowledged and
-// deleted. Never run, never an attempt.
+// keyParkScript parks keyed entries read from a level stream (a due retry
+// or delayed job, a requeued dead letter, a give-back): each goes to the
+// tail of its key's stream, with its runs made and its job id, its key in
+// the ring when it was not, the job's index entry naming it; then the
+// level stream's entry is acknowledged and deleted. Never run, never an
+// attempt: it runs at its key's turn.
 //
-// KEYS[1..3] the high, normal and low streams, KEYS[4..6] their rings,
-// KEYS[7] key jobs; ARGV[1] group, ARGV[2] consumer, ARGV[3] the key names'
-// prefix, then per entry: its level (1 high, 2 normal, 3 low), entry id,
-// key, job id, runs made. Returns per entry: 1 it holds a permit (run it),
-// 0 parked, -1 no longer pending for this consumer (left alone), 2 another
-// waiting job holds its job id (nothing written: dead-letter it).
-var keyAdmitScript = redis.NewScript(entryLua + `
+// KEYS[1..3] the high, normal and low streams, KEYS[4] the key jobs index;
+// ARGV[1] group, ARGV[2] consumer, ARGV[3] the key names' prefix, then per
+// entry: its level (1 high, 2 normal, 3 low), entry id, key, job id, runs
+// made. Returns per entry: 0 parked, -1 no longer pending for this
+// consumer (left alone), 2 another waiting job holds its job id (nothing
+// written: dead-letter it).
+var keyParkScript = redis.NewScript(entryLua + `
 local names = {'high', 'normal', 'low'}
 local out = {}
--- the job ids parked per key list, in entry order, pushed at the end
-local park, lists = {}, {}
 for i = 4, #ARGV, 5 do
   local li, e, k, job, runs = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
-  local s, lvl = KEYS[li], names[tonumber(ARGV[i])]
+  local s, lvl = KEYS[li], names[li]
+  local held = redis.call('HGET', KEYS[4], job)
+  if held then
+    -- stale when its entry is gone (settled, its index entry not yet
+    -- dropped by its holder): only a live one is another job's
+    local he, hl, hk = string.match(held, '^([^\n]*)\n([^\n]*)\n(.*)$')
+    if he and #redis.call('XRANGE', ARGV[3] .. 's:' .. hl .. ':' .. hk, he, he) == 0 then held = nil end
+  end
   if not pending(s, ARGV[1], e, ARGV[2]) then
     out[#out + 1] = -1
-  elseif redis.call('HEXISTS', ARGV[3] .. 'run:' .. k, lvl .. ':' .. e) == 1 then
-    out[#out + 1] = 1
-  elseif redis.call('HEXISTS', KEYS[7], job) == 1 then
+  elseif held then
     out[#out + 1] = 2
   else
     local f = fields(s, e, baton) or {}
     put(f, 'attempts', runs)
     put(f, 'orig', job)
-    redis.call('HSET', KEYS[7], job, cmsgpack.pack(f))
-    local q = ARGV[3] .. 'q:' .. lvl .. ':' .. k
-    if not park[q] then
-      park[q] = {}
-      lists[#lists + 1] = {q, KEYS[3 + li], k}
+    local ks = ARGV[3] .. 's:' .. lvl .. ':' .. k
+    if redis.call('EXISTS', ks) == 0 then
+      redis.call('XGROUP', 'CREATE', ks, ARGV[1], '0', 'MKSTREAM')
+      redis.call('SADD', ARGV[3] .. 'streams', ks)
     end
-    table.insert(park[q], job)
+    local ne = redis.call('XADD', ks, '*', unpack(f))
+    redis.call('HSET', KEYS[4], job, ne .. '\n' .. lvl .. '\n' .. k)
+    if redis.call('SADD', ARGV[3] .. 'in:' .. lvl, k) == 1 then
+      redis.call('RPUSH', ARGV[3] .. 'ring:' .. lvl, k)
+    end
     redis.call('XACK', s, ARGV[1], e)
     redis.call('XDEL', s, e)
     out[#out + 1] = 0
   end
-end
--- LPUSH of c, b, a (last first) puts a, b, c at the head
-for _, l in ipairs(lists) do
-  local ids, last = park[l[1]], {}
-  for i = #ids, 1, -1 do last[#last + 1] = ids[i] end
-  if redis.call('LPUSH', l[1], unpack(last)) == #last then redis.call('RPUSH', l[2], l[3]) end
 end
 return out
 `)
@@ -111,14 +103,17 @@ const keyPoll = 20 * time.Millisecond
 // keyState is the runner's part in keys.
 type keyState struct {
 	on      atomic.Bool  // keys have waiting jobs: read with keyTakeScript
-	pending atomic.Int64 // len(release), read without the lock
+	pending atomic.Int64 // len(drop), read without the lock
 	limits  string       // KeyCaps.Limits packed for keyTakeScript; set once
 	lost    error        // a failed read of fed jobs, for readNext to report; the reader's own
 	levels  atomic.Bool  // a high or low key waited: no reading with the take script (takePiped)
 
-	held    map[entryKey]string // admitted keyed entries → key; guarded by runner.mu
-	release []any               // settled permits to drop (key, level, entry); guarded by runner.mu
+	held map[entryKey]string // entries read from key streams → job id; guarded by runner.mu
+	drop []any               // index entries to drop (job id, entry id); guarded by runner.mu
 }
+
+// keyDropMost is the most index entries one take call drops.
+const keyDropMost = 1000
 
 func (r *runner) keyKeys() []string {
 	k := r.keys
@@ -169,96 +164,99 @@ func (r *runner) readNext(ctx context.Context, n int64) ([]*Job, error) {
 	return nil, nil
 }
 
+// takeDrops takes the index entries to drop with the next take call.
+func (r *runner) takeDrops() []any {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d := r.kk.drop
+	if len(d) > 2*keyDropMost {
+		d, r.kk.drop = d[:2*keyDropMost], d[2*keyDropMost:]
+	} else {
+		r.kk.drop = nil
+	}
+	r.kk.pending.Store(int64(len(r.kk.drop)))
+	return d
+}
+
+// undrop gives back index entries a failed take call did not drop.
+func (r *runner) undrop(d []any) {
+	r.mu.Lock()
+	r.kk.drop = append(r.kk.drop, d...)
+	r.kk.pending.Store(int64(len(r.kk.drop)))
+	r.mu.Unlock()
+}
+
 // takeKeyed runs keyTakeScript: up to n entries, and whether keys still wait.
 func (r *runner) takeKeyed(ctx context.Context, n int64) ([]*Job, bool, error) {
-	r.mu.Lock()
-	release := r.kk.release
-	r.kk.release = nil
-	r.kk.pending.Store(0)
-	r.mu.Unlock()
-	if len(release) == 0 && r.c.KeyCaps.uncapped() && !r.levels.Load() && !r.kk.levels.Load() {
+	drop := r.takeDrops()
+	if len(drop) == 0 && r.c.KeyCaps.uncapped() && !r.levels.Load() && !r.kk.levels.Load() {
 		jobs, more, again, err := r.takePiped(ctx, n)
 		if !again {
 			return jobs, more, err
 		}
 	}
-	args := append([]any{Group, r.c.Consumer, n, r.keys.keyBase(), r.c.KeyCaps.Default, r.kk.limits, ""}, release...)
+	args := append([]any{Group, r.c.Consumer, n, r.keys.keyBase(), r.c.KeyCaps.Default, r.kk.limits, ""}, drop...)
 	v, err := runScript(ctx, r.c.Client, keyTakeScript, r.keyKeys(), args...).Slice()
 	if r.regrouped(ctx, err) {
 		v, err = runScript(ctx, r.c.Client, keyTakeScript, r.keyKeys(), args...).Slice()
 	}
 	if err != nil {
-		// The permits are dropped later: by the next call, or when their
-		// key is at its cap.
-		r.mu.Lock()
-		r.kk.release = append(r.kk.release, release...)
-		r.kk.pending.Store(int64(len(r.kk.release)))
-		r.mu.Unlock()
+		r.undrop(drop) // by the next call
 		return nil, false, err
 	}
 	if len(v) == 0 {
 		return nil, false, nil
 	}
 	more, _ := v[0].(int64)
-	var jobs []*Job
-	var fed []fedStream
+	var read []any
+	var fed []any
 	for _, s := range v[1:] {
 		s, _ := s.([]any)
-		if len(s) == 2 {
-			name, _ := s[0].(string)
-			n, _ := s[1].(int64)
-			fed = append(fed, fedStream{name, n})
+		if len(s) == 2 && s[0] == "feed" {
+			fed, _ = s[1].([]any)
 			continue
 		}
-		if len(s) == 4 {
-			// moved jobs, as their entry ids and records: all admitted
-			jobs = append(jobs, r.recordJobs(ctx, s)...)
-			continue
-		}
-		if len(s) != 3 {
-			continue
-		}
-		permits, _ := s[2].(int64) // 1: moved by this call, with permits
-		from := len(jobs)
-		jobs = append(jobs, r.scriptJobs([]any{s[:2]})...)
-		if permits == 1 {
-			for _, j := range jobs[from:] {
-				j.admitted = j.Key != ""
-			}
-		}
+		read = append(read, s)
 	}
-	more1 := more == 1
-	if len(fed) > 0 && !r.leaseHeld() {
+	jobs := r.scriptJobs(read)
+	return r.thenFed(ctx, jobs, fed, more == 1)
+}
+
+// thenFed reads the uncapped keys' streams a take named (fed: pairs of
+// stream, count) after the jobs it read itself.
+func (r *runner) thenFed(ctx context.Context, jobs []*Job, fed []any, more bool) ([]*Job, bool, error) {
+	if len(fed) == 0 {
+		return jobs, more, nil
+	}
+	if !r.leaseHeld() {
 		// Lapsed since the script (stopped between the two): the fed jobs
 		// stay undelivered for any holder, not pending under the slot's
 		// consumer, which its next holder may have replayed already.
 		// more: readNext then reads nothing else (it waits on stopped).
 		return jobs, true, nil
 	}
-	if len(fed) > 0 {
-		read, err := r.readFed(ctx, fed)
-		jobs = append(jobs, read...)
-		if err != nil {
-			// Left undelivered (any holder's next read takes them), or
-			// delivered into a lost reply: pending for this slot, unseen.
-			// The reader looks at its own pending entries after an error
-			// (read.go): now, or with the next read when jobs came.
-			if len(jobs) == 0 {
-				return nil, true, err
-			}
-			r.kk.lost = err
-			more1 = true
+	read, err := r.readFed(ctx, fed)
+	jobs = append(jobs, read...)
+	if err != nil {
+		// Left undelivered (the key keeps its place in the ring), or
+		// delivered into a lost reply: pending for this slot, unseen.
+		// The reader looks at its own pending entries after an error
+		// (read.go): now, or with the next read when jobs came.
+		if len(jobs) == 0 {
+			return nil, true, err
 		}
+		r.kk.lost = err
+		more = true
 	}
-	return jobs, more1, nil
+	return jobs, more, nil
 }
 
-// takePiped is takeKeyed in one round trip, for a holder whose keys have
-// no cap while only the normal level is in use: keyTakeScript feeds
-// uncapped keys' jobs to the normal stream (only when nothing there is
-// undelivered) and the XREADGROUP sent with it reads them, or the jobs
-// without a key that came first. again: use takeKeyed's two steps (other
-// levels are in use, or the script had to be loaded).
+// takePiped is takeKeyed in one round trip (two when it names key streams
+// to read), for a holder whose keys have no cap while only the normal level
+// is in use: the XREADGROUP sent with keyTakeScript reads the jobs without
+// a key, and the script takes turns only when there are none. again: use
+// takeKeyed's two steps (other levels are in use, or the script had to be
+// loaded).
 func (r *runner) takePiped(ctx context.Context, n int64) (jobs []*Job, more, again bool, err error) {
 	var take *redis.Cmd
 	var read *redis.XStreamSliceCmd
@@ -275,7 +273,6 @@ func (r *runner) takePiped(ctx context.Context, n int64) (jobs []*Job, more, aga
 		if isNoGroup(err) {
 			return jobs, true, len(jobs) == 0, nil // the two steps make the group
 		}
-		// what the script fed stays undelivered: any holder's next read
 		return jobs, true, false, err
 	}
 	v, terr := take.Slice()
@@ -291,6 +288,7 @@ func (r *runner) takePiped(ctx context.Context, n int64) (jobs []*Job, more, aga
 		m, _ := v[0].(int64)
 		more = m == 1
 	}
+	var fed []any
 	for _, s := range v[min(1, len(v)):] {
 		if s == "levels" {
 			// A high or low key waits: its level's stream comes with its
@@ -299,26 +297,41 @@ func (r *runner) takePiped(ctx context.Context, n int64) (jobs []*Job, more, aga
 			r.kk.levels.Store(true)
 			return jobs, true, len(jobs) == 0, nil
 		}
+		if s, _ := s.([]any); len(s) == 2 && s[0] == "feed" {
+			fed, _ = s[1].([]any)
+		}
 	}
-	return jobs, more, false, nil
+	jobs, more, err = r.thenFed(ctx, jobs, fed, more)
+	return jobs, more, false, err
 }
 
-// fedStream is a stream keyTakeScript fed, and how many entries.
-type fedStream struct {
-	name string
-	n    int64
-}
-
-// readFed reads the entries keyTakeScript fed to the streams (uncapped
-// keys' jobs, left undelivered), as many as it fed per stream, without
-// blocking: another holder may have read some meanwhile. One round trip.
-func (r *runner) readFed(ctx context.Context, fed []fedStream) ([]*Job, error) {
-	cmds := make([]*redis.XStreamSliceCmd, len(fed))
+// readFed reads the uncapped keys' streams keyTakeScript named (pairs of
+// stream, count), without blocking: one XREADGROUP per count (a turn's
+// count is its quantum but for the last keys), in one round trip. Another
+// holder may have read some meanwhile.
+func (r *runner) readFed(ctx context.Context, fed []any) ([]*Job, error) {
+	var counts []int64
+	streams := map[int64][]string{}
+	for i := 0; i+1 < len(fed); i += 2 {
+		s, _ := fed[i].(string)
+		n, _ := fed[i+1].(int64)
+		if s == "" || n <= 0 {
+			continue
+		}
+		if _, ok := streams[n]; !ok {
+			counts = append(counts, n)
+		}
+		streams[n] = append(streams[n], s)
+	}
+	cmds := make([]*redis.XStreamSliceCmd, len(counts))
 	_, err := r.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, s := range fed {
+		for i, n := range counts {
+			names := streams[n]
+			for range len(names) {
+				names = append(names, ">")
+			}
 			cmds[i] = p.XReadGroup(ctx, &redis.XReadGroupArgs{
-				Group: Group, Consumer: r.c.Consumer, Streams: []string{s.name, ">"},
-				Count: s.n, Block: -1,
+				Group: Group, Consumer: r.c.Consumer, Streams: names, Count: n, Block: -1,
 			})
 		}
 		return nil
@@ -333,136 +346,11 @@ func (r *runner) readFed(ctx context.Context, fed []fedStream) ([]*Job, error) {
 	return jobs, err
 }
 
-// recordJobs makes the jobs keyTakeScript moved into stream s (now pending
-// for this consumer) from their entry ids and records, the entries' fields
-// as MessagePack (what the script gives back instead of the entries, one
-// string each). A record that does not decode (never written by baton) is
-// read from its entry instead.
-func (r *runner) recordJobs(ctx context.Context, s []any) []*Job {
-	name, _ := s[0].(string)
-	ids, _ := s[1].([]any)
-	recs, _ := s[2].([]any)
-	level := r.levelOf(name)
-	jobs := make([]*Job, 0, len(ids))
-	for i, id := range ids {
-		id, _ := id.(string)
-		var rec string
-		if i < len(recs) {
-			rec, _ = recs[i].(string)
-		}
-		values, ok := decodeRecord(rec)
-		if !ok {
-			if m, err := r.c.Client.XRange(ctx, name, id, id).Result(); err == nil && len(m) == 1 {
-				values = m[0].Values
-			}
-		}
-		j := r.toJob(redis.XMessage{ID: id, Values: values}, 1, level)
-		j.admitted = j.Key != ""
-		jobs = append(jobs, j)
-	}
-	return jobs
-}
-
-// recordField is where an entry that keyTakeScript adds holds the job's
-// fields: its record, packed as it waited (next to orig, which those that
-// look for a job's entry read).
-const recordField = "record"
-
-// entryValues are an entry's fields, and whether they were packed: an
-// entry keyTakeScript added holds them in its record field (the same
-// unpacking as entryLua's unpacked). One that does not decode, or whose
-// record names another job than its orig (the scripts read the job id
-// from orig), is left as it is (no payload: dead-lettered as malformed).
-func entryValues(v map[string]any) (map[string]any, bool) {
-	if len(v) != 2 { // first: a plain job's entry pays no lookup
-		return v, false
-	}
-	rec, ok := v[recordField].(string)
-	orig, _ := v[jobField].(string)
-	if !ok || orig == "" {
-		return v, false
-	}
-	d, ok := decodeRecord(rec)
-	if !ok || d[jobField] != orig {
-		return v, false
-	}
-	return d, true
-}
-
-// decodeRecord decodes a waiting keyed job's record: a MessagePack array
-// of field and value strings (appendFields, or cmsgpack.pack of a Lua
-// table of strings), as a stream entry's values.
-func decodeRecord(rec string) (map[string]any, bool) {
-	b := []byte(rec)
-	size := func(n int) (int, bool) {
-		if len(b) < n {
-			return 0, false
-		}
-		v := 0
-		for _, c := range b[:n] {
-			v = v<<8 | int(c)
-		}
-		b = b[n:]
-		return v, true
-	}
-	if len(b) == 0 {
-		return nil, false
-	}
-	n, ok := 0, true
-	c := b[0]
-	b = b[1:]
-	switch {
-	case c&0xf0 == 0x90:
-		n = int(c & 0x0f)
-	case c == 0xdc:
-		n, ok = size(2)
-	case c == 0xdd:
-		n, ok = size(4)
-	default:
-		ok = false
-	}
-	if !ok || n%2 != 0 || n > len(b) {
-		return nil, false
-	}
-	values := make(map[string]any, n/2)
-	var field string
-	for i := range n {
-		var l int
-		ok := len(b) > 0
-		if ok {
-			c := b[0]
-			b = b[1:]
-			switch {
-			case c&0xe0 == 0xa0:
-				l = int(c & 0x1f)
-			case c == 0xd9 || c == 0xc4:
-				l, ok = size(1)
-			case c == 0xda || c == 0xc5:
-				l, ok = size(2)
-			case c == 0xdb || c == 0xc6:
-				l, ok = size(4)
-			default:
-				ok = false // not a string: let the entry say
-			}
-		}
-		if !ok || l > len(b) {
-			return nil, false
-		}
-		str := string(b[:l])
-		b = b[l:]
-		if i%2 == 0 {
-			field = str
-		} else {
-			values[field] = str
-		}
-	}
-	return values, len(b) == 0
-}
-
-// admit returns the jobs to dispatch: a keyed entry read without a permit
-// is parked in its key's list (keyAdmitScript); the admitted keyed entries
-// are remembered, so that their permits are dropped once settled. Jobs
-// without a key pass through untouched, with no Redis call.
+// admit returns the jobs to dispatch: a job read from its key's stream
+// runs (its pending entry is its permit), and is remembered so that its
+// index entry is dropped once it is settled; a keyed entry read from a
+// level stream is parked in its key's stream (keyParkScript). Jobs without
+// a key pass through untouched, with no Redis call.
 func (r *runner) admit(ctx context.Context, jobs []*Job) ([]*Job, error) {
 	var args []any
 	var ask []*Job
@@ -472,7 +360,7 @@ func (r *runner) admit(ctx context.Context, jobs []*Job) ([]*Job, error) {
 			continue
 		}
 		keyed = true
-		if !j.admitted && j.verdict == "" {
+		if !j.inKey && j.verdict == "" {
 			ask = append(ask, j)
 			args = append(args, levelIndex(j.Priority), j.Entry, j.Key, j.ID, j.Attempt-1)
 		}
@@ -481,15 +369,14 @@ func (r *runner) admit(ctx context.Context, jobs []*Job) ([]*Job, error) {
 		return jobs, nil
 	}
 	if len(ask) > 0 {
-		v, err := runScript(ctx, r.c.Client, keyAdmitScript, r.keyKeys(), append([]any{Group, r.c.Consumer, r.keys.keyBase()}, args...)...).Slice()
+		keys := []string{r.keys.High, r.keys.Stream, r.keys.Low, r.keys.KeyJobs()}
+		v, err := runScript(ctx, r.c.Client, keyParkScript, keys, append([]any{Group, r.c.Consumer, r.keys.keyBase()}, args...)...).Slice()
 		if err != nil {
 			return nil, err // they stay pending: replayed after the error
 		}
 		parked := map[*Job]bool{}
 		for i, j := range ask {
 			switch n, _ := v[i].(int64); n {
-			case 1:
-				j.admitted = true
 			case 2:
 				j.verdict, j.problem = ReasonMalformed, "another job waiting for its key holds its job id "+j.ID
 				j.ID = j.Entry
@@ -510,41 +397,41 @@ func (r *runner) admit(ctx context.Context, jobs []*Job) ([]*Job, error) {
 	}
 	r.mu.Lock()
 	for _, j := range jobs {
-		if j.admitted && r.c.KeyCaps.of(j.Key) > 0 {
+		if j.inKey {
 			if r.kk.held == nil {
 				r.kk.held = map[entryKey]string{}
 			}
-			r.kk.held[j.key()] = j.Key
+			r.kk.held[j.key()] = j.ID
 		}
 	}
 	r.mu.Unlock()
 	return jobs, nil
 }
 
-// keyForget notes the permit of a settled (or abandoned) entry to drop;
-// runner.mu held. keyTakeScript drops it only if the entry is no longer
-// pending, so an abandoned entry keeps its permit.
+// keyForget notes the index entry of a settled (or abandoned) key stream
+// entry to drop; runner.mu held. keyTakeScript drops it unless the job was
+// parked again since, under a newer entry.
 func (r *runner) keyForget(k entryKey) {
 	if len(r.kk.held) == 0 {
 		return
 	}
-	if key, ok := r.kk.held[k]; ok {
+	if id, ok := r.kk.held[k]; ok {
 		delete(r.kk.held, k)
-		r.kk.release = append(r.kk.release, key, k.level.String(), k.id)
-		r.kk.pending.Store(int64(len(r.kk.release)))
+		r.kk.drop = append(r.kk.drop, id, k.id)
+		r.kk.pending.Store(int64(len(r.kk.drop)))
 	}
 }
 
-// flushKeyPermits drops the permits of jobs settled since the last read,
-// as the holder leaves.
-func (r *runner) flushKeyPermits() {
-	if r.kk.pending.Load() == 0 {
-		return
-	}
+// flushKeyDrops drops the index entries of jobs settled since the last
+// read, as the holder leaves.
+func (r *runner) flushKeyDrops() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, _, err := r.takeKeyed(ctx, 0); err != nil {
-		r.c.Logger.Debug().Err(err).Msg("drop settled key permits; their keys drop them when at their cap")
+	for r.kk.pending.Load() > 0 && ctx.Err() == nil {
+		if _, _, err := r.takeKeyed(ctx, 0); err != nil {
+			r.c.Logger.Debug().Err(err).Msg("drop settled jobs' key index entries; `baton job` checks their entries")
+			return
+		}
 	}
 }
 

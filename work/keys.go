@@ -88,39 +88,10 @@ func isRedisNil(err error) bool { return errors.Is(err, redis.Nil) }
 // an entry's fields with baton's bookkeeping fields taken out (nil when the
 // entry is gone), and put(t, k, v) appends a field.
 const entryLua = `
--- unpacked: an entry's fields. An entry the keys' take script added holds
--- them packed in its record field, next to orig (work.entryValues); one
--- whose record is not one array of field, value strings with that same
--- orig is left as it is (a producer's: dead-lettered as malformed, the
--- record kept, never a script error).
-local function unpacked(f)
-  if #f ~= 4 then return f end
-  -- orig first (the take script's order), or record first (a producer's:
-  -- Go's reader sees no order)
-  local o, rec = f[2], f[4]
-  if f[1] == 'record' and f[3] == 'orig' then
-    o, rec = f[4], f[2]
-  elseif f[1] ~= 'orig' or f[3] ~= 'record' then
-    return f
-  end
-  local r = {pcall(cmsgpack.unpack, rec)}
-  local t = r[2]
-  if not r[1] or #r ~= 2 or type(t) ~= 'table' then return f end
-  -- a nil inside (a hole) or a map would misalign the pairs
-  local n, orig = 0, nil
-  for _ in pairs(t) do n = n + 1 end
-  if n == 0 or n % 2 ~= 0 or n ~= #t then return f end
-  for i = 1, n, 2 do
-    if type(t[i]) ~= 'string' or type(t[i + 1]) ~= 'string' then return f end
-    if t[i] == 'orig' then orig = t[i + 1] end
-  end
-  if orig ~= o then return f end
-  return t
-end
 local function fields(stream, id, drop)
   local e = redis.call('XRANGE', stream, id, id)
   if #e == 0 then return nil end
-  local f, out = unpacked(e[1][2]), {}
+  local f, out = e[1][2], {}
   for i = 1, #f, 2 do
     if not drop[f[i]] then out[#out + 1] = f[i]; out[#out + 1] = f[i + 1] end
   end

@@ -43,3 +43,11 @@ func TestClientScriptsAreWorkLua(t *testing.T) {
 		t.Errorf("work/lua/enqueue.lua does not create the group %q", Group)
 	}
 }
+
+// The keys' enqueue script, which the clients run too, names the consumer
+// group itself (it makes a key's stream with the group): it must be Group.
+func TestKeyEnqueueLuaNamesGroup(t *testing.T) {
+	if !strings.Contains(keyEnqueueLua, "local group = '"+Group+"'") {
+		t.Fatalf("work/keylua/enqueue.lua does not name the group %q", Group)
+	}
+}

@@ -135,8 +135,11 @@ func (r *runner) streamJobs(res []redis.XStream) []*Job {
 	var jobs []*Job
 	for _, s := range res {
 		level := r.levelOf(s.Stream)
+		_, _, inKey := r.keys.keyOfStream(s.Stream)
 		for _, m := range s.Messages {
-			jobs = append(jobs, r.toJob(m, 1, level))
+			j := r.toJob(m, 1, level)
+			j.inKey = inKey
+			jobs = append(jobs, j)
 		}
 	}
 	return jobs
@@ -144,6 +147,9 @@ func (r *runner) streamJobs(res []redis.XStream) []*Job {
 
 // levelOf names the level of one of the queue's streams.
 func (r *runner) levelOf(stream string) Priority {
+	if p, _, ok := r.keys.keyOfStream(stream); ok {
+		return p
+	}
 	switch stream {
 	case r.keys.High:
 		return PriorityHigh
@@ -164,6 +170,7 @@ func (r *runner) scriptJobs(v []any) []*Job {
 		name, _ := s[0].(string)
 		msgs, _ := s[1].([]any)
 		p := r.levelOf(name)
+		_, _, inKey := r.keys.keyOfStream(name)
 		for _, m := range msgs {
 			m, _ := m.([]any)
 			if len(m) != 2 {
@@ -176,7 +183,9 @@ func (r *runner) scriptJobs(v []any) []*Job {
 				k, _ := kv[i].(string)
 				values[k] = kv[i+1]
 			}
-			jobs = append(jobs, r.toJob(redis.XMessage{ID: id, Values: values}, 1, p))
+			j := r.toJob(redis.XMessage{ID: id, Values: values}, 1, p)
+			j.inKey = inKey
+			jobs = append(jobs, j)
 		}
 	}
 	return jobs

@@ -450,8 +450,6 @@ func (r *runner) maxAttempts(j *Job) int {
 // Attempt counts every delivery, including runs made before a retry.
 func (r *runner) toJob(m redis.XMessage, deliveries int, level Priority) *Job {
 	j := &Job{ID: m.ID, Entry: m.ID, Queue: r.c.Queue, Slot: r.c.Consumer, Attempt: deliveries, Priority: level, Fence: r.fence}
-	values, packed := entryValues(m.Values)
-	m.Values = values
 	p, ok := m.Values[PayloadField].(string)
 	if !ok {
 		j.verdict, j.problem = ReasonMalformed, fmt.Sprintf("entry has no %q field", PayloadField)
@@ -465,7 +463,6 @@ func (r *runner) toJob(m redis.XMessage, deliveries int, level Priority) *Job {
 	}
 	j.tickOf(m.Values)
 	// fed to the stream by its uncapped key's turn: it needs no permit
-	j.admitted = packed && j.Key != "" && r.c.KeyCaps.of(j.Key) == 0
 	switch {
 	case len(p) > r.c.MaxPayload:
 		j.verdict, j.problem = ReasonTooLarge, fmt.Sprintf("payload of %d bytes is over max_payload (%d)", len(p), r.c.MaxPayload)

@@ -369,7 +369,7 @@ func (r *runner) run(ctx context.Context) error {
 	reader.Wait()
 	close(r.results)
 	<-ackDone
-	r.flushKeyPermits()
+	r.flushKeyDrops()
 	close(keeperStop)
 	<-keeperDone
 	if r.fatal != nil {

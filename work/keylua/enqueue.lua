@@ -1,9 +1,11 @@
--- keys enqueue: adds jobs that have a key and no delay to their keys' lists
+-- keys enqueue: adds jobs that have a key and no delay to their keys' streams
 -- (work/key_enqueue.go, keyEnqueueScript, says what it does, its KEYS, ARGV
 -- and reply). Go embeds this file, and the Python and Node clients run the
 -- same bytes (their lua/key_enqueue.lua; make clients-lua).
 local A = cmsgpack.unpack(ARGV[2])
 local base = ARGV[1]
+-- the consumer group of every stream of the queue (work.Group)
+local group = 'baton'
 local function mpstr(s)
   if #s < 32 then return string.char(160 + #s) .. s end
   return string.char(217, #s) .. s
@@ -35,8 +37,18 @@ while i <= #A do
     -- deleted at once, never seen by a reader (the script is atomic)
     local id = redis.call('XADD', KEYS[1], '*', 'orig', '')
     redis.call('XDEL', KEYS[1], id)
-    redis.call('HSET', KEYS[2], id, rec .. '\164orig' .. mpstr(id))
-    if redis.call('RPUSH', base .. 'q:' .. lvl .. ':' .. key, id) == 1 then
+    local s = base .. 's:' .. lvl .. ':' .. key
+    if redis.call('EXISTS', s) == 0 then
+      redis.call('XGROUP', 'CREATE', s, group, '0', 'MKSTREAM')
+      redis.call('SADD', base .. 'streams', s)
+    end
+    -- the job's fields, orig last; under its own id when the key's stream
+    -- takes it (ids only grow, but a stream re-made after a loss may not)
+    local f = cmsgpack.unpack(rec .. '\164orig' .. mpstr(id))
+    local ok, e = pcall(redis.call, 'XADD', s, id, unpack(f))
+    if not ok then e = redis.call('XADD', s, '*', unpack(f)) end
+    redis.call('HSET', KEYS[2], id, e .. '\n' .. lvl .. '\n' .. key)
+    if redis.call('SADD', base .. 'in:' .. lvl, key) == 1 then
       redis.call('RPUSH', base .. 'ring:' .. lvl, key)
     end
     if ukey then
