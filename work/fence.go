@@ -75,6 +75,8 @@ var fenced = map[*redis.Script]*redis.Script{
 	deadScript:      redis.NewScript(fenceLua + deadLua),
 	heartbeatScript: redis.NewScript(fenceLua + heartbeatLua),
 	backScript:      redis.NewScript(fenceLua + backLua),
+	keyTakeScript:   redis.NewScript(fenceLua + keyTakeLua),
+	keyParkScript:   redis.NewScript(fenceLua + keyParkLua),
 }
 
 // dueScript is not fenced: it moves due retries and scheduled jobs, which
@@ -85,10 +87,17 @@ var fenced = map[*redis.Script]*redis.Script{
 // (one machine, flock slots), else its fenced form with the lease key and
 // token added last.
 func (r *runner) write(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	s, keys, args = r.fencedCall(s, keys, args)
+	return runScript(ctx, r.c.Client, s, keys, args...)
+}
+
+// fencedCall is the script write runs, and its keys and arguments: s as it
+// is without a fence, else its fenced form with the lease key and token.
+func (r *runner) fencedCall(s *redis.Script, keys []string, args []any) (*redis.Script, []string, []any) {
 	if r.c.Fence == nil {
-		return runScript(ctx, r.c.Client, s, keys, args...)
+		return s, keys, args
 	}
-	return runScript(ctx, r.c.Client, fenced[s], append(keys, r.c.Fence.Key), append(args, r.c.Fence.Token)...)
+	return fenced[s], append(keys, r.c.Fence.Key), append(args, r.c.Fence.Token)
 }
 
 // leaseHeld is the reader's check before each read and before it hands on

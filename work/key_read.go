@@ -57,7 +57,9 @@ var keyTakeScript = redis.NewScript(keyTakeLua)
 // made. Returns per entry: 0 parked, -1 no longer pending for this
 // consumer (left alone), 2 another waiting job holds its job id (nothing
 // written: dead-letter it).
-var keyParkScript = redis.NewScript(entryLua + `
+var keyParkScript = redis.NewScript(keyParkLua)
+
+const keyParkLua = entryLua + `
 local names = {'high', 'normal', 'low'}
 local out = {}
 for i = 4, #ARGV, 5 do
@@ -94,7 +96,7 @@ for i = 4, #ARGV, 5 do
   end
 end
 return out
-`)
+`
 
 // keyPoll is how often a holder looks again while every waiting key is at
 // its cap (sooner when one of its own jobs ends).
@@ -196,9 +198,16 @@ func (r *runner) takeKeyed(ctx context.Context, n int64) ([]*Job, bool, error) {
 		}
 	}
 	args := append([]any{Group, r.c.Consumer, n, r.keys.keyBase(), r.c.KeyCaps.Default, r.kk.limits, ""}, drop...)
-	v, err := runScript(ctx, r.c.Client, keyTakeScript, r.keyKeys(), args...).Slice()
+	v, err := r.write(ctx, keyTakeScript, r.keyKeys(), args...).Slice()
 	if r.regrouped(ctx, err) {
-		v, err = runScript(ctx, r.c.Client, keyTakeScript, r.keyKeys(), args...).Slice()
+		v, err = r.write(ctx, keyTakeScript, r.keyKeys(), args...).Slice()
+	}
+	if IsFenced(err) {
+		// Redis says the lease is another's: read nothing more, as when
+		// the holder's own clock says so (the index entries stay: they
+		// name settled entries, which readers treat as gone).
+		r.lapsed()
+		return nil, true, nil
 	}
 	if err != nil {
 		r.undrop(drop) // by the next call
@@ -261,8 +270,9 @@ func (r *runner) takePiped(ctx context.Context, n int64) (jobs []*Job, more, aga
 	var take *redis.Cmd
 	var read *redis.XStreamSliceCmd
 	// Each command's own error is looked at below, not the pipeline's.
+	script, keys, args := r.fencedCall(keyTakeScript, r.keyKeys(), []any{Group, r.c.Consumer, n, r.keys.keyBase(), 0, "", "pipe"})
 	_, _ = r.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		take = keyTakeScript.EvalSha(ctx, p, r.keyKeys(), Group, r.c.Consumer, n, r.keys.keyBase(), 0, "", "pipe")
+		take = script.EvalSha(ctx, p, keys, args...)
 		read = p.XReadGroup(ctx, &redis.XReadGroupArgs{
 			Group: Group, Consumer: r.c.Consumer, Streams: []string{r.keys.Stream, ">"}, Count: n, Block: -1,
 		})
@@ -276,11 +286,15 @@ func (r *runner) takePiped(ctx context.Context, n int64) (jobs []*Job, more, aga
 		return jobs, true, false, err
 	}
 	v, terr := take.Slice()
+	if IsFenced(terr) {
+		r.lapsed() // what the read brought stays pending for the slot's next holder
+		return nil, true, false, nil
+	}
 	if terr != nil {
 		// NOSCRIPT: the two steps load it, or, when jobs without a key
 		// came, this load (else keys would wait for those to run out)
 		if len(jobs) > 0 && isNoScript(terr) {
-			_ = keyTakeScript.Load(ctx, r.c.Client).Err()
+			_ = script.Load(ctx, r.c.Client).Err()
 		}
 		return jobs, true, len(jobs) == 0, nil
 	}
@@ -370,7 +384,7 @@ func (r *runner) admit(ctx context.Context, jobs []*Job) ([]*Job, error) {
 	}
 	if len(ask) > 0 {
 		keys := []string{r.keys.High, r.keys.Stream, r.keys.Low, r.keys.KeyJobs()}
-		v, err := runScript(ctx, r.c.Client, keyParkScript, keys, append([]any{Group, r.c.Consumer, r.keys.keyBase()}, args...)...).Slice()
+		v, err := r.write(ctx, keyParkScript, keys, append([]any{Group, r.c.Consumer, r.keys.keyBase()}, args...)...).Slice()
 		if err != nil {
 			return nil, err // they stay pending: replayed after the error
 		}
