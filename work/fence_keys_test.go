@@ -12,54 +12,98 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// lapseOnFeed is a real lease's Holding whose renew deadline passes the
-// moment the keys' take script has fed an uncapped key's jobs to the
-// stream (the stream was empty before): a holder stopped between that
-// script and its read of the fed jobs.
-type lapseOnFeed struct {
+// lapseAfterTake is a real lease's Holding whose renew deadline passes the
+// moment the keys' take script has run (a go-redis hook sees its reply): a
+// holder stopped between that script and its read of the key streams it
+// named.
+type lapseAfterTake struct {
 	lock.Holding
-	rdb *redis.Client
+	taken atomic.Bool
 }
 
-func (l *lapseOnFeed) HeldFor() time.Duration {
-	if l.rdb.XLen(context.Background(), KeysFor("q").Stream).Val() > 0 {
+func (l *lapseAfterTake) HeldFor() time.Duration {
+	if l.taken.Load() {
 		return 0
 	}
 	return l.Holding.HeldFor()
 }
 
-// The read of the jobs a key's turn fed (readFed) is a read like any other:
-// a holder whose lease lapsed after the take script reads none of them,
-// so they stay undelivered for whichever holder reads next, not pending,
-// unseen, under the slot's consumer the next holder has already replayed.
-func TestLapsedLeaseReadsNoFedJobs(t *testing.T) {
-	// 2: the turn feeds them all, and no key waits any more.
-	for _, n := range []int{6, 2} {
-		t.Run(fmt.Sprint(n, " jobs"), func(t *testing.T) { lapseOnFeedRun(t, n) })
+func (l *lapseAfterTake) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (l *lapseAfterTake) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (l *lapseAfterTake) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if a := cmd.Args(); err == nil && len(a) > 1 && a[1] == fenced[keyTakeScript].Hash() {
+			l.taken.Store(true)
+		}
+		return err
 	}
 }
 
-func lapseOnFeedRun(t *testing.T, jobs int) {
-	rdb := redistest.Start(t).Client()
+// The read of the key streams a turn named (readFed) is a read like any
+// other: a holder whose lease lapsed after the take script reads none of
+// them, so they stay undelivered for whichever holder reads next, not
+// pending, unseen, under the slot's consumer the next holder has already
+// replayed.
+func TestLapsedLeaseReadsNoFedJobs(t *testing.T) {
+	// 2: the turn names them all.
+	for _, n := range []int{6, 2} {
+		t.Run(fmt.Sprint(n, " jobs"), func(t *testing.T) { lapseAfterTakeRun(t, n) })
+	}
+}
+
+func lapseAfterTakeRun(t *testing.T, jobs int) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
 	ctx := context.Background()
 	sl := runLease(t, rdb)
 	enqueueKeyed(t, rdb, "a", jobs)
 	var ran atomic.Int64
 	key, token := sl.Fence()
-	c := testConfig(rdb, HandlerFunc(func(context.Context, *Job) error { ran.Add(1); return nil }))
+	held := &lapseAfterTake{Holding: sl.(lock.Holding)}
+	hooked := srv.Client()
+	hooked.AddHook(held)
+	c := testConfig(hooked, HandlerFunc(func(context.Context, *Job) error { ran.Add(1); return nil }))
 	c.Consumer = "fleet/run-0"
 	// A cap on another key: the take script's two steps, not the piped read.
 	c.KeyCaps = KeyCaps{Limits: map[string]int{"other": 1}}
-	c.Fence = &Fence{Key: key, Token: token, Held: &lapseOnFeed{Holding: sl.(lock.Holding), rdb: rdb}}
+	c.Fence = &Fence{Key: key, Token: token, Held: held}
 	runUntilLapsed(t, c, 15*time.Second)
+	if !held.taken.Load() {
+		t.Fatal("no take script ran")
+	}
 	if n := ran.Load(); n != 0 {
 		t.Errorf("%d jobs started with the lease lapsed", n)
 	}
-	fed := rdb.XLen(ctx, KeysFor("q").Stream).Val()
-	if fed == 0 {
-		t.Fatal("the take script fed nothing")
+	if n := keyPending(t, rdb, "q"); n != 0 {
+		t.Errorf("%d of key a's jobs read by the lapsed holder (pending under the slot's consumer), want none: undelivered for any holder", n)
 	}
-	if n := pending(t, rdb, "q"); n != 0 {
-		t.Errorf("%d of the %d fed jobs read by the lapsed holder (pending under the slot's consumer), want none: undelivered for any holder", n, fed)
+	if n := rdb.XLen(ctx, KeysFor("q").KeyStream(PriorityNormal, "a")).Val(); n != int64(jobs) {
+		t.Errorf("key a's stream holds %d entries, want its %d jobs", n, jobs)
+	}
+}
+
+// A holder whose lease Redis says is another's (its token is not the
+// lease's) while its own clock still says held: the take script refuses
+// (FENCED) before it reads a capped key's jobs, and the holder stops as
+// when its lease lapses. Nothing is read, nothing pending.
+func TestKeyTakeFenced(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	sl := runLease(t, rdb)
+	enqueueKeyed(t, rdb, "a", 3)
+	var ran atomic.Int64
+	key, token := sl.Fence()
+	c := testConfig(rdb, HandlerFunc(func(context.Context, *Job) error { ran.Add(1); return nil }))
+	c.Consumer = "fleet/run-0"
+	c.KeyCaps = KeyCaps{Default: 2}
+	c.Fence = &Fence{Key: key, Token: token + 1, Held: sl.(lock.Holding)}
+	runUntilLapsed(t, c, 15*time.Second)
+	if n := ran.Load(); n != 0 {
+		t.Errorf("%d jobs started by a fenced holder", n)
+	}
+	if n := keyPending(t, rdb, "q"); n != 0 {
+		t.Errorf("%d of key a's jobs read by a fenced holder, want none", n)
 	}
 }

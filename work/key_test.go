@@ -60,6 +60,21 @@ func keysClean(tb testing.TB, rdb *redis.Client) {
 	}
 }
 
+// keyPending counts the entries pending in queue q's key streams.
+func keyPending(tb testing.TB, rdb *redis.Client, q string) int64 {
+	tb.Helper()
+	ctx := context.Background()
+	var n int64
+	for _, s := range rdb.SMembers(ctx, KeysFor(q).KeyStreams()).Val() {
+		p, err := rdb.XPending(ctx, s, Group).Result()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		n += p.Count
+	}
+	return n
+}
+
 // capCounter counts running jobs by key, the most ever seen at once.
 type capCounter struct {
 	mu      sync.Mutex
