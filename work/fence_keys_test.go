@@ -60,6 +60,9 @@ func lapseAfterTakeRun(t *testing.T, jobs int) {
 	ctx := context.Background()
 	sl := runLease(t, rdb)
 	enqueueKeyed(t, rdb, "a", jobs)
+	if err := fenced[keyTakeScript].Load(ctx, rdb).Err(); err != nil { // EVALSHA: the hook knows it
+		t.Fatal(err)
+	}
 	var ran atomic.Int64
 	key, token := sl.Fence()
 	held := &lapseAfterTake{Holding: sl.(lock.Holding)}
