@@ -349,11 +349,15 @@ func GetBatch(ctx context.Context, rdb redis.Cmdable, q, id string) (*BatchInfo,
 }
 
 // runningMembers counts the batch's members pending in the queue's streams
-// (read by a holder, not settled): the pending entries, then their batch
-// fields, in two round trips.
+// (read by a holder, not settled), its keys' streams too: the pending
+// entries, then their batch fields, in three round trips.
 func runningMembers(ctx context.Context, rdb redis.Cmdable, k Keys, id string) (int64, error) {
 	var pend []*redis.XPendingExtCmd
-	streams := []string{k.Stream, k.High, k.Low}
+	keyed, err := rdb.SMembers(ctx, k.KeyStreams()).Result()
+	if err != nil {
+		return 0, fmt.Errorf("read batch %s: running members: %w", id, err)
+	}
+	streams := append([]string{k.Stream, k.High, k.Low}, keyed...)
 	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, s := range streams {
 			pend = append(pend, p.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: s, Group: Group, Start: "-", End: "+", Count: 10000}))
@@ -361,7 +365,7 @@ func runningMembers(ctx context.Context, rdb redis.Cmdable, k Keys, id string) (
 		return nil
 	})
 	var ranges []*redis.XMessageSliceCmd
-	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, c := range pend {
 			for _, e := range c.Val() {
 				ranges = append(ranges, p.XRange(ctx, streams[i], e.ID, e.ID))
