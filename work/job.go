@@ -73,6 +73,7 @@ type Job struct {
 	verdict     string // a dead-letter reason decided on reading: do not run
 	problem     string // why, for the dead letter
 	admitted    bool   // a keyed job that holds its key's permit (key_read.go)
+	inKey       bool   // its entry is in its key's stream (KeyStream), not its level's
 
 	trace *jobTrace // its trace context and run span; nil for a job without either (work/trace.go)
 
