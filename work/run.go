@@ -247,13 +247,14 @@ type runner struct {
 	inflight atomic.Int64 // read and not yet finished
 	meanNS   atomic.Int64 // moving mean of handler time, for the read window
 
-	claimFrom  [3]string   // XAUTOCLAIM cursors, by level; the reader's own
-	levels     atomic.Bool // the queue has high or low jobs' streams: read all three
-	dueWarned  bool        // the keeper warned that due retries cannot move; the keeper's own
-	announce   bool        // the first replay is not yet logged at info; the reader's own
-	inherited  bool        // replaying what the slot's previous holder left (not what a lost reply left); the reader's own
-	keysListed bool        // keysReplay is listed for this replay phase; the reader's own
-	keysReplay []entryKey  // key streams (entryKeys without id) with entries of this consumer's left to replay; the reader's own
+	claimFrom [3]string   // XAUTOCLAIM cursors, by level; the reader's own
+	levels    atomic.Bool // the queue has high or low jobs' streams: read all three
+	dueWarned bool        // the keeper warned that due retries cannot move; the keeper's own
+	announce  bool        // the first replay is not yet logged at info; the reader's own
+	inherited bool        // replaying what the slot's previous holder left (not what a lost reply left); the reader's own
+
+	keysListed bool       // keysReplay is listed for this replay phase; the reader's own
+	keysReplay []entryKey // key streams (entryKeys without id) with entries of this consumer's left to replay; the reader's own
 
 	mu      sync.Mutex
 	active  map[entryKey]*Job // entries read and not yet settled; guarded by mu
