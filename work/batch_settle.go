@@ -56,8 +56,9 @@ func (b *batchAcks) add(j *Job, dur time.Duration) {
 }
 
 // ackBatchMembers acknowledges and counts the members in b in one script
-// call, then forwards callbacks the call put in the outbox.
-func (r *runner) ackBatchMembers(level Priority, b *batchAcks) {
+// call (the members of the stream at: an entryKey without id), then
+// forwards callbacks the call put in the outbox.
+func (r *runner) ackBatchMembers(at entryKey, b *batchAcks) {
 	if len(b.entries) == 0 {
 		return
 	}
@@ -65,13 +66,14 @@ func (r *runner) ackBatchMembers(level Priority, b *batchAcks) {
 	defer func() {
 		r.survived(recover(), n)
 		for i := 0; i < len(b.entries); i += 3 {
-			r.forget(entryKey{level, b.entries[i].(string)})
+			at.id = b.entries[i].(string)
+			r.forget(at)
 		}
 		b.entries, b.ids = b.entries[:0], b.ids[:0]
 	}()
 	k := r.keys
 	keys := make([]string, 0, 7+4*len(b.ids))
-	keys = append(keys, k.StreamOf(level), k.Stats, k.Done, k.batchOutbox(), k.Dead, k.DeadIndex, k.Stream)
+	keys = append(keys, k.streamAt(at), k.Stats, k.Done, k.batchOutbox(), k.Dead, k.DeadIndex, k.Stream)
 	for _, id := range b.ids {
 		keys = append(keys, k.batch(id), k.batchSettled(id), k.batchDeadIDs(id), k.batchSignal(id))
 	}

@@ -234,7 +234,7 @@ func TestBatchAckReplayed(t *testing.T) {
 			for _, id := range call {
 				m.add(&Job{ID: id, Entry: id, bat: &jobBatch{member: b.ID()}}, time.Millisecond)
 			}
-			r.ackBatchMembers(PriorityNormal, &m)
+			r.ackBatchMembers(entryKey{level: PriorityNormal}, &m)
 		}
 		if info, _ := GetBatch(ctx, rdb, "q", b.ID()); info.Done != int64(i+1) || info.Complete != (i == 2) {
 			t.Fatalf("after call %d: %+v", i+1, info)
@@ -310,7 +310,7 @@ func TestBatchRunTwiceAndFenced(t *testing.T) {
 	r := &runner{c: Config{Client: rdb, Queue: "q", Logger: testLogger(), RedisDownExit: time.Second}, st: new(Stats), keys: KeysFor("q"), active: map[entryKey]*Job{}}
 	var m batchAcks
 	m.add(&Job{ID: "1-0", Entry: "1-0", bat: &jobBatch{member: b.ID()}}, 0)
-	r.ackBatchMembers(PriorityNormal, &m)
+	r.ackBatchMembers(entryKey{level: PriorityNormal}, &m)
 	if info, _ := GetBatch(ctx, rdb, "q", b.ID()); info.Done != 1 || cb.count(b.ID()) != 1 {
 		t.Fatalf("%+v, callbacks %d", info, cb.count(b.ID()))
 	}

@@ -72,7 +72,7 @@ type Job struct {
 	unique      string // the job's unique key, freed when it is done or dead
 	verdict     string // a dead-letter reason decided on reading: do not run
 	problem     string // why, for the dead letter
-	inKey       bool   // its entry is in its key's stream (key_read.go)
+	inKey       bool   // its entry is in its key's stream (KeyStream), not its level's
 
 	trace *jobTrace // its trace context and run span; nil for a job without either (work/trace.go)
 

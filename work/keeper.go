@@ -117,21 +117,43 @@ func (r *runner) dueFailed(err error) {
 // settled and that is still pending for this consumer (heartbeatScript): an
 // entry another holder claimed meanwhile stays with it.
 func (r *runner) heartbeat(ctx context.Context) error {
-	var ids [3][]any // by level
+	var ids [3][]any             // by level
+	var keyed map[entryKey][]any // entries of key streams, by stream
 	r.mu.Lock()
 	for k := range r.active {
-		ids[k.level] = append(ids[k.level], k.id)
+		if k.key == "" {
+			ids[k.level] = append(ids[k.level], k.id)
+			continue
+		}
+		if keyed == nil {
+			keyed = map[entryKey][]any{}
+		}
+		keyed[k.at()] = append(keyed[k.at()], k.id)
 	}
 	r.mu.Unlock()
 	for level, ids := range ids {
-		for len(ids) > 0 {
-			n := min(len(ids), 100)
-			args := append([]any{Group, r.c.Consumer}, ids[:n]...)
-			if err := r.write(ctx, heartbeatScript, []string{r.keys.StreamOf(Priority(level))}, args...).Err(); err != nil && !isRedisNil(err) {
-				return err
-			}
-			ids = ids[n:]
+		if err := r.beat(ctx, r.keys.StreamOf(Priority(level)), ids); err != nil {
+			return err
 		}
+	}
+	for at, ids := range keyed {
+		// a key stream deleted meanwhile (its last entry acked): nothing to keep
+		if err := r.beat(ctx, r.keys.streamAt(at), ids); err != nil && !isNoGroup(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// beat refreshes entries ids of stream, 100 per script call.
+func (r *runner) beat(ctx context.Context, stream string, ids []any) error {
+	for len(ids) > 0 {
+		n := min(len(ids), 100)
+		args := append([]any{Group, r.c.Consumer}, ids[:n]...)
+		if err := r.write(ctx, heartbeatScript, []string{stream}, args...).Err(); err != nil && !isRedisNil(err) {
+			return err
+		}
+		ids = ids[n:]
 	}
 	return nil
 }

@@ -161,8 +161,9 @@ end
 // field/increment pairs for the stats hash, then one job id per unique key,
 // then, with a retention, the n entries' job ids, then pairs of job id and
 // result for the jobs that set a result.
-// Returns how many entries were pending and are now acknowledged.
-const ackLua = notifyLua + chainAckLua + `
+// Returns how many entries were pending and are now acknowledged. A key
+// stream (KEYS[1]) left with no entry is deleted (keyStreamLua).
+const ackLua = notifyLua + chainAckLua + keyStreamLua + `
 local n, h = tonumber(ARGV[2]), tonumber(ARGV[3])
 local ids = {}
 for i = 6, 5 + n do ids[#ids + 1] = ARGV[i] end
@@ -185,6 +186,7 @@ end
 local chained = any and chainSettling(KEYS[1], KEYS[2], ids)
 local acked = redis.call('XACK', KEYS[1], ARGV[1], unpack(ids))
 redis.call('XDEL', KEYS[1], unpack(ids))
+dropEmptyKeyStream(KEYS[1])
 for i = 6, #KEYS do
   if redis.call('GET', KEYS[i]) == ARGV[u + i - 6] then redis.call('DEL', KEYS[i]) end
 end
@@ -501,14 +503,19 @@ var heartbeatScript = redis.NewScript(heartbeatLua)
 // backScript gives entries that were read but never started back to the
 // stream, as new entries with the same fields, runs made and job id: any
 // holder may take them at once, and no delivery is counted against them.
+// An entry of a key stream goes back to its level's stream (KEYS[2]),
+// where the next read parks it in its key's stream; the key stream left
+// with no entry is deleted.
 //
-// KEYS[1] stream; ARGV[1] group, ARGV[2] consumer, then per entry: entry
-// id, runs made, job id. Returns how many were given back.
+// KEYS[1] the entries' stream, KEYS[2] the stream they go back to (the
+// same, or a key stream's level stream); ARGV[1] group, ARGV[2] consumer,
+// then per entry: entry id, runs made, job id. Returns how many were given
+// back.
 //
 // In fleet mode the consumer is the slot (fleet/run-i), which the slot's
 // next holder shares: a stale holder's give-back could take back an entry
 // the new holder is running, so a holder runs it fenced (work/fence.go).
-const backLua = entryLua + `
+const backLua = entryLua + keyStreamLua + `
 local n = 0
 for i = 3, #ARGV, 3 do
   if pending(KEYS[1], ARGV[1], ARGV[i], ARGV[2]) then
@@ -516,14 +523,49 @@ for i = 3, #ARGV, 3 do
     if f then
       put(f, 'attempts', ARGV[i + 1])
       put(f, 'orig', ARGV[i + 2])
-      redis.call('XADD', KEYS[1], '*', unpack(f))
+      redis.call('XADD', KEYS[2], '*', unpack(f))
       n = n + 1
     end
     redis.call('XACK', KEYS[1], ARGV[1], ARGV[i])
     redis.call('XDEL', KEYS[1], ARGV[i])
   end
 end
+if KEYS[2] ~= KEYS[1] then dropEmptyKeyStream(KEYS[1]) end
 return n
 `
+
+// keyStreamLua holds dropEmptyKeyStream(s): s, when it is a key stream
+// (KeyStream: <queue's stream>:key:s:<level>:<key>, the queue's name
+// ending at its hash tag's '}', a key holding no brace) with no entry
+// left, is deleted and taken out of the set of key streams (KeyStreams).
+// A stream with no entry has nothing waiting and nothing running: an
+// entry is deleted as it is settled. One string search per call for any
+// other stream.
+const keyStreamLua = `
+local function dropEmptyKeyStream(s)
+  local tag = string.find(s, '}', 1, true)
+  if not tag or string.sub(s, tag + 1, tag + 7) ~= ':key:s:' then return end
+  if redis.call('XLEN', s) == 0 then
+    redis.call('DEL', s)
+    redis.call('SREM', string.sub(s, 1, tag) .. ':key:streams', s)
+  end
+end
+`
+
+// keySweepScript deletes key streams with no entry (keyStreamLua), as the
+// replay's pass over the set of key streams finds them: atomic with an
+// enqueue that adds to one meanwhile.
+//
+// KEYS the key streams. Returns how many were deleted.
+var keySweepScript = redis.NewScript(keyStreamLua + `
+local n = 0
+for _, s in ipairs(KEYS) do
+  if redis.call('XLEN', s) == 0 then
+    dropEmptyKeyStream(s)
+    n = n + 1
+  end
+end
+return n
+`)
 
 var backScript = redis.NewScript(backLua)

@@ -130,26 +130,38 @@ func (r *runner) readLevels(ctx context.Context, n int64, block time.Duration) (
 }
 
 // streamJobs are the jobs of XREADGROUP's new entries, each stream's at
-// its level.
+// its level (and in its key, for a key stream).
 func (r *runner) streamJobs(res []redis.XStream) []*Job {
 	var jobs []*Job
 	for _, s := range res {
-		level := r.levelOf(s.Stream)
-		_, _, inKey := r.keys.keyOfStream(s.Stream)
+		level, key := r.streamOf(s.Stream)
 		for _, m := range s.Messages {
-			j := r.toJob(m, 1, level)
-			j.inKey = inKey
-			jobs = append(jobs, j)
+			jobs = append(jobs, r.toJobIn(m, 1, level, key))
 		}
 	}
 	return jobs
 }
 
+// streamOf is the level of one of the queue's streams, and its key for a
+// key stream ("" for a level stream). The level streams are compared
+// first: a queue without keys parses nothing.
+func (r *runner) streamOf(stream string) (Priority, string) {
+	switch stream {
+	case r.keys.Stream:
+		return PriorityNormal, ""
+	case r.keys.High:
+		return PriorityHigh, ""
+	case r.keys.Low:
+		return PriorityLow, ""
+	}
+	if p, key, ok := r.keys.keyOfStream(stream); ok {
+		return p, key
+	}
+	return PriorityNormal, ""
+}
+
 // levelOf names the level of one of the queue's streams.
 func (r *runner) levelOf(stream string) Priority {
-	if p, _, ok := r.keys.keyOfStream(stream); ok {
-		return p
-	}
 	switch stream {
 	case r.keys.High:
 		return PriorityHigh
@@ -169,8 +181,7 @@ func (r *runner) scriptJobs(v []any) []*Job {
 		}
 		name, _ := s[0].(string)
 		msgs, _ := s[1].([]any)
-		p := r.levelOf(name)
-		_, _, inKey := r.keys.keyOfStream(name)
+		p, key := r.streamOf(name)
 		for _, m := range msgs {
 			m, _ := m.([]any)
 			if len(m) != 2 {
@@ -183,9 +194,7 @@ func (r *runner) scriptJobs(v []any) []*Job {
 				k, _ := kv[i].(string)
 				values[k] = kv[i+1]
 			}
-			j := r.toJob(redis.XMessage{ID: id, Values: values}, 1, p)
-			j.inKey = inKey
-			jobs = append(jobs, j)
+			jobs = append(jobs, r.toJobIn(redis.XMessage{ID: id, Values: values}, 1, p, key))
 		}
 	}
 	return jobs

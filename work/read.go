@@ -110,7 +110,7 @@ func (r *runner) read(ctx context.Context) {
 			}
 			// A reply lost with the connection may have left entries pending
 			// for us: look at our own pending entries again once back.
-			replay = true
+			replay, r.keysListed = true, false
 			if err != nil && !r.failing(err) {
 				return
 			}
@@ -177,13 +177,40 @@ func (r *runner) dispatch(j *Job) {
 }
 
 // entryKey names a stream entry of the queue: an entry id is unique in its
-// stream, not across the streams of a queue's priorities.
+// stream, not across the queue's streams (its levels' and its keys'). With
+// id "" it names the stream itself (streamAt).
 type entryKey struct {
 	level Priority
+	key   string // the job's key when its entry is in its key's stream, else ""
 	id    string
 }
 
-func (j *Job) key() entryKey { return entryKey{j.Priority, j.Entry} }
+func (j *Job) key() entryKey {
+	if j.inKey {
+		return entryKey{j.Priority, j.Key, j.Entry}
+	}
+	return entryKey{level: j.Priority, id: j.Entry}
+}
+
+// at is the stream of e's entry, as an entryKey without id.
+func (e entryKey) at() entryKey { return entryKey{level: e.level, key: e.key} }
+
+// streamAt is the Redis key of the stream of entry e.
+func (k Keys) streamAt(e entryKey) string {
+	if e.key != "" {
+		return k.KeyStream(e.level, e.key)
+	}
+	return k.StreamOf(e.level)
+}
+
+// stream is the Redis key of the stream j's entry is in: its key's stream
+// (inKey), else its level's.
+func (j *Job) stream(k Keys) string {
+	if j.inKey {
+		return k.KeyStream(j.Priority, j.Key)
+	}
+	return k.StreamOf(j.Priority)
+}
 
 // forget drops a settled (or abandoned) entry from the active set.
 func (r *runner) forget(keys ...entryKey) {
@@ -292,34 +319,52 @@ func (r *runner) levelsRead() []Priority {
 }
 
 // replayOne takes the oldest of this consumer's pending entries that is not
-// already running here, high ones first. XCLAIM to itself counts a
-// delivery, and the delivery count is how a job that kills its holder every
-// time is caught.
+// already running here, high ones first, then those in key streams. XCLAIM
+// to itself counts a delivery, and the delivery count is how a job that
+// kills its holder every time is caught.
 func (r *runner) replayOne(ctx context.Context) ([]*Job, error) {
 	for _, p := range r.levelsRead() {
-		jobs, err := r.replayLevel(ctx, p)
+		jobs, err := r.replayLevel(ctx, entryKey{level: p})
 		if err != nil || len(jobs) > 0 {
 			return jobs, err
 		}
 	}
+	if !r.keysListed {
+		// Once per replay phase: the key streams where this consumer has
+		// entries pending (a queue without keys: one SSCAN of nothing).
+		list, err := r.keyStreamsPending(ctx, true)
+		if err != nil {
+			return nil, err
+		}
+		r.keysReplay, r.keysListed = list, true
+	}
+	for len(r.keysReplay) > 0 {
+		jobs, err := r.replayLevel(ctx, r.keysReplay[0])
+		if err != nil || len(jobs) > 0 {
+			return jobs, err
+		}
+		r.keysReplay = r.keysReplay[1:] // nothing more of ours there
+	}
 	return nil, nil
 }
 
-func (r *runner) replayLevel(ctx context.Context, level Priority) ([]*Job, error) {
-	stream := r.keys.StreamOf(level)
+// replayLevel replays one entry of the stream at (an entryKey without id:
+// a level's stream, or a key's).
+func (r *runner) replayLevel(ctx context.Context, at entryKey) ([]*Job, error) {
+	stream := r.keys.streamAt(at)
 	start := "-"
 	for {
 		pend, err := r.c.Client.XPendingExt(ctx, &redis.XPendingExtArgs{
 			Stream: stream, Group: Group, Consumer: r.c.Consumer, Start: start, End: "+", Count: pendingPage,
 		}).Result()
 		if err != nil || len(pend) == 0 {
-			if isNoGroup(err) && level != PriorityNormal {
-				err = nil // that level's stream is gone: nothing pending there
+			if isNoGroup(err) && (at.level != PriorityNormal || at.key != "") {
+				err = nil // that level's (or key's) stream is gone: nothing pending there
 			}
 			return nil, err
 		}
 		for _, p := range pend {
-			if r.isActive(entryKey{level, p.ID}) {
+			if r.isActive(entryKey{at.level, at.key, p.ID}) {
 				continue
 			}
 			// MinIdle: only if nobody touched it since XPENDING listed it. A
@@ -347,7 +392,7 @@ func (r *runner) replayLevel(ctx context.Context, level Priority) ([]*Job, error
 				r.announceReplay(ctx, stream, start, len(pend))
 			}
 			r.c.Logger.Debug().Str("entry", p.ID).Int64("deliveries", p.RetryCount+1).Msg("replaying own pending entry")
-			j := r.toJob(msgs[0], int(p.RetryCount)+1, level)
+			j := r.toJobIn(msgs[0], int(p.RetryCount)+1, at.level, at.key)
 			if r.inherited { // after a lost reply, our own unstarted entries: no crash
 				r.countCrashed(ctx, j)
 			}
@@ -377,30 +422,51 @@ func (r *runner) announceReplay(ctx context.Context, stream, start string, page 
 // claim takes up to n entries that other consumers left pending and untouched
 // for VisibilityTimeout: their holders are gone for good (a host that died, a
 // slot count that shrank). One entry per call, so each counts one delivery.
+// The level streams first, then the key streams with entries pending.
 func (r *runner) claim(ctx context.Context, n int64) ([]*Job, error) {
 	var jobs []*Job
 	for _, level := range r.levelsRead() {
-		more, err := r.claimLevel(ctx, level, n-int64(len(jobs)))
+		more, err := r.claimLevel(ctx, entryKey{level: level}, &r.claimFrom[level], n-int64(len(jobs)))
 		jobs = append(jobs, more...)
 		if err != nil && !(isNoGroup(err) && level != PriorityNormal) {
+			return jobs, err
+		}
+	}
+	if int64(len(jobs)) >= n {
+		return jobs, nil
+	}
+	list, err := r.keyStreamsPending(ctx, false)
+	if err != nil {
+		return jobs, err
+	}
+	for _, at := range list {
+		if int64(len(jobs)) >= n {
+			break
+		}
+		from := "0-0" // a key stream is short: from its start each time
+		more, err := r.claimLevel(ctx, at, &from, n-int64(len(jobs)))
+		jobs = append(jobs, more...)
+		if err != nil && !isNoGroup(err) { // NOGROUP: deleted meanwhile
 			return jobs, err
 		}
 	}
 	return jobs, nil
 }
 
-func (r *runner) claimLevel(ctx context.Context, level Priority, n int64) ([]*Job, error) {
-	stream := r.keys.StreamOf(level)
+// claimLevel claims up to n entries of the stream at (an entryKey without
+// id), from the XAUTOCLAIM cursor *from.
+func (r *runner) claimLevel(ctx context.Context, at entryKey, from *string, n int64) ([]*Job, error) {
+	stream := r.keys.streamAt(at)
 	var jobs []*Job
 	for calls := 0; int64(len(jobs)) < n && calls < 100; calls++ {
 		msgs, next, err := r.c.Client.XAutoClaim(ctx, &redis.XAutoClaimArgs{
 			Stream: stream, Group: Group, Consumer: r.c.Consumer,
-			MinIdle: r.c.VisibilityTimeout, Start: r.claimFrom[level], Count: 1,
+			MinIdle: r.c.VisibilityTimeout, Start: *from, Count: 1,
 		}).Result()
 		if err != nil {
 			return jobs, err
 		}
-		r.claimFrom[level] = next
+		*from = next
 		for _, m := range msgs {
 			pend, err := r.c.Client.XPendingExt(ctx, &redis.XPendingExtArgs{
 				Stream: stream, Group: Group, Start: m.ID, End: m.ID, Count: 1,
@@ -412,7 +478,7 @@ func (r *runner) claimLevel(ctx context.Context, level Priority, n int64) ([]*Jo
 			if len(pend) == 1 {
 				deliveries = int(pend[0].RetryCount)
 			}
-			j := r.toJob(m, deliveries, level)
+			j := r.toJobIn(m, deliveries, at.level, at.key)
 			r.c.Logger.Warn().Str("job", j.ID).Str("entry", j.Entry).Msg("claimed a job abandoned by a consumer that is gone")
 			r.countCrashed(ctx, j)
 			jobs = append(jobs, j)
@@ -449,7 +515,28 @@ func (r *runner) maxAttempts(j *Job) int {
 // toJob turns a stream entry into a job and decides whether it may run:
 // Attempt counts every delivery, including runs made before a retry.
 func (r *runner) toJob(m redis.XMessage, deliveries int, level Priority) *Job {
-	j := &Job{ID: m.ID, Entry: m.ID, Queue: r.c.Queue, Slot: r.c.Consumer, Attempt: deliveries, Priority: level, Fence: r.fence}
+	return r.toJobIn(m, deliveries, level, "")
+}
+
+// toJobIn is toJob for an entry of key's stream (key "": of level's
+// stream). Such a job is inKey: it runs (its pending entry is its permit); its
+// entry must name that key, else it is dead-lettered as malformed, under
+// its own entry id, from that stream.
+func (r *runner) toJobIn(m redis.XMessage, deliveries int, level Priority, key string) *Job {
+	j := r.entryJob(m, deliveries, level, key)
+	if key == "" {
+		return j
+	}
+	if j.verdict == "" && j.Key != key {
+		j.ID, j.verdict, j.problem = j.Entry, ReasonMalformed, fmt.Sprintf("entry in key %q's stream has %s %q", key, keyField, j.Key)
+	}
+	// The stream it is in, whatever the entry says: it is settled there.
+	j.Key, j.inKey = key, true
+	return j
+}
+
+func (r *runner) entryJob(m redis.XMessage, deliveries int, level Priority, key string) *Job {
+	j := &Job{ID: m.ID, Entry: m.ID, Queue: r.c.Queue, Slot: r.c.Consumer, Attempt: deliveries, Priority: level, Fence: r.fence, inKey: key != ""}
 	p, ok := m.Values[PayloadField].(string)
 	if !ok {
 		j.verdict, j.problem = ReasonMalformed, fmt.Sprintf("entry has no %q field", PayloadField)
@@ -504,9 +591,10 @@ func (j *Job) reserved(v map[string]any, level Priority) string {
 		case s == "": // none (an id reserved in a script, or an old entry)
 		case !ok:
 			return bad(jobField, o, "want a job id such as 1700000000000-0")
-		case level == PriorityNormal && j.Entry != "" && !id.atMost(j.Entry):
+		case level == PriorityNormal && !j.inKey && j.Entry != "" && !id.atMost(j.Entry):
 			// A job's id is issued from this stream's ids before its entry
-			// is added; a newer one could be a later job's.
+			// is added; a newer one could be a later job's. (A key stream
+			// adds under the job id when it can, else under its own clock.)
 			return bad(jobField, o, "newer than the entry "+j.Entry)
 		default:
 			j.ID = s

@@ -253,6 +253,9 @@ type runner struct {
 	announce  bool        // the first replay is not yet logged at info; the reader's own
 	inherited bool        // replaying what the slot's previous holder left (not what a lost reply left); the reader's own
 
+	keysListed bool       // keysReplay is listed for this replay phase; the reader's own
+	keysReplay []entryKey // key streams (entryKeys without id) with entries of this consumer's left to replay; the reader's own
+
 	mu      sync.Mutex
 	active  map[entryKey]*Job // entries read and not yet settled; guarded by mu
 	workers []*worker         // one per worker goroutine, for the keeper's cancels; guarded by mu

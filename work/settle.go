@@ -34,19 +34,26 @@ func (r *runner) settle() {
 	const most = 256
 	var acks [3]ackBatch     // by level
 	var members [3]batchAcks // batch members, by level: acked apart (batch_settle.go)
+	var back [3][]any        // by level
+	var ks *keyedSettle      // the same for entries in key streams, by stream; nil until one comes
 	n := 0                   // entries in acks
 	flush := func() {
 		for level := range acks {
-			r.ack(Priority(level), &acks[level])
-			r.ackBatchMembers(Priority(level), &members[level])
+			r.ack(entryKey{level: Priority(level)}, &acks[level])
+			r.ackBatchMembers(entryKey{level: Priority(level)}, &members[level])
+		}
+		if ks != nil {
+			ks.flush(r)
 		}
 		n = 0
 	}
-	var back [3][]any // by level
 	giveBack := func() {
 		for level := range back {
-			r.giveBack(Priority(level), back[level])
+			r.giveBack(entryKey{level: Priority(level)}, back[level])
 			back[level] = back[level][:0]
+		}
+		if ks != nil {
+			ks.giveBack(r)
 		}
 	}
 	one := func(res result) {
@@ -55,7 +62,12 @@ func (r *runner) settle() {
 			r.traceSettled(res)
 		}
 		j := res.job
+		if j.inKey && ks == nil {
+			ks = new(keyedSettle)
+		}
 		switch {
+		case res.back && j.inKey:
+			ks.back(j)
 		case res.back:
 			back[j.Priority] = append(back[j.Priority], j.Entry, j.Attempt-1, j.ID)
 		case res.dead == ReasonCancelled:
@@ -63,10 +75,17 @@ func (r *runner) settle() {
 		case res.dead != "":
 			r.deadLetter(j, res.dead, j.problem, nil) // never ran: no duration
 		case res.err == nil && j.inBatch() != "":
-			members[j.Priority].add(j, res.dur)
+			if j.inKey {
+				ks.members(j).add(j, res.dur)
+			} else {
+				members[j.Priority].add(j, res.dur)
+			}
 			n++
 		case res.err == nil:
 			b := &acks[j.Priority]
+			if j.inKey {
+				b = ks.acks(j)
+			}
 			b.ids = append(b.ids, j.Entry)
 			if r.c.Retention > 0 {
 				b.jobs = append(b.jobs, j.ID)
@@ -128,8 +147,9 @@ type ackBatch struct {
 	hist       histogram // durations of the jobs in ids
 }
 
-// ack acknowledges a batch in one script call and empties it.
-func (r *runner) ack(level Priority, b *ackBatch) {
+// ack acknowledges a batch of the stream at (an entryKey without id) in
+// one script call and empties it.
+func (r *runner) ack(at entryKey, b *ackBatch) {
 	if len(b.ids) == 0 {
 		return
 	}
@@ -138,13 +158,14 @@ func (r *runner) ack(level Priority, b *ackBatch) {
 	defer func() {
 		r.survived(recover(), len(b.ids))
 		for _, id := range b.ids {
-			r.forget(entryKey{level, id.(string)})
+			at.id = id.(string)
+			r.forget(at)
 		}
 		b.ids, b.uniqueKeys, b.uniqueIDs, b.jobs = b.ids[:0], b.uniqueKeys[:0], b.uniqueIDs[:0], b.jobs[:0]
 		clear(b.results) // let the results go
 		b.results = b.results[:0]
 	}()
-	keys := append([]string{r.keys.StreamOf(level), r.keys.Stats, r.keys.Done, r.keys.Waiters, r.keys.Results}, b.uniqueKeys...)
+	keys := append([]string{r.keys.streamAt(at), r.keys.Stats, r.keys.Done, r.keys.Waiters, r.keys.Results}, b.uniqueKeys...)
 	// One allocation of the exact size; retention 0 records nothing.
 	args := make([]any, 0, 5+len(b.ids)+2*b.hist.fields()+len(b.uniqueIDs)+len(b.jobs)+len(b.results))
 	args = append(append(args, Group, len(b.ids), 0, 0, 0), b.ids...)
@@ -169,21 +190,25 @@ func (r *runner) ack(level Priority, b *ackBatch) {
 	}
 }
 
-// giveBack returns entries read but never started to their stream
-// (triples of entry id, runs made, job id).
-func (r *runner) giveBack(level Priority, back []any) {
+// giveBack returns entries read but never started, from the stream at
+// (an entryKey without id), to their level's stream (triples of entry id,
+// runs made, job id). An entry of a key stream goes back to its level's
+// stream too, where the next read parks it in its key's stream again.
+func (r *runner) giveBack(at entryKey, back []any) {
 	if len(back) == 0 {
 		return
 	}
 	defer func() {
 		r.survived(recover(), len(back)/3)
 		for i := 0; i < len(back); i += 3 {
-			r.forget(entryKey{level, back[i].(string)})
+			at.id = back[i].(string)
+			r.forget(at)
 		}
 	}()
 	args := append([]any{Group, r.c.Consumer}, back...)
+	keys := []string{r.keys.streamAt(at), r.keys.StreamOf(at.level)}
 	err := r.redisRetry(func(ctx context.Context) error {
-		return r.write(ctx, backScript, []string{r.keys.StreamOf(level)}, args...).Err()
+		return r.write(ctx, backScript, keys, args...).Err()
 	})
 	if err != nil {
 		r.moveFailed(err, len(back)/3, "could not give unstarted jobs back; they stay pending for this slot's next holder")
@@ -261,7 +286,7 @@ func (r *runner) fail(j *Job, err error, dur time.Duration) {
 	var n int64
 	rerr := r.redisRetry(func(ctx context.Context) error {
 		var err error
-		n, err = r.write(ctx, retryScript, []string{r.keys.StreamOf(j.Priority), r.keys.Retry, r.keys.RetryJobs, r.keys.Stats},
+		n, err = r.write(ctx, retryScript, []string{j.stream(r.keys), r.keys.Retry, r.keys.RetryJobs, r.keys.Stats},
 			append([]any{Group, j.Entry, r.c.Consumer, delay.Milliseconds(), j.ID, j.Attempt, StatFailedPrefix + kind}, run...)...).Int64()
 		return err
 	})
@@ -323,7 +348,7 @@ func (r *runner) deadLetter(j *Job, reason, why string, run []any) bool {
 	if len(why) > maxErrorLen {
 		why = "…" + why[len(why)-maxErrorLen:]
 	}
-	stream := r.keys.StreamOf(j.Priority)
+	stream := j.stream(r.keys)
 	unique := stream // none
 	if j.unique != "" {
 		unique = r.keys.Unique(j.unique)

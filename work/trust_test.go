@@ -250,7 +250,7 @@ func TestHeartbeatNeverTakesAnEntryBack(t *testing.T) {
 	if err := rdb.XClaim(ctx, &redis.XClaimArgs{Stream: stream, Group: Group, Consumer: "b", Messages: ids[:1]}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	r := &runner{c: Config{Client: rdb, Consumer: "a"}, keys: KeysFor("q"), active: map[entryKey]*Job{{PriorityNormal, ids[0]}: {}, {PriorityNormal, ids[1]}: {}}}
+	r := &runner{c: Config{Client: rdb, Consumer: "a"}, keys: KeysFor("q"), active: map[entryKey]*Job{{level: PriorityNormal, id: ids[0]}: {}, {level: PriorityNormal, id: ids[1]}: {}}}
 	if err := r.heartbeat(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +291,7 @@ func TestPartialAckLeavesHistogramToTheOtherHolder(t *testing.T) {
 		b.ids = append(b.ids, id)
 		b.hist.add(time.Millisecond)
 	}
-	r.ack(PriorityNormal, &b)
+	r.ack(entryKey{level: PriorityNormal}, &b)
 	stats := rdb.HGetAll(ctx, k.Stats).Val()
 	if stats[StatDone] != "1" || stats[StatDurSumUS] != "" {
 		t.Fatalf("stats %v: want done 1 and no durations", stats)
