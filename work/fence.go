@@ -71,6 +71,7 @@ end
 // fenced are the fenced forms of the holder's write scripts.
 var fenced = map[*redis.Script]*redis.Script{
 	ackScript:       redis.NewScript(fenceLua + ackLua),
+	keyAckScript:    redis.NewScript(fenceLua + keyAckLua),
 	retryScript:     redis.NewScript(fenceLua + retryLua),
 	deadScript:      redis.NewScript(fenceLua + deadLua),
 	heartbeatScript: redis.NewScript(fenceLua + heartbeatLua),

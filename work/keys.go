@@ -163,7 +163,10 @@ end
 // result for the jobs that set a result.
 // Returns how many entries were pending and are now acknowledged. A key
 // stream (KEYS[1]) left with no entry is deleted (keyStreamLua).
-const ackLua = notifyLua + chainAckLua + keyStreamLua + `
+const ackLua = notifyLua + chainAckLua + keyStreamLua + ackBodyLua
+
+// ackBodyLua is ackLua after its helpers: one batch of one stream.
+const ackBodyLua = `
 local n, h = tonumber(ARGV[2]), tonumber(ARGV[3])
 local ids = {}
 for i = 6, 5 + n do ids[#ids + 1] = ARGV[i] end
@@ -233,6 +236,40 @@ return acked
 `
 
 var ackScript = redis.NewScript(ackLua)
+
+// keyAckScript is ackScript for several streams in one call: the batches
+// of the key streams a holder settles at once (a turn reads up to a
+// quantum from each of several keys), which one call each would cost a
+// script call for every few jobs. Each batch is acknowledged exactly as
+// ackScript would, in order; then the acknowledged jobs' index entries
+// (KeyJobs) are dropped: their jobs are done.
+//
+// KEYS: each batch's ackScript KEYS, one batch after another, then the
+// key jobs index; ARGV[1] the number of batches b, ARGV[2..1+2b] per batch
+// its number of KEYS and of ARGV, then each batch's ackScript ARGV, one
+// after another, then the job ids whose index entries go.
+// Returns how many entries were pending and are now acknowledged.
+var keyAckScript = redis.NewScript(keyAckLua)
+
+const keyAckLua = notifyLua + chainAckLua + keyStreamLua + "local function ackOne()\n" + ackBodyLua + `
+end
+local allK, allA = {}, {}
+for i = 1, #KEYS do allK[i] = KEYS[i] end
+for i = 1, #ARGV do allA[i] = ARGV[i] end
+local b = tonumber(allA[1])
+local ko, ao, acked = 0, 1 + 2 * b, 0
+for i = 1, b do
+  local nk, na = tonumber(allA[2 * i]), tonumber(allA[2 * i + 1])
+  for j = #KEYS, 1, -1 do KEYS[j] = nil end
+  for j = #ARGV, 1, -1 do ARGV[j] = nil end
+  for j = 1, nk do KEYS[j] = allK[ko + j] end
+  for j = 1, na do ARGV[j] = allA[ao + j] end
+  ko, ao = ko + nk, ao + na
+  acked = acked + ackOne()
+end
+if ao < #allA then redis.call('HDEL', allK[#allK], unpack(allA, ao + 1, #allA)) end
+return acked
+`
 
 // retryScript moves a failed entry to the retry schedule: its fields (the
 // producer's own included) under its job id in the retry hash, the job id in

@@ -165,6 +165,23 @@ func (r *runner) ack(at entryKey, b *ackBatch) {
 		clear(b.results) // let the results go
 		b.results = b.results[:0]
 	}()
+	keys, args := r.ackArgs(at, b)
+	var n int64
+	err := r.redisRetry(func(ctx context.Context) error {
+		var err error
+		n, err = r.write(ctx, ackScript, keys, args...).Int64()
+		return err
+	})
+	if err != nil {
+		r.moveFailed(err, len(b.ids), "could not acknowledge finished jobs; they stay pending and will run again")
+	} else {
+		r.st.Done.Add(n)
+	}
+}
+
+// ackArgs are ackScript's keys and arguments for batch b of the stream at;
+// they take b's histogram (reset).
+func (r *runner) ackArgs(at entryKey, b *ackBatch) ([]string, []any) {
 	keys := append([]string{r.keys.streamAt(at), r.keys.Stats, r.keys.Done, r.keys.Waiters, r.keys.Results}, b.uniqueKeys...)
 	// One allocation of the exact size; retention 0 records nothing.
 	args := make([]any, 0, 5+len(b.ids)+2*b.hist.fields()+len(b.uniqueIDs)+len(b.jobs)+len(b.results))
@@ -177,17 +194,7 @@ func (r *runner) ack(at entryKey, b *ackBatch) {
 	args = append(args, b.uniqueIDs...)
 	args = append(args, b.jobs...)
 	args = append(args, b.results...)
-	var n int64
-	err := r.redisRetry(func(ctx context.Context) error {
-		var err error
-		n, err = r.write(ctx, ackScript, keys, args...).Int64()
-		return err
-	})
-	if err != nil {
-		r.moveFailed(err, len(b.ids), "could not acknowledge finished jobs; they stay pending and will run again")
-	} else {
-		r.st.Done.Add(n)
-	}
+	return keys, args
 }
 
 // giveBack returns entries read but never started, from the stream at

@@ -1,5 +1,7 @@
 package work
 
+import "context"
+
 // The settler's part for entries that live in a key's stream (Job.inKey):
 // acknowledged, and given back, per stream, as the level streams' entries
 // are per level. A holder that reads no key stream never makes one of
@@ -51,10 +53,8 @@ func (s *keyedSettle) back(j *Job) {
 // and forgets the streams: a holder runs a key's jobs for a while, then
 // others' (the batches are not worth keeping for reuse).
 func (s *keyedSettle) flush(r *runner) {
-	for at, b := range s.ack {
-		r.ack(at, b)
-		delete(s.ack, at)
-	}
+	r.ackKeyed(s.ack)
+	clear(s.ack)
 	for at, b := range s.member {
 		r.ackBatchMembers(at, b)
 		delete(s.member, at)
@@ -66,5 +66,87 @@ func (s *keyedSettle) giveBack(r *runner) {
 	for at, back := range s.backs {
 		r.giveBack(at, back)
 		delete(s.backs, at)
+	}
+}
+
+// keyAckMost is the most streams one keyAckScript call acknowledges.
+const keyAckMost = 64
+
+// ackKeyed acknowledges the batches of key streams, by stream, in
+// keyAckScript calls of up to keyAckMost streams each, and empties them.
+func (r *runner) ackKeyed(batches map[entryKey]*ackBatch) {
+	var ats []entryKey
+	for at, b := range batches {
+		if len(b.ids) > 0 {
+			ats = append(ats, at)
+		}
+	}
+	for len(ats) > 0 {
+		n := min(len(ats), keyAckMost)
+		r.ackStreams(ats[:n], batches)
+		ats = ats[n:]
+	}
+}
+
+// ackStreams acknowledges the batches of the streams ats in one script
+// call, with the acknowledged jobs' index entries, and empties them.
+func (r *runner) ackStreams(ats []entryKey, batches map[entryKey]*ackBatch) {
+	total := 0
+	for _, at := range ats {
+		total += len(batches[at].ids)
+	}
+	// Even after a panic (logged), the batches are emptied: what was not
+	// acknowledged stays pending in Redis for the slot's next holder.
+	defer func() {
+		r.survived(recover(), total)
+		for _, at := range ats {
+			b := batches[at]
+			for _, id := range b.ids {
+				at.id = id.(string)
+				r.forget(at)
+			}
+			b.ids, b.uniqueKeys, b.uniqueIDs, b.jobs = b.ids[:0], b.uniqueKeys[:0], b.uniqueIDs[:0], b.jobs[:0]
+			clear(b.results)
+			b.results = b.results[:0]
+		}
+	}()
+	// The durations go with the first batch: one set of counts per call.
+	for _, at := range ats[1:] {
+		batches[ats[0]].hist.merge(&batches[at].hist)
+	}
+	var keys []string
+	head := []any{len(ats)}
+	var body []any
+	for _, at := range ats {
+		k, a := r.ackArgs(at, batches[at])
+		keys = append(keys, k...)
+		head = append(head, len(k), len(a))
+		body = append(body, a...)
+	}
+	// The jobs' index entries, taken from those keyForget would drop once
+	// they are settled: they go with the acknowledgement.
+	r.mu.Lock()
+	for _, at := range ats {
+		for _, id := range batches[at].ids {
+			at.id = id.(string)
+			if job, ok := r.kk.held[at]; ok {
+				delete(r.kk.held, at)
+				body = append(body, job)
+			}
+		}
+	}
+	r.mu.Unlock()
+	keys = append(keys, r.keys.KeyJobs())
+	args := append(head, body...)
+	var n int64
+	err := r.redisRetry(func(ctx context.Context) error {
+		var err error
+		n, err = r.write(ctx, keyAckScript, keys, args...).Int64()
+		return err
+	})
+	if err != nil {
+		r.moveFailed(err, total, "could not acknowledge finished jobs; they stay pending and will run again")
+	} else {
+		r.st.Done.Add(n)
 	}
 }

@@ -108,6 +108,15 @@ func (h *histogram) add(d time.Duration) {
 	h.sumUS += d.Microseconds()
 }
 
+// merge adds o's counts to h and resets o.
+func (h *histogram) merge(o *histogram) {
+	for i, c := range o.n {
+		h.n[i] += c
+	}
+	h.sumUS += o.sumUS
+	*o = histogram{}
+}
+
 // fields counts the field/increment pairs pairs will append.
 func (h *histogram) fields() int {
 	n := 1 // the sum
