@@ -27,8 +27,10 @@ type Counts struct {
 	ByPriority map[string]int64 `json:"waiting_by_priority,omitempty"`
 	// Keyed counts the jobs of Waiting that wait in their keys' streams
 	// (enqueued with a key, docs/keys.md); their running jobs are counted
-	// in Pending. Both read at most MaxKeyStreamsRead key streams.
-	Keyed int64 `json:"waiting_keyed,omitempty"`
+	// in Pending and KeyedRunning. Both read at most MaxKeyStreamsRead key
+	// streams.
+	Keyed        int64 `json:"waiting_keyed,omitempty"`
+	KeyedRunning int64 `json:"pending_keyed,omitempty"`
 	// Paused is the queue's pause, nil when it is not paused.
 	Paused *Pause `json:"paused,omitempty"`
 	// Stats are the queue's totals (the Stat* fields), all time.
@@ -70,10 +72,10 @@ func ReadCounts(ctx context.Context, rdb redis.Cmdable, q string) (*Counts, erro
 		}
 		for _, s := range streams {
 			c.Keyed += s.waiting
-			c.Pending += s.running
+			c.KeyedRunning += s.running
 		}
 	}
-	c.Waiting = c.Keyed
+	c.Waiting, c.Pending = c.Keyed, c.KeyedRunning
 	var waiting [3]int64
 	for _, level := range readOrder {
 		if err := xlen[level].Err(); err != nil {

@@ -289,7 +289,7 @@ func TestKeyStreamCountsAndStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Keyed != 11 || c.Waiting != 12 || c.Pending != 6 {
+	if c.Keyed != 11 || c.Waiting != 12 || c.Pending != 6 || c.KeyedRunning != 6 {
 		t.Fatalf("counts: keyed %d, waiting %d, pending %d; want 11, 12, 6", c.Keyed, c.Waiting, c.Pending)
 	}
 
