@@ -2,6 +2,7 @@ package work_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -345,5 +346,79 @@ func TestKeyStreamStatusBounded(t *testing.T) {
 	c, err := work.ReadCounts(ctx, rdb, "q")
 	if err != nil || c.Keyed != int64(work.MaxKeyStreamsRead) {
 		t.Fatalf("counts: %+v, %v", c, err)
+	}
+}
+
+// A producer waiting for a keyed job (Wait) learns of its cancel at once.
+func TestKeyStreamWaitCancelled(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client()
+	keyedByHand(t, rdb, "q", work.PriorityNormal, "tenant-1", jobID(1))
+	done := make(chan error, 1)
+	go func() {
+		_, err := work.Wait(ctx, rdb, "q", jobID(1))
+		done <- err
+	}()
+	// Wait registers, then looks: cancel once it has registered.
+	waitUntil(t, func() bool { return rdb.Exists(ctx, work.KeysFor("q").Waiters).Val() == 1 })
+	if _, err := work.Cancel(ctx, rdb, "q", jobID(1)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, work.ErrCancelled) {
+			t.Fatalf("Wait: %v, want ErrCancelled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait still blocked 10 s after its keyed job was cancelled")
+	}
+}
+
+// A batch member in its key's stream that is cancelled is counted dead in
+// the same step: the batch completes.
+func TestKeyStreamCancelBatchMember(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client()
+	k := work.KeysFor("q")
+	b, err := work.NewBatch(ctx, rdb, "q", work.BatchCallback([]byte("cb"), ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := b.AddAndClose(ctx, work.Message{Payload: []byte("m")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Move the member into a key stream, as an enqueue with a key puts it.
+	m := rdb.XRange(ctx, k.Stream, ids[0], ids[0]).Val()
+	if len(m) != 1 {
+		t.Fatalf("member %s not in the stream: %v", ids[0], m)
+	}
+	var extra []string
+	for f, v := range m[0].Values {
+		if f != work.PayloadField && f != "orig" {
+			extra = append(extra, f, v.(string))
+		}
+	}
+	rdb.XDel(ctx, k.Stream, ids[0])
+	keyedByHand(t, rdb, "q", work.PriorityNormal, "tenant-1", ids[0], extra...)
+	res, err := work.Cancel(ctx, rdb, "q", ids[0])
+	if err != nil || res[0].Outcome != work.CancelDone {
+		t.Fatalf("cancel: %+v %v", res, err)
+	}
+	info, err := work.GetBatch(ctx, rdb, "q", b.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.Complete || info.Dead != 1 || info.CallbackState != "enqueued" {
+		t.Fatalf("batch after its only member was cancelled: %+v", info)
+	}
+}
+
+func waitUntil(t *testing.T, ok func() bool) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("condition not met within 10 s")
+		}
 	}
 }
