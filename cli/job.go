@@ -117,7 +117,7 @@ func runJob(ctx context.Context, e *env, args []string) error {
 	} else {
 		s := describeJob(loc, holder)
 		if loc.Key != "" {
-			s = describeKeyed(cfg, loc)
+			s = describeKeyed(cfg, loc, holder)
 		}
 		switch {
 		case progress != nil:

@@ -22,6 +22,9 @@ func printKeys(w io.Writer, k *work.KeyReport) {
 			fmt.Fprint(w, ", …")
 		}
 	}
+	if k.Partial {
+		fmt.Fprintf(w, " (the first %d key streams only)", work.MaxKeyStreamsRead)
+	}
 	fmt.Fprintln(w)
 	for _, l := range k.Top {
 		capped := ""
@@ -36,14 +39,19 @@ func printKeys(w io.Writer, k *work.KeyReport) {
 	fmt.Fprintln(w)
 }
 
-// describeKeyed says, for baton job, that a job waits in its key's list,
-// and whether for the key's cap or for its turn.
-func describeKeyed(cfg *config.Config, l *work.Location) string {
+// describeKeyed says, for baton job, where a job of a key is: waiting in
+// its key's stream, and whether for the key's cap or for its turn; or
+// running, as any running job, with its key's counts.
+func describeKeyed(cfg *config.Config, l *work.Location, h jobHolder) string {
+	counts := fmt.Sprintf("%d waiting, %d running", l.KeyWaiting, l.KeyRunning)
+	if l.State != work.StateWaiting {
+		return describeJob(l, h) + fmt.Sprintf("; key %s (%s)", l.Key, counts)
+	}
 	level := ""
 	if l.Priority != "" {
 		level = " at " + l.Priority + " priority"
 	}
-	s := fmt.Sprintf("job %s: waiting%s in key %s's list (%d waiting, %d running)", l.ID, level, l.Key, l.KeyWaiting, l.KeyRunning)
+	s := fmt.Sprintf("job %s: waiting%s in key %s's stream (%s, %d ahead of it)", l.ID, level, l.Key, counts, l.Ahead)
 	if c := cfg.KeyCaps().Of(l.Key); c > 0 && l.KeyRunning >= int64(c) {
 		return s + fmt.Sprintf(": waits for its key's cap (key_concurrency %d)", c)
 	}

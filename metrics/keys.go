@@ -11,7 +11,7 @@ import (
 // Keys' metrics: totals per queue, never a label per key (a queue may have
 // any number of keys; status shows the busiest).
 var (
-	keyedWaiting = desc("keyed_jobs_waiting", "Jobs waiting in their keys' lists (enqueued with a key), counted in baton_jobs{state=\"waiting\"} too.")
+	keyedWaiting = desc("keyed_jobs_waiting", "Jobs waiting in their keys' streams (enqueued with a key), counted in baton_jobs{state=\"waiting\"} too; read from at most 10,000 key streams per scrape.")
 	keysWaiting  = desc("keys_waiting", "Keys with jobs waiting for their turn, by priority (high, normal, low): the lengths of the rings holders take turns over.", "priority")
 )
 

@@ -85,8 +85,8 @@ func cancelOne(ctx context.Context, rdb redis.Cmdable, q string, o CancelOptions
 			return res, err
 		}
 		res.State = loc.State
-		if loc.Key != "" { // waiting in its key's list (key_cancel.go)
-			if gone, err := cancelKeyed(ctx, rdb, q, k, o, &res); err != nil || !gone {
+		if loc.Key != "" { // in its key's stream, waiting or running (key_cancel.go)
+			if gone, err := cancelKeyed(ctx, rdb, q, k, o, loc, &res); err != nil || !gone {
 				return res, err
 			}
 			continue

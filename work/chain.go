@@ -197,7 +197,7 @@ func hint(loc *Location) string {
 	switch loc.State {
 	case StateWaiting, StateRunning:
 		if loc.Key != "" {
-			return "k" // in its key's list, not in a stream
+			return "k" // in its key's stream (chainState finds its entry by the key index)
 		}
 		level, _ := ParsePriority(loc.Priority)
 		return strconv.Itoa(int(level)) + " " + loc.Entry

@@ -178,7 +178,22 @@ local function chainState(c, dep, hint, nowhereDone)
   elseif h == 'b' then
     if redis.call('HEXISTS', c.left, dep) == 1 then return 'live' end
   elseif h == 'k' then
-    if redis.call('HEXISTS', c.base .. ':key:jobs', dep) == 1 then return 'live' end
+    -- in its key's stream: the index names its entry (entry, level, key),
+    -- and the entry is still there (the index may outlive the settle)
+    local v = redis.call('HGET', c.base .. ':key:jobs', dep)
+    if v then
+      local entry, level, key = string.match(v, '^([^\n]+)\n([^\n]+)\n(.+)$')
+      if entry then
+        local e = redis.call('XRANGE', c.base .. ':key:s:' .. level .. ':' .. key, entry, entry)
+        if #e > 0 then
+          local o, f = entry, e[1][2]
+          for k = 1, #f, 2 do
+            if f[k] == 'orig' and f[k + 1] ~= '' then o = f[k + 1] end
+          end
+          if o == dep then return 'live' end
+        end
+      end
+    end
   elseif h == '0' or h == '1' or h == '2' then
     local entry = string.sub(hint, 3)
     local streams = {c.base, c.high, c.low}

@@ -25,9 +25,12 @@ type Counts struct {
 	// ByPriority splits Waiting by priority ("high", "normal", "low") once
 	// the queue has used priorities; nil before.
 	ByPriority map[string]int64 `json:"waiting_by_priority,omitempty"`
-	// Keyed counts the jobs of Waiting that wait in their keys' lists
-	// (enqueued with a key, docs/keys.md), not in the stream.
-	Keyed int64 `json:"waiting_keyed,omitempty"`
+	// Keyed counts the jobs of Waiting that wait in their keys' streams
+	// (enqueued with a key, docs/keys.md); their running jobs are counted
+	// in Pending and KeyedRunning. Both read at most MaxKeyStreamsRead key
+	// streams.
+	Keyed        int64 `json:"waiting_keyed,omitempty"`
+	KeyedRunning int64 `json:"pending_keyed,omitempty"`
 	// Paused is the queue's pause, nil when it is not paused.
 	Paused *Pause `json:"paused,omitempty"`
 	// Stats are the queue's totals (the Stat* fields), all time.
@@ -35,13 +38,14 @@ type Counts struct {
 }
 
 // ReadCounts reads a queue's counts in two round trips, without writing
-// (one more for each priority with jobs waiting). Acknowledged entries are
+// (one more for each priority with jobs waiting, and two per thousand key
+// streams when keys have jobs: readKeyStreams). Acknowledged entries are
 // deleted, so the streams hold exactly the waiting and pending ones.
 func ReadCounts(ctx context.Context, rdb redis.Cmdable, q string) (*Counts, error) {
 	k := KeysFor(q)
 	var xlen [3]*redis.IntCmd
 	var groups [3]*redis.XInfoGroupsCmd
-	var scheduled, retrying, dead, blocked, keyed *redis.IntCmd
+	var scheduled, retrying, dead, blocked, keyStreams *redis.IntCmd
 	var stats, paused *redis.MapStringStringCmd
 	var pausedTTL *redis.DurationCmd
 	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -53,15 +57,25 @@ func ReadCounts(ctx context.Context, rdb redis.Cmdable, q string) (*Counts, erro
 		retrying = p.ZCard(ctx, k.Retry)
 		dead = p.XLen(ctx, k.Dead)
 		blocked = p.HLen(ctx, k.Blocked())
-		keyed = p.HLen(ctx, k.KeyJobs())
+		keyStreams = p.SCard(ctx, k.KeyStreams())
 		stats = p.HGetAll(ctx, k.Stats)
 		paused = p.HGetAll(ctx, k.Paused)
 		pausedTTL = p.PTTL(ctx, k.Paused)
 		return nil
 	})
 	c := &Counts{Scheduled: scheduled.Val(), Retrying: retrying.Val(), Dead: dead.Val(), Blocked: blocked.Val(), Stats: map[string]int64{},
-		Paused: pauseOf(paused.Val(), pausedTTL.Val()), Keyed: keyed.Val()}
-	c.Waiting = c.Keyed
+		Paused: pauseOf(paused.Val(), pausedTTL.Val())}
+	if keyStreams.Val() > 0 {
+		streams, _, err := readKeyStreams(ctx, rdb, k)
+		if err != nil {
+			return nil, fmt.Errorf("read queue: %w", err)
+		}
+		for _, s := range streams {
+			c.Keyed += s.waiting
+			c.KeyedRunning += s.running
+		}
+	}
+	c.Waiting, c.Pending = c.Keyed, c.KeyedRunning
 	var waiting [3]int64
 	for _, level := range readOrder {
 		if err := xlen[level].Err(); err != nil {

@@ -2,65 +2,105 @@ package work
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// keyCancelScript cancels a job waiting in its key's list: its record
-// becomes a dead letter with reason "cancelled" (the letter and its index
-// entry first, written as cancelScript writes them: buryLua), then the
-// record is removed and the unique key freed if it names the job. Its id
-// stays in the key's list, skipped when its turn comes (no record).
+// keyCancelScript cancels a job in its key's stream, in the state it is
+// found in: an entry not pending (waiting) becomes a dead letter with
+// reason "cancelled" and the job's own fields (buryLua, as cancelScript
+// writes it), then the entry is deleted, the index entry dropped where it
+// still names that entry, the unique key freed if it names the job, and
+// the stream deleted (and taken out of the key streams) when that left it
+// empty; a pending (running) entry gets a cancel request for its holder,
+// as cancelScript writes it. The key stays in its ring: the turn that
+// finds its stream empty or gone drops it.
 //
-// KEYS[1] key jobs, KEYS[2] dead, KEYS[3] dead index, KEYS[4] stats,
-// KEYS[5] waiters;
-// ARGV[1] job id, ARGV[2] dead_max, ARGV[3] why, ARGV[4] now (unix ms),
-// ARGV[5] the prefix of the queue's unique keys.
-// Returns {"waiting", letter id}, or {"gone"} when no record (it was taken
-// meanwhile: the caller looks again).
+// KEYS[1] the key stream, KEYS[2] key index, KEYS[3] key streams, KEYS[4]
+// dead, KEYS[5] dead index, KEYS[6] stats, KEYS[7] cancel requests,
+// KEYS[8] waiters;
+// ARGV[1] group, ARGV[2] job id, ARGV[3] its entry id, ARGV[4] dead_max,
+// ARGV[5] why, ARGV[6] how long cancel requests are kept (ms), ARGV[7] now
+// (unix ms), ARGV[8] the prefix of the queue's unique keys.
+// Returns {"waiting", letter id}, {"running", consumer}, or {"gone"} when
+// the entry is not there or not the job's (settled meanwhile: the caller
+// looks again).
 const keyCancelLua = entryLua + notifyLua + chainAckLua + chainDeadLua + buryLua + `
-local job = ARGV[1]
-local packed = redis.call('HGET', KEYS[1], job)
-if not packed then return {'gone'} end
-local all, f, runs, u = cmsgpack.unpack(packed), {}, '0', nil
+local job, entry = ARGV[2], ARGV[3]
+local e = redis.call('XRANGE', KEYS[1], entry, entry)
+if #e == 0 then return {'gone'} end
+local all, f, runs, orig, u = e[1][2], {}, '0', entry, nil
 for i = 1, #all, 2 do
   if all[i] == 'attempts' then runs = all[i + 1]
+  elseif all[i] == 'orig' then if all[i + 1] ~= '' then orig = all[i + 1] end
   elseif not letter[all[i]] then
     put(f, all[i], all[i + 1])
-    if all[i] == 'unique' then u = ARGV[5] .. all[i + 1] end
+    if all[i] == 'unique' then u = ARGV[8] .. all[i + 1] end
   end
 end
-local id = buryCancelled({dead = KEYS[2], index = KEYS[3], stats = KEYS[4], waiters = KEYS[5],
-  why = ARGV[3], now = ARGV[4], max = ARGV[2]}, job, f, runs, job)
-redis.call('HDEL', KEYS[1], job)
+if orig ~= job then return {'gone'} end
+local p = redis.pcall('XPENDING', KEYS[1], ARGV[1], entry, entry, 1)
+if p.err == nil and #p > 0 then
+  redis.call('HSET', KEYS[7], job, ARGV[5])
+  redis.call('PEXPIRE', KEYS[7], ARGV[6])
+  return {'running', p[1][2]}
+end
+local id = buryCancelled({dead = KEYS[4], index = KEYS[5], stats = KEYS[6], waiters = KEYS[8],
+  why = ARGV[5], now = ARGV[7], max = ARGV[4]}, job, f, runs, entry)
+redis.call('XDEL', KEYS[1], entry)
+local held = redis.call('HGET', KEYS[2], job)
+if held and string.sub(held, 1, #entry + 1) == entry .. '\n' then redis.call('HDEL', KEYS[2], job) end
 if u then release(u, job) end
-chainDead(KEYS[4], job, tonumber(ARGV[2]))
+chainDead(KEYS[6], job, tonumber(ARGV[4]))
+if redis.call('XLEN', KEYS[1]) == 0 then
+  redis.call('DEL', KEYS[1])
+  redis.call('SREM', KEYS[3], KEYS[1])
+end
 return {'waiting', id}
 `
 
 var keyCancelScript = redis.NewScript(keyCancelLua)
 
 // batchKeyCancelScript is keyCancelScript for a batch member (batchForm):
-// counted dead in the same step when it was taken out of its key's list.
-var batchKeyCancelScript = redis.NewScript(batchForm(keyCancelLua, "res[1] == 'waiting'", "ARGV[1]"))
+// counted dead in the same step when it was taken out of its key's stream
+// (a running one is left to its holder, whose dead letter counts it).
+var batchKeyCancelScript = redis.NewScript(batchForm(keyCancelLua, "res[1] == 'waiting'", "ARGV[2]"))
 
-// cancelKeyed cancels a job waiting in its key's list; gone reports that
-// it left the list meanwhile (the caller locates it again).
-func cancelKeyed(ctx context.Context, rdb redis.Cmdable, q string, k Keys, o CancelOptions, res *CancelResult) (gone bool, err error) {
-	script, keys := keyCancelScript, []string{k.KeyJobs(), k.Dead, k.DeadIndex, k.Stats, k.Waiters}
-	args := []any{res.ID, o.DeadMax, o.Reason, time.Now().UnixMilli(), k.Unique("")}
-	batch := recordBatch(ctx, rdb, k.KeyJobs(), res.ID)
-	if batch != "" {
+// cancelKeyed cancels a job Locate saw in its key's stream (loc.Key,
+// loc.Entry): waiting, it is dead-lettered at once; running, its holder is
+// asked to stop it. gone reports that it left the stream meanwhile (the
+// caller locates it again).
+func cancelKeyed(ctx context.Context, rdb redis.Cmdable, q string, k Keys, o CancelOptions, loc *Location, res *CancelResult) (gone bool, err error) {
+	level, _ := ParsePriority(loc.Priority)
+	stream := k.KeyStream(level, loc.Key)
+	batch := ""
+	if m, err := rdb.XRange(ctx, stream, loc.Entry, loc.Entry).Result(); err == nil && len(m) == 1 {
+		batch, _ = m[0].Values[batchField].(string)
+	}
+	script := keyCancelScript
+	keys := []string{stream, k.KeyJobs(), k.KeyStreams(), k.Dead, k.DeadIndex, k.Stats, k.Cancel, k.Waiters}
+	args := []any{Group, res.ID, loc.Entry, o.DeadMax, o.Reason, cancelKeep.Milliseconds(), time.Now().UnixMilli(), k.Unique("")}
+	if batch != "" { // a batch member: counted dead in the same step (batch_settle.go)
 		script, keys, args = batchKeyCancelScript, append(keys, k.batchKeys(batch)...), append(args, q, batch)
 	}
 	v, err := runScript(ctx, rdb, script, keys, args...).StringSlice()
 	if err != nil {
 		return false, err
 	}
-	if len(v) < 2 {
-		return true, nil
+	if batch != "" {
+		_, _ = ForwardBatches(ctx, rdb, q) // a callback bound for another queue; else the next holder's
 	}
-	res.State, res.Outcome, res.Letter = StateWaiting, CancelDone, v[1]
+	switch {
+	case len(v) == 0:
+		return false, errors.New("key cancel script replied nothing")
+	case v[0] == "gone" || len(v) < 2:
+		return true, nil
+	case v[0] == StateRunning:
+		res.State, res.Outcome, res.Slot = StateRunning, CancelRequested, v[1]
+	default:
+		res.State, res.Outcome, res.Letter = StateWaiting, CancelDone, v[1]
+	}
 	return false, nil
 }

@@ -3,6 +3,7 @@ package work
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,8 +14,8 @@ import (
 // KeyLoad is one key's jobs at one instant.
 type KeyLoad struct {
 	Key     string `json:"key"`
-	Waiting int64  `json:"waiting"` // in its lists, all levels
-	Running int64  `json:"running"` // its permits: jobs read and not yet settled
+	Waiting int64  `json:"waiting"` // in its streams, not yet delivered, all levels
+	Running int64  `json:"running"` // pending in its streams: read and not yet settled, all levels
 	Cap     int    `json:"cap,omitempty"`
 	AtCap   bool   `json:"at_cap,omitempty"`
 }
@@ -28,79 +29,147 @@ type KeyReport struct {
 	AtCap   []string  `json:"at_cap"`   // keys at their cap (at most top of them)
 	NAtCap  int       `json:"n_at_cap"` // how many keys are at their cap
 	Top     []KeyLoad `json:"top"`      // the top keys by waiting, then running
+	// Partial says that the queue has more key streams than one read
+	// looks at (MaxKeyStreamsRead): the figures count those read only.
+	Partial bool `json:"partial,omitempty"`
 }
 
-// maxKeysRead bounds the keys ReadKeys looks at (status on a huge queue).
-const maxKeysRead = 100000
+// MaxKeyStreamsRead bounds the key streams one ReadKeys or ReadCounts
+// looks at: status on a queue with a million keys costs what 10,000 cost.
+const MaxKeyStreamsRead = 10000
 
-// ReadKeys reads the queue's keys without writing: the keys in the rings
-// (with waiting jobs) and those holding permits (SCAN), each one's waiting
-// and running jobs (one pipeline), judged against caps. It costs O(keys),
-// for status only; holders never scan keys. nil when no key has jobs.
-func ReadKeys(ctx context.Context, rdb redis.Cmdable, q string, caps KeyCaps, top int) (*KeyReport, error) {
-	k := KeysFor(q)
-	names := map[string]bool{}
-	for _, ring := range k.rings() {
-		ks, err := rdb.LRange(ctx, ring, 0, maxKeysRead-1).Result()
-		if err != nil {
-			return nil, fmt.Errorf("read keys: %w", err)
-		}
-		for _, n := range ks {
-			names[n] = true
-		}
-	}
-	prefix := k.keyBase() + "run:"
+// keyStreamsPage is how many key streams one SSCAN and one pipeline take.
+const keyStreamsPage = 1000
+
+// keyStreamLoad is one key stream's jobs at one instant.
+type keyStreamLoad struct {
+	level            Priority
+	key              string
+	waiting, running int64
+}
+
+// readKeyStreams reads the key streams listed in KeyStreams, at most
+// MaxKeyStreamsRead of them, in pages: one SSCAN and one pipeline of XLEN
+// and the group's XPENDING summary per page. A stream's running jobs are
+// its pending entries, its waiting ones the rest (XLEN − pending: a
+// settled entry is deleted). A stream gone meanwhile counts nothing. more
+// reports streams left unread. It never writes.
+func readKeyStreams(ctx context.Context, rdb redis.Cmdable, k Keys) (loads []keyStreamLoad, more bool, err error) {
+	seen := map[string]bool{}
 	var cursor uint64
-	for len(names) < maxKeysRead {
-		ks, next, err := rdb.Scan(ctx, cursor, prefix+"*", 1000).Result()
+	for {
+		names, next, err := rdb.SScan(ctx, k.KeyStreams(), cursor, "", keyStreamsPage).Result()
 		if err != nil {
-			return nil, fmt.Errorf("read keys: %w", err)
+			return nil, false, fmt.Errorf("read key streams: %w", err)
 		}
-		for _, n := range ks {
-			names[strings.TrimPrefix(n, prefix)] = true
+		var page []string
+		for _, s := range names {
+			if seen[s] {
+				continue // SSCAN may return a member twice
+			}
+			if len(seen) == MaxKeyStreamsRead {
+				more = true
+				break
+			}
+			seen[s] = true
+			page = append(page, s)
 		}
-		if cursor = next; cursor == 0 {
-			break
+		got, err := readKeyStreamPage(ctx, rdb, k, page)
+		if err != nil {
+			return nil, false, err
+		}
+		loads = append(loads, got...)
+		if cursor = next; cursor == 0 || more {
+			return loads, more, nil
 		}
 	}
-	if len(names) == 0 {
+}
+
+// readKeyStreamPage is one pipeline of readKeyStreams.
+func readKeyStreamPage(ctx context.Context, rdb redis.Cmdable, k Keys, page []string) ([]keyStreamLoad, error) {
+	if len(page) == 0 {
 		return nil, nil
 	}
-	type cmds struct {
-		lists [3]*redis.IntCmd
-		run   *redis.IntCmd
-	}
-	all := make(map[string]*cmds, len(names))
-	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for n := range names {
-			c := &cmds{run: p.HLen(ctx, k.KeyRun(n))}
-			for i, level := range readOrder {
-				c.lists[i] = p.LLen(ctx, k.KeyList(level, n))
-			}
-			all[n] = c
+	lens := make([]*redis.IntCmd, len(page))
+	pends := make([]*redis.XPendingCmd, len(page))
+	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, s := range page {
+			lens[i] = p.XLen(ctx, s)
+			pends[i] = p.XPending(ctx, s, Group)
 		}
 		return nil
 	})
+	out := make([]keyStreamLoad, 0, len(page))
+	for i, s := range page {
+		level, key, ok := k.keyOfStream(s)
+		if !ok {
+			continue // not a key stream's name: nothing of ours
+		}
+		n, pending, err := streamLoad(lens[i], pends[i])
+		if err != nil {
+			return nil, fmt.Errorf("read key stream %s: %w", s, err)
+		}
+		if n == 0 && pending == 0 {
+			continue
+		}
+		out = append(out, keyStreamLoad{level: level, key: key, waiting: max(0, n-pending), running: pending})
+	}
+	return out, nil
+}
+
+// streamLoad is a stream's length and pending count from XLEN and the
+// XPENDING summary: 0 for a stream (or group) that is gone, or a name that
+// holds something else (a reply error: status reports what it can).
+func streamLoad(xlen *redis.IntCmd, pend *redis.XPendingCmd) (n, pending int64, err error) {
+	for _, e := range []error{xlen.Err(), pend.Err()} {
+		var rerr redis.Error
+		if e != nil && !isRedisNil(e) && !errors.As(e, &rerr) {
+			return 0, 0, e // the connection, not the stream
+		}
+	}
+	if xlen.Err() == nil {
+		n = xlen.Val()
+	}
+	if pend.Err() == nil {
+		pending = pend.Val().Count
+	}
+	return n, pending, nil
+}
+
+// ReadKeys reads the queue's keys without writing: the key streams listed
+// in KeyStreams (at most MaxKeyStreamsRead of them), each one's waiting
+// and running jobs (pipelined in pages), summed by key over the levels and
+// judged against caps. It costs O(keys), for status only; holders never
+// scan keys. nil when no key has jobs.
+func ReadKeys(ctx context.Context, rdb redis.Cmdable, q string, caps KeyCaps, top int) (*KeyReport, error) {
+	k := KeysFor(q)
+	streams, more, err := readKeyStreams(ctx, rdb, k)
 	if err != nil {
 		return nil, fmt.Errorf("read keys: %w", err)
 	}
-	rep := &KeyReport{}
-	loads := make([]KeyLoad, 0, len(all))
-	for n, c := range all {
-		l := KeyLoad{Key: n, Running: c.run.Val(), Cap: caps.of(n)}
-		for _, x := range c.lists {
-			l.Waiting += x.Val()
+	byKey := map[string]*KeyLoad{}
+	for _, s := range streams {
+		l := byKey[s.key]
+		if l == nil {
+			l = &KeyLoad{Key: s.key, Cap: caps.of(s.key)}
+			byKey[s.key] = l
 		}
-		if l.Waiting == 0 && l.Running == 0 {
-			continue
-		}
+		l.Waiting += s.waiting
+		l.Running += s.running
+	}
+	if len(byKey) == 0 {
+		return nil, nil
+	}
+	rep := &KeyReport{Partial: more}
+	loads := make([]KeyLoad, 0, len(byKey))
+	for _, l := range byKey {
 		l.AtCap = l.Cap > 0 && l.Running >= int64(l.Cap)
 		rep.Waiting += l.Waiting
 		rep.Running += l.Running
 		if l.AtCap {
 			rep.NAtCap++
 		}
-		loads = append(loads, l)
+		loads = append(loads, *l)
 	}
 	rep.Keys = len(loads)
 	slices.SortFunc(loads, func(a, b KeyLoad) int {
@@ -115,28 +184,71 @@ func ReadKeys(ctx context.Context, rdb redis.Cmdable, q string, caps KeyCaps, to
 	return rep, nil
 }
 
-// locateKeyed fills in a job waiting in its key's list.
-func locateKeyed(ctx context.Context, rdb redis.Cmdable, k Keys, loc *Location) error {
-	key, err := runScript(ctx, rdb, recordFieldScript, []string{k.KeyJobs()}, loc.ID, keyField).Text()
+// keyIndexOf splits a value of the key index (KeyJobs): the job's entry
+// id, level and key; ok false for anything else.
+func keyIndexOf(v string) (entry string, level Priority, key string, ok bool) {
+	entry, rest, ok1 := strings.Cut(v, "\n")
+	lvl, key, ok2 := strings.Cut(rest, "\n")
+	if !ok1 || !ok2 || entry == "" || key == "" {
+		return "", 0, "", false
+	}
+	level, err := ParsePriority(lvl)
+	return entry, level, key, err == nil
+}
+
+// locateKeyed fills in a keyed job from its index value (held): waiting
+// or running in its key's stream, with its key's counts. found is false
+// when that entry is not there (the index outlived the job's settle, or
+// names nothing readable): the caller looks elsewhere.
+func locateKeyed(ctx context.Context, rdb redis.Cmdable, k Keys, loc *Location, held string) (found bool, err error) {
+	entry, level, key, ok := keyIndexOf(held)
+	if !ok {
+		return false, nil
+	}
+	stream := k.KeyStream(level, key)
+	msgs, err := rdb.XRange(ctx, stream, entry, entry).Result()
 	if err != nil {
-		return fmt.Errorf("read waiting keyed job: %w", err)
+		var rerr redis.Error
+		if errors.As(err, &rerr) {
+			return false, nil // not a stream: nothing of this job
+		}
+		return false, fmt.Errorf("read keyed job: %w", err)
 	}
-	level := PriorityNormal
-	if p, err := runScript(ctx, rdb, recordFieldScript, []string{k.KeyJobs()}, loc.ID, priorityField).Text(); err == nil {
-		level, _ = ParsePriority(p)
+	if len(msgs) != 1 {
+		return false, nil
 	}
-	loc.State, loc.Key = StateWaiting, key
+	if o, _ := msgs[0].Values[jobField].(string); o != loc.ID && (o != "" || entry != loc.ID) {
+		return false, nil
+	}
+	loc.Entry, loc.Key = entry, key
 	if level != PriorityNormal {
 		loc.Priority = level.String()
 	}
-	var running, waiting *redis.IntCmd
-	_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		running = p.HLen(ctx, k.KeyRun(key))
-		waiting = p.LLen(ctx, k.KeyList(level, key))
+	if err := inStream(ctx, rdb, stream, loc); err != nil {
+		return true, fmt.Errorf("read keyed job: %w", err)
+	}
+	// The key's running jobs, all levels (the cap counts them all); its
+	// waiting ones in this level's stream, where the job waits.
+	var lens [3]*redis.IntCmd
+	var pends [3]*redis.XPendingCmd
+	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, l := range readOrder {
+			lens[l] = p.XLen(ctx, k.KeyStream(l, key))
+			pends[l] = p.XPending(ctx, k.KeyStream(l, key), Group)
+		}
 		return nil
 	})
-	loc.KeyRunning, loc.KeyWaiting = running.Val(), waiting.Val()
-	return err
+	for _, l := range readOrder {
+		n, pending, err := streamLoad(lens[l], pends[l])
+		if err != nil {
+			return true, fmt.Errorf("read keyed job: %w", err)
+		}
+		loc.KeyRunning += pending
+		if l == level {
+			loc.KeyWaiting = max(0, n-pending)
+		}
+	}
+	return true, nil
 }
 
 // Of returns key k's cap, 0 for none.

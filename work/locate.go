@@ -51,12 +51,12 @@ type Location struct {
 	DoneAt time.Time `json:"done_at,omitzero"`
 	// WaitingFor are the jobs it still waits for (blocked: After).
 	WaitingFor []string `json:"waiting_for,omitempty"`
-	// Key is the job's key while it waits in its key's list (waiting):
-	// it is not in the stream yet, and waits for its key's turn and cap.
+	// Key is the job's key while it is in its key's stream (waiting: for
+	// its key's turn and cap; running); Entry is its entry there.
 	Key string `json:"key,omitempty"`
 	// KeyRunning and KeyWaiting count the jobs of its key running now
-	// (its permits) and waiting in its list, itself included (waiting
-	// with a key).
+	// (pending in its key's streams, all levels) and waiting in its key's
+	// stream of its level, itself included when waiting (with a key).
 	KeyRunning int64 `json:"key_running,omitempty"`
 	KeyWaiting int64 `json:"key_waiting,omitempty"`
 }
@@ -67,11 +67,12 @@ type Location struct {
 // Returns the value, or false.
 var recordFieldScript = redis.NewScript(recordFieldLua)
 
-// Locate says where job id of queue q is: a few reads for a job in the
-// retry or scheduled sets, the dead letters, the stream under its own id, or
-// the done records (kept only with a retention); a bounded scan for a job
-// back in the stream under a newer entry, made only when it has no done
-// record. It never writes.
+// Locate says where job id of queue q is: a few reads for a job in its
+// key's stream (found by the key index), the retry or scheduled sets, the
+// dead letters, the stream under its own id, or the done records (kept
+// only with a retention); a bounded scan for a job back in the stream
+// under a newer entry, made only when it has no done record. It never
+// writes.
 func Locate(ctx context.Context, rdb redis.Cmdable, q, id string) (*Location, error) {
 	if _, _, ok := cutDash(id); !ok {
 		return nil, fmt.Errorf("%q is not a job id (they look like 1700000000000-0)", id)
@@ -94,11 +95,16 @@ func Locate(ctx context.Context, rdb redis.Cmdable, q, id string) (*Location, er
 	if err != nil && !isRedisNil(err) {
 		return nil, err
 	}
+	if left.Err() != nil && keyed.Err() == nil {
+		// In its key's stream, unless the index outlived its settle
+		// (key_status.go): then it is wherever the settle put it.
+		if found, err := locateKeyed(ctx, rdb, k, loc, keyed.Val()); found || err != nil {
+			return loc, err
+		}
+	}
 	switch {
 	case left.Err() == nil:
 		return loc, blockedAt(ctx, rdb, k, loc, left.Val())
-	case keyed.Err() == nil:
-		return loc, locateKeyed(ctx, rdb, k, loc)
 	case retry.Err() == nil:
 		loc.State, loc.Due = StateRetrying, time.UnixMilli(int64(retry.Val()))
 		if a, err := runScript(ctx, rdb, recordFieldScript, []string{k.RetryJobs}, id, attemptsField).Text(); err == nil {

@@ -128,7 +128,8 @@ function keysFor(queue) {
 }
 
 // keyBase is the prefix of a queue's job keys' Redis keys (work/key.go's
-// keyBase): + "q:<level>:<key>" is a key's list, + "run:<key>" its permits.
+// keyBase): + "s:<level>:<key>" is a key's stream (work.Keys.KeyStream),
+// "jobs" the index of its jobs, "streams" the set of key streams.
 const keyBase = (queue) => "baton:{" + queue + "}:key:";
 
 const uniqueKey = (queue, key) => "baton:{" + queue + "}:unique:" + key;
@@ -628,8 +629,8 @@ class Client {
    * Where a job is now, as `baton job --json` says: { id, state, entry,
    * priority, ahead, consumer, idleMs, deliveries, due, attempts,
    * deadLetter, doneAt, key, keyRunning, keyWaiting } (only the fields of
-   * its state; key and its counts while it waits in its key's list). It
-   * only reads.
+   * its state; key and its counts while it is in its key's stream, waiting
+   * or running). It only reads.
    */
   async job(queue, id) {
     checkQueue(queue);
@@ -645,12 +646,12 @@ class Client {
       .zscore(k.done, id)
       .hget(k.deadIndex, id)
       .xrange(k.stream, id, id)
-      .hexists(k.keyJobs, id)
+      .hget(k.keyJobs, id)
       .exec();
     for (const [err] of res) if (err) throw err;
     const [retry, sched, done, letter, own, keyed] = res.map(([, v]) => v);
     const loc = { id, state: "unknown" };
-    if (keyed && (await this._inKeyList(queue, k, loc))) return loc;
+    if (keyed !== null && (await this._inKeyStream(queue, loc, keyed))) return loc;
     if (retry !== null) {
       loc.state = "retrying";
       loc.due = new Date(Number(retry));
@@ -827,22 +828,46 @@ class Client {
     }
   }
 
-  // _inKeyList fills loc for a job waiting in its key's list, as
-  // work.Locate does (key_status.go's locateKeyed); false when the job left
-  // the list since (its key's turn came): then it is in a stream.
-  async _inKeyList(queue, k, loc) {
-    const key = await this._eval(RECORD_FIELD_LUA, RECORD_FIELD_SHA, [k.keyJobs], [loc.id, "key"]);
-    if (key === null) return false;
-    const prio = await this._eval(RECORD_FIELD_LUA, RECORD_FIELD_SHA, [k.keyJobs], [loc.id, "priority"]);
-    const level = prio === "high" || prio === "low" ? prio : "normal";
+  // _inKeyStream fills loc for a job in its key's stream, waiting or
+  // running, as work.Locate does (key_status.go's locateKeyed), from its
+  // index value held ("<entry id>\n<level>\n<key>"); false when that entry
+  // is not the job's (the index outlived its settle): it is elsewhere.
+  async _inKeyStream(queue, loc, held) {
+    const parts = held.split("\n");
+    if (parts.length < 3) return false;
+    const [entry, level] = parts;
+    const key = parts.slice(2).join("\n");
+    if (!entry || !key || !["high", "normal", "low"].includes(level)) return false;
     const base = keyBase(queue);
-    const res = await this.redis.pipeline().hlen(base + "run:" + key).llen(base + "q:" + level + ":" + key).exec();
-    for (const [err] of res) if (err) throw err;
-    loc.state = "waiting";
-    if (level !== "normal") loc.priority = level;
+    const stream = base + "s:" + level + ":" + key;
+    let msgs;
+    try {
+      msgs = await this.redis.xrange(stream, entry, entry);
+    } catch (e) {
+      if (!String(e.message).startsWith("WRONGTYPE")) throw e;
+      return false;
+    }
+    if (msgs.length !== 1) return false;
+    const o = fieldOf(msgs[0][1], "orig") || "";
+    if (o !== loc.id && (o !== "" || entry !== loc.id)) return false;
+    loc.entry = entry;
     loc.key = key;
-    loc.keyRunning = Number(res[0][1]);
-    loc.keyWaiting = Number(res[1][1]);
+    if (level !== "normal") loc.priority = level;
+    await this._inStream(stream, loc);
+    // its key's running jobs, all levels (the cap counts them all); its
+    // waiting ones in its level's stream, where it waits
+    const levels = ["high", "normal", "low"];
+    const p = this.redis.pipeline();
+    for (const lv of levels) p.xlen(base + "s:" + lv + ":" + key).xpending(base + "s:" + lv + ":" + key, GROUP);
+    const res = await p.exec();
+    loc.keyRunning = 0;
+    levels.forEach((lv, i) => {
+      const [nerr, n] = res[2 * i];
+      const [perr, pend] = res[2 * i + 1];
+      const pending = perr || !Array.isArray(pend) ? 0 : Number(pend[0]);
+      loc.keyRunning += pending;
+      if (lv === level) loc.keyWaiting = Math.max(0, (nerr ? 0 : Number(n)) - pending);
+    });
     return true;
   }
 

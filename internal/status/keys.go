@@ -11,10 +11,10 @@ import (
 // KeysShown is how many of the busiest keys status shows.
 const KeysShown = 10
 
-// readKeys reads the queue's keys when keyed jobs wait or the config caps
-// keys (else nil, at no cost).
+// readKeys reads the queue's keys when keyed jobs wait or run, or the
+// config caps keys (else nil, at no cost).
 func readKeys(ctx context.Context, rdb redis.UniversalClient, cfg *config.Config, c *work.Counts) (*work.KeyReport, error) {
-	if c.Keyed == 0 && cfg.KeyConcurrency == 0 {
+	if c.Keyed == 0 && c.KeyedRunning == 0 && cfg.KeyConcurrency == 0 {
 		return nil, nil
 	}
 	return work.ReadKeys(ctx, rdb, cfg.Queue, cfg.KeyCaps(), KeysShown)

@@ -164,7 +164,8 @@ def keys_for(queue: str) -> dict:
 
 def _key_base(queue: str) -> str:
     """The prefix of a queue's job keys' Redis keys (work/key.go's keyBase):
-    + "q:<level>:<key>" is a key's list, + "run:<key>" its permits."""
+    + "s:<level>:<key>" is a key's stream (work.Keys.KeyStream), "jobs"
+    the index of its jobs, "streams" the set of key streams."""
     return "baton:{" + queue + "}:key:"
 
 
@@ -744,11 +745,11 @@ class Client:
         pipe.zscore(k["done"], job_id)
         pipe.hget(k["dead_index"], job_id)
         pipe.xrange(k["stream"], job_id, job_id)
-        pipe.hexists(k["key_jobs"], job_id)
+        pipe.hget(k["key_jobs"], job_id)
         retry, sched, done, letter, own, keyed = pipe.execute()
         job_id = str(job_id)
         loc = Location(id=job_id, state="unknown")
-        if keyed and self._in_key_list(queue, k, loc):
+        if keyed is not None and self._in_key_stream(queue, loc, _text(keyed)):
             return loc
         if retry is not None:
             loc.state, loc.due = "retrying", _from_ms(int(retry))
@@ -879,24 +880,46 @@ class Client:
                 raise
             return self.redis.eval(lua, len(keys), *keys, *args)
 
-    def _in_key_list(self, queue: str, k: dict, loc: "Location") -> bool:
-        """Fills loc for a job waiting in its key's list, as work.Locate
-        does (key_status.go's locateKeyed); False when the job left the list
-        since (its key's turn came): then it is in a stream."""
-        key = self._eval(RECORD_FIELD_LUA, _RECORD_FIELD_SHA, [k["key_jobs"]], [loc.id, "key"])
-        if key is None:
+    def _in_key_stream(self, queue: str, loc: "Location", held: str) -> bool:
+        """Fills loc for a job in its key's stream, waiting or running, as
+        work.Locate does (key_status.go's locateKeyed), from its index
+        value held ("<entry id>\n<level>\n<key>"); False when that entry is
+        not the job's (the index outlived its settle): it is elsewhere."""
+        parts = held.split("\n", 2)
+        if len(parts) != 3 or not parts[0] or not parts[2] or parts[1] not in ("high", "normal", "low"):
             return False
-        key = _text(key)
-        prio = self._eval(RECORD_FIELD_LUA, _RECORD_FIELD_SHA, [k["key_jobs"]], [loc.id, "priority"])
-        level = _text(prio) if prio is not None and _text(prio) in ("high", "low") else "normal"
+        entry, level, key = parts
         base = _key_base(queue)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hlen(base + "run:" + key)
-        pipe.llen(base + "q:" + level + ":" + key)
-        running, waiting = pipe.execute()
-        loc.state, loc.key, loc.key_running, loc.key_waiting = "waiting", key, int(running), int(waiting)
+        stream = base + "s:" + level + ":" + key
+        try:
+            msgs = self.redis.xrange(stream, entry, entry)
+        except Exception as e:
+            if not str(e).startswith("WRONGTYPE"):
+                raise
+            return False
+        if len(msgs) != 1:
+            return False
+        o = _text(_field(msgs[0][1], "orig") or b"")
+        if o != loc.id and (o != "" or entry != loc.id):
+            return False
+        loc.entry, loc.key = entry, key
         if level != "normal":
             loc.priority = level
+        self._in_stream(stream, loc)
+        # its key's running jobs, all levels (the cap counts them all);
+        # its waiting ones in its level's stream, where it waits
+        pipe = self.redis.pipeline(transaction=False)
+        for lv in ("high", "normal", "low"):
+            pipe.xlen(base + "s:" + lv + ":" + key)
+            pipe.xpending(base + "s:" + lv + ":" + key, GROUP)
+        res = pipe.execute(raise_on_error=False)
+        for i, lv in enumerate(("high", "normal", "low")):
+            n, pend = res[2 * i], res[2 * i + 1]
+            n = n if isinstance(n, int) else 0
+            pend = int(pend["pending"]) if isinstance(pend, dict) else 0
+            loc.key_running += pend
+            if lv == level:
+                loc.key_waiting = max(0, n - pend)
         return True
 
     def _find_entry(self, stream: str, job_id: str) -> Optional[str]:
@@ -1060,6 +1083,6 @@ class Location:
     attempts: int = 0  # runs made (retrying, dead)
     dead: Optional[DeadLetter] = None  # its dead letter (dead)
     done_at: Optional[_dt.datetime] = None  # when it was done (done)
-    key: Optional[str] = None  # its key, while it waits in its key's list (waiting): not in a stream yet
-    key_running: int = 0  # its key's jobs running now (capped keys only), while it waits in its key's list
-    key_waiting: int = 0  # its key's jobs waiting at its level, itself included
+    key: Optional[str] = None  # its key, while it is in its key's stream (waiting, running)
+    key_running: int = 0  # its key's jobs running now, all levels (pending in its key's streams)
+    key_waiting: int = 0  # its key's jobs waiting in its key's stream of its level, itself included when waiting
