@@ -141,7 +141,7 @@ func TestInterplayBatchKeyedMemberCancelled(t *testing.T) {
 	}))
 	c.KeyCaps = KeyCaps{Default: 1}
 	st := runFor(t, c)
-	waitWithin(t, 10*time.Second, func() bool { return rdb.HLen(ctx, KeysFor("q").KeyRun("k")).Val() == 1 })
+	waitWithin(t, 10*time.Second, func() bool { return keyPending(t, rdb, "q") == 1 })
 	b, err := NewBatch(ctx, rdb, "q", BatchCallback([]byte("cb"), ""))
 	if err != nil {
 		t.Fatal(err)

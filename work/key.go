@@ -91,14 +91,6 @@ func (k Keys) KeyJobs() string { return k.Stream + ":key:jobs" }
 // KeyRing is the list of keys with waiting jobs of level p: the turn order.
 func (k Keys) KeyRing(p Priority) string { return k.Stream + ":key:ring:" + p.String() }
 
-// KeyList is the list of key's waiting job ids of level p, oldest first.
-func (k Keys) KeyList(p Priority, key string) string {
-	return k.Stream + ":key:q:" + p.String() + ":" + key
-}
-
-// KeyRun is the hash of key's permits: "<level>:<entry id>" → job id.
-func (k Keys) KeyRun(key string) string { return k.Stream + ":key:run:" + key }
-
 // KeyStream is key's stream of jobs of level p: its waiting jobs (not yet
 // delivered) and its running ones (pending in the group: a capped key's
 // permits are its pending entries).

@@ -201,3 +201,46 @@ func TestKeyFairTurns(t *testing.T) {
 	levelsSettled(t, rdb)
 	keysClean(t, rdb)
 }
+
+// A key's cap counts its running jobs of every level: with jobs of one key
+// waiting at high, normal and low priority, and holders with room for
+// many, at most the cap run at once (not the cap per level).
+func TestKeyCapAcrossLevels(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	var n int
+	for _, p := range []Priority{PriorityHigh, PriorityNormal, PriorityLow} {
+		n += len(enqueueKeyed(t, rdb, "k", 15, WithPriority(p)))
+	}
+	var cc capCounter
+	var done atomic.Int64
+	h := HandlerFunc(func(_ context.Context, j *Job) error {
+		cc.enter(j.Key)
+		defer cc.leave(j.Key)
+		time.Sleep(10 * time.Millisecond)
+		done.Add(1)
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := range 2 {
+		c := testConfig(rdb, h)
+		c.Consumer = fmt.Sprintf("h/run-%d", i)
+		c.Concurrency = 8
+		c.KeyCaps = KeyCaps{Default: 2}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := Run(ctx, c, nil); err != nil && !errors.Is(err, context.Canceled) {
+				t.Error(err)
+			}
+		}()
+	}
+	waitWithin(t, 30*time.Second, func() bool { return done.Load() >= int64(n) })
+	cancel()
+	wg.Wait()
+	if cc.most["k"] > 2 {
+		t.Fatalf("%d jobs of key k at once across its levels, cap 2", cc.most["k"])
+	}
+	levelsSettled(t, rdb)
+	keysClean(t, rdb)
+}

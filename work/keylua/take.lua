@@ -76,7 +76,14 @@ local function turns(li)
       local room = math.min(left, quantum, lag or quantum)
       if cap > 0 then
         -- Read here, atomically with the count: never over the cap. A
-        -- key at its cap keeps its place in the ring.
+        -- key at its cap keeps its place in the ring. The cap is the
+        -- key's, whatever the level: its other levels' running jobs count.
+        for o = 1, 3 do
+          if o ~= li then
+            local ok, p = pcall(redis.call, 'XPENDING', base .. 's:' .. names[o] .. ':' .. k, g)
+            if ok then running = running + p[1] end
+          end
+        end
         room = math.min(room, cap - running)
         if room > 0 then
           local r = redis.call('XREADGROUP', 'GROUP', g, c, 'COUNT', room, 'STREAMS', s, '>')
