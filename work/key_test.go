@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -243,4 +244,58 @@ func TestKeyCapAcrossLevels(t *testing.T) {
 	}
 	levelsSettled(t, rdb)
 	keysClean(t, rdb)
+}
+
+// The ack of a key stream's entries trims them (XTRIM MINID), and deletes
+// exactly them: an older entry still running stays, and so do the entries
+// not yet delivered; once nothing is left, the stream and its place in the
+// set of key streams go.
+func TestKeyAckTrimsOnlyAcknowledged(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	k := KeysFor("q")
+	s := k.KeyStream(PriorityNormal, "a")
+	ids := enqueueKeyed(t, rdb, "a", 6)
+	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: Group, Consumer: "c", Streams: []string{s, ">"}, Count: 5}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ack := func(entries ...string) {
+		t.Helper()
+		args := []any{Group, len(entries), 0, 0, 0}
+		for _, e := range entries {
+			args = append(args, e)
+		}
+		if err := runScript(ctx, rdb, ackScript, []string{s, k.Stats, k.Done, k.Waiters, k.Results}, args...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	left := func() []string {
+		var out []string
+		for _, m := range rdb.XRange(ctx, s, "-", "+").Val() {
+			out = append(out, m.ID)
+		}
+		return out
+	}
+	ack(ids[1], ids[3], ids[4]) // ids[0] and ids[2] still running, ids[5] waiting
+	if got, want := left(), []string{ids[0], ids[2], ids[5]}; !slices.Equal(got, want) {
+		t.Fatalf("entries left %v, want %v", got, want)
+	}
+	ack(ids[0])
+	if got, want := left(), []string{ids[2], ids[5]}; !slices.Equal(got, want) {
+		t.Fatalf("entries left %v, want %v", got, want)
+	}
+	ack(ids[2])
+	if got, want := left(), []string{ids[5]}; !slices.Equal(got, want) {
+		t.Fatalf("entries left %v, want %v", got, want)
+	}
+	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: Group, Consumer: "c", Streams: []string{s, ">"}, Count: 5}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ack(ids[5])
+	if n := rdb.Exists(ctx, s).Val(); n != 0 {
+		t.Errorf("the emptied key stream still exists (%v)", left())
+	}
+	if rdb.SIsMember(ctx, k.KeyStreams(), s).Val() {
+		t.Error("the deleted key stream is still in the set of key streams")
+	}
 }

@@ -188,7 +188,7 @@ if extra and redis.call('EXISTS', KEYS[4]) == 1 then
 end
 local chained = any and chainSettling(KEYS[1], KEYS[2], ids)
 local acked = redis.call('XACK', KEYS[1], ARGV[1], unpack(ids))
-redis.call('XDEL', KEYS[1], unpack(ids))
+if not trimAcked(KEYS[1], ARGV[1], ids) then redis.call('XDEL', KEYS[1], unpack(ids)) end
 dropEmptyKeyStream(KEYS[1])
 for i = 6, #KEYS do
   if redis.call('GET', KEYS[i]) == ARGV[u + i - 6] then redis.call('DEL', KEYS[i]) end
@@ -578,14 +578,59 @@ return n
 // A stream with no entry has nothing waiting and nothing running: an
 // entry is deleted as it is settled. One string search per call for any
 // other stream.
+//
+// trimAcked(s, g, ids), for a key stream, deletes its acknowledged entries
+// with one XTRIM MINID instead of XDEL (which costs a key stream's small
+// batches about seven times as much): every entry before the oldest one
+// still pending, or, with none pending, up to the group's last delivered
+// one, was delivered and acknowledged. The ids acknowledged after an
+// older entry still pending are deleted one by one. False for any other
+// stream.
 const keyStreamLua = `
-local function dropEmptyKeyStream(s)
+local function keyStreamTag(s)
   local tag = string.find(s, '}', 1, true)
-  if not tag or string.sub(s, tag + 1, tag + 7) ~= ':key:s:' then return end
+  if not tag or string.sub(s, tag + 1, tag + 7) ~= ':key:s:' then return nil end
+  return tag
+end
+local function dropEmptyKeyStream(s)
+  local tag = keyStreamTag(s)
+  if not tag then return end
   if redis.call('XLEN', s) == 0 then
     redis.call('DEL', s)
     redis.call('SREM', string.sub(s, 1, tag) .. ':key:streams', s)
   end
+end
+local function idAfter(a, b)
+  local am, as = string.match(a, '^(%d+)-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)-(%d+)$')
+  if #am ~= #bm then return #am > #bm end
+  if am ~= bm then return am > bm end
+  return tonumber(as) > tonumber(bs)
+end
+local function trimAcked(s, g, ids)
+  if not keyStreamTag(s) then return false end
+  local p = redis.call('XPENDING', s, g, '-', '+', 1)
+  local minid = p[1] and p[1][1]
+  if minid then
+    -- acknowledged out of order, behind an older running job: those
+    -- after it one by one
+    local after = {}
+    for _, id in ipairs(ids) do
+      if idAfter(id, minid) then after[#after + 1] = id end
+    end
+    if #after > 0 then redis.call('XDEL', s, unpack(after)) end
+  else
+    for _, gr in ipairs(redis.call('XINFO', 'GROUPS', s)) do
+      local f = {}
+      for i = 1, #gr, 2 do f[gr[i]] = gr[i + 1] end
+      if f['name'] == g then
+        local ms, sq = string.match(f['last-delivered-id'], '^(%d+)-(%d+)$')
+        minid = ms .. '-' .. string.format('%d', tonumber(sq) + 1)
+      end
+    end
+  end
+  if minid then redis.call('XTRIM', s, 'MINID', minid) end
+  return true
 end
 `
 
