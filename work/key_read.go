@@ -109,6 +109,7 @@ type keyState struct {
 	limits  string       // KeyCaps.Limits packed for keyTakeScript; set once
 	lost    error        // a failed read of fed jobs, for readNext to report; the reader's own
 	levels  atomic.Bool  // a high or low key waited: no reading with the take script (takePiped)
+	plan    []any        // the key streams the last take named, for takePiped's next read; the reader's own
 
 	held map[entryKey]string // entries read from key streams → job id; guarded by runner.mu
 	drop []any               // index entries to drop (job id, entry id); guarded by runner.mu
@@ -197,6 +198,7 @@ func (r *runner) takeKeyed(ctx context.Context, n int64) ([]*Job, bool, error) {
 			return jobs, more, err
 		}
 	}
+	r.kk.plan = nil // read with takePiped's next take, which this replaces
 	args := append([]any{Group, r.c.Consumer, n, r.keys.keyBase(), r.c.KeyCaps.Default, r.kk.limits, ""}, drop...)
 	v, err := r.write(ctx, keyTakeScript, r.keyKeys(), args...).Slice()
 	if r.regrouped(ctx, err) {
@@ -260,70 +262,160 @@ func (r *runner) thenFed(ctx context.Context, jobs []*Job, fed []any, more bool)
 	return jobs, more, nil
 }
 
-// takePiped is takeKeyed in one round trip (two when it names key streams
-// to read), for a holder whose keys have no cap while only the normal level
-// is in use: the XREADGROUP sent with keyTakeScript reads the jobs without
-// a key, and the script takes turns only when there are none. again: use
-// takeKeyed's two steps (other levels are in use, or the script had to be
-// loaded).
+// takePiped is takeKeyed for a holder whose keys have no cap while only
+// the normal level is in use: the XREADGROUP sent with keyTakeScript reads
+// the jobs without a key, and the script takes turns only when there are
+// none. A large read (fast jobs: planAhead or more) sends with them the
+// read of the key streams the last take named, and keeps what this take
+// names for the next: one round trip a read, the turns a read behind. A
+// small read (or one that brought nothing) reads them at once: two.
+// again: use takeKeyed's two steps (other levels are in use, or the
+// script had to be loaded).
 func (r *runner) takePiped(ctx context.Context, n int64) (jobs []*Job, more, again bool, err error) {
+	var plan, rest []any
+	if n >= planAhead {
+		plan, rest = fedPrefix(r.kk.plan, n)
+	}
+	r.kk.plan = nil
+	for {
+		var named []any
+		jobs, named, more, again, err = r.takePipedOnce(ctx, n, plan)
+		if err != nil || again || len(named) == 0 {
+			return jobs, more, again, err
+		}
+		switch {
+		case n < planAhead:
+			jobs, more, err = r.thenFed(ctx, jobs, named, more)
+			return jobs, more, false, err
+		case len(jobs) > 0 || len(plan) > 0:
+			// what did not fit this read first: their turn came first
+			r.kk.plan = append(append([]any(nil), rest...), named...)
+			return jobs, true, false, nil
+		}
+		// Nothing came, and nothing was planned (the first read of a
+		// run of turns): read what it named now, with the next take.
+		if !r.leaseHeld() {
+			return nil, true, false, nil
+		}
+		plan = named
+	}
+}
+
+// takePipedOnce is one round trip of takePiped: the take script, the read
+// of the normal stream, and the read of the key streams in plan. named is
+// what this take names for the next read.
+func (r *runner) takePipedOnce(ctx context.Context, n int64, plan []any) (jobs []*Job, named []any, more, again bool, err error) {
 	var take *redis.Cmd
 	var read *redis.XStreamSliceCmd
+	var fedCmds []*redis.XStreamSliceCmd
+	normal := n - fedCount(plan)
 	// Each command's own error is looked at below, not the pipeline's.
 	script, keys, args := r.fencedCall(keyTakeScript, r.keyKeys(), []any{Group, r.c.Consumer, n, r.keys.keyBase(), 0, "", "pipe"})
 	_, _ = r.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		take = script.EvalSha(ctx, p, keys, args...)
-		read = p.XReadGroup(ctx, &redis.XReadGroupArgs{
-			Group: Group, Consumer: r.c.Consumer, Streams: []string{r.keys.Stream, ">"}, Count: n, Block: -1,
-		})
+		if normal > 0 { // COUNT 0 would be all of them
+			read = p.XReadGroup(ctx, &redis.XReadGroupArgs{
+				Group: Group, Consumer: r.c.Consumer, Streams: []string{r.keys.Stream, ">"}, Count: normal, Block: -1,
+			})
+		}
+		fedCmds = r.queueFed(ctx, p, plan)
 		return nil
 	})
-	jobs = r.streamJobs(read.Val())
-	if err := read.Err(); err != nil && !isRedisNil(err) {
-		if isNoGroup(err) {
-			return jobs, true, len(jobs) == 0, nil // the two steps make the group
+	if read != nil {
+		jobs = r.streamJobs(read.Val())
+		if err := read.Err(); err != nil && !isRedisNil(err) {
+			if isNoGroup(err) {
+				return jobs, nil, true, len(jobs) == 0, nil // the two steps make the group
+			}
+			return jobs, nil, true, false, err
 		}
-		return jobs, true, false, err
 	}
+	fed, ferr := r.fedJobs(fedCmds)
+	jobs = append(jobs, fed...)
 	v, terr := take.Slice()
 	if IsFenced(terr) {
-		r.lapsed() // what the read brought stays pending for the slot's next holder
-		return nil, true, false, nil
+		r.lapsed() // what the reads brought stays pending for the slot's next holder
+		return nil, nil, true, false, nil
+	}
+	if ferr != nil {
+		// As thenFed: pending for this slot and unseen, or undelivered.
+		if len(jobs) == 0 {
+			return nil, nil, true, false, ferr
+		}
+		r.kk.lost = ferr
 	}
 	if terr != nil {
-		// NOSCRIPT: the two steps load it, or, when jobs without a key
-		// came, this load (else keys would wait for those to run out)
+		// NOSCRIPT: the two steps load it, or, when jobs came, this load
+		// (else keys would wait for those to run out)
 		if len(jobs) > 0 && isNoScript(terr) {
 			_ = script.Load(ctx, r.c.Client).Err()
 		}
-		return jobs, true, len(jobs) == 0, nil
+		return jobs, nil, true, len(jobs) == 0, nil
 	}
 	if len(v) > 0 {
 		m, _ := v[0].(int64)
 		more = m == 1
 	}
-	var fed []any
 	for _, s := range v[min(1, len(v)):] {
 		if s == "levels" {
 			// A high or low key waits: its level's stream comes with its
 			// first turn (and then readNew reads every level). Till then,
 			// the two steps, high first; jobs read here were still next.
 			r.kk.levels.Store(true)
-			return jobs, true, len(jobs) == 0, nil
+			return jobs, nil, true, len(jobs) == 0, nil
 		}
 		if s, _ := s.([]any); len(s) == 2 && s[0] == "feed" {
-			fed, _ = s[1].([]any)
+			named, _ = s[1].([]any)
 		}
 	}
-	jobs, more, err = r.thenFed(ctx, jobs, fed, more)
-	return jobs, more, false, err
+	return jobs, named, more, false, nil
+}
+
+// planAhead is the smallest read whose key streams are read with the next
+// take (takePiped): a holder that reads this many at once runs fast jobs,
+// for which a round trip counts; a smaller read's jobs wait for no turn.
+const planAhead = 32
+
+// fedCount is how many jobs fed (pairs of stream, count) asks for.
+func fedCount(fed []any) int64 {
+	var n int64
+	for i := 1; i < len(fed); i += 2 {
+		c, _ := fed[i].(int64)
+		n += c
+	}
+	return n
+}
+
+// fedPrefix splits fed into the streams that fit in a read of n and the
+// rest (a plan made for a larger read), which the next read takes first.
+func fedPrefix(fed []any, n int64) (fit, rest []any) {
+	var sum int64
+	for i := 1; i < len(fed); i += 2 {
+		c, _ := fed[i].(int64)
+		if sum+c > n {
+			return fed[:i-1], fed[i-1:]
+		}
+		sum += c
+	}
+	return fed, nil
 }
 
 // readFed reads the uncapped keys' streams keyTakeScript named (pairs of
-// stream, count), without blocking: one XREADGROUP per count (a turn's
-// count is its quantum but for the last keys), in one round trip. Another
-// holder may have read some meanwhile.
+// stream, count), without blocking, in one round trip. Another holder may
+// have read some meanwhile.
 func (r *runner) readFed(ctx context.Context, fed []any) ([]*Job, error) {
+	var cmds []*redis.XStreamSliceCmd
+	_, _ = r.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cmds = r.queueFed(ctx, p, fed)
+		return nil
+	})
+	return r.fedJobs(cmds)
+}
+
+// queueFed queues on p the reads of the key streams in fed (pairs of
+// stream, count): one XREADGROUP per count (a turn's count is its quantum
+// but for the last keys).
+func (r *runner) queueFed(ctx context.Context, p redis.Pipeliner, fed []any) []*redis.XStreamSliceCmd {
 	var counts []int64
 	streams := map[int64][]string{}
 	for i := 0; i+1 < len(fed); i += 2 {
@@ -338,24 +430,29 @@ func (r *runner) readFed(ctx context.Context, fed []any) ([]*Job, error) {
 		streams[n] = append(streams[n], s)
 	}
 	cmds := make([]*redis.XStreamSliceCmd, len(counts))
-	_, err := r.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, n := range counts {
-			names := streams[n]
-			for range len(names) {
-				names = append(names, ">")
-			}
-			cmds[i] = p.XReadGroup(ctx, &redis.XReadGroupArgs{
-				Group: Group, Consumer: r.c.Consumer, Streams: names, Count: n, Block: -1,
-			})
+	for i, n := range counts {
+		names := streams[n]
+		for range len(names) {
+			names = append(names, ">")
 		}
-		return nil
-	})
+		cmds[i] = p.XReadGroup(ctx, &redis.XReadGroupArgs{
+			Group: Group, Consumer: r.c.Consumer, Streams: names, Count: n, Block: -1,
+		})
+	}
+	return cmds
+}
+
+// fedJobs are the jobs the reads queueFed queued brought. A read that
+// names a key stream deleted since (its jobs all settled: NOGROUP) read
+// nothing and is no error: its other keys keep their place in the ring.
+func (r *runner) fedJobs(cmds []*redis.XStreamSliceCmd) ([]*Job, error) {
 	var jobs []*Job
+	var err error
 	for _, c := range cmds {
 		jobs = append(jobs, r.streamJobs(c.Val())...)
-	}
-	if isRedisNil(err) {
-		err = nil
+		if e := c.Err(); e != nil && !isRedisNil(e) && !isNoGroup(e) && err == nil {
+			err = e
+		}
 	}
 	return jobs, err
 }
