@@ -91,7 +91,7 @@ func TestReplayKeyStreamsLeftPending(t *testing.T) {
 	putKeyStream(t, rdb, "q", PriorityNormal, "c", "", nil, "c-2")         // waiting: not the replay's
 	putKeyStream(t, rdb, "q", PriorityLow, "other", "h/run-5", nil, "o-1") // another slot's
 	putKeyStream(t, rdb, "q", PriorityNormal, "empty", "", nil)            // nothing left in it
-	rdb.SAdd(ctx, k.KeyStreams(), k.KeyStream(PriorityNormal, "gone"))    // deleted, name left
+	rdb.SAdd(ctx, k.KeyStreams(), k.KeyStream(PriorityNormal, "gone"))     // deleted, name left
 
 	var mu sync.Mutex
 	var ran []*Job
