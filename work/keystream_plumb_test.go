@@ -162,6 +162,7 @@ func TestGiveBackKeyStreamEntryToItsLevel(t *testing.T) {
 	h := HandlerFunc(func(ctx context.Context, j *Job) error { return fmt.Errorf("child still starting: %w", errUnstarted) })
 	c := testConfig(rdb, h)
 	c.MaxJobs = 1 // it reads the replayed entry, then stops reading
+	c.Deadline = time.Now().Add(20 * time.Second)
 	if err := Run(ctx, c, nil); err != nil {
 		t.Fatalf("Run = %v", err)
 	}
@@ -203,7 +204,7 @@ func TestHeartbeatKeepsKeyStreamEntry(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	go func() { Run(ctx, b, sb); done <- struct{}{} }()
-	for sa.Done.Load()+sb.Done.Load() < 1 && time.Now().Before(deadline) {
+	for sa.Done.Load()+sb.Done.Load() < 1 && time.Now().Before(deadline.Add(10*time.Second)) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	time.Sleep(500 * time.Millisecond)
@@ -250,4 +251,33 @@ func TestReplayKeyStreamEntryOfAnotherKeyIsMalformed(t *testing.T) {
 	st = new(Stats)
 	runUntil(t, testConfig(rdb, h), st, func() bool { return rdb.Exists(ctx, k.KeyStream(PriorityNormal, "a")).Val() == 0 })
 	keyStreamGone(t, rdb, "q", PriorityNormal, "a")
+}
+
+// One heartbeat call keeps fresh this consumer's entries of the level
+// streams and of key streams, and skips a key stream deleted meanwhile.
+func TestHeartbeatCoversKeyStreams(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	k := KeysFor("q")
+	if err := Prepare(ctx, rdb, k); err != nil {
+		t.Fatal(err)
+	}
+	plain := enqueue(t, rdb, "q", 1)
+	rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: Group, Consumer: "a", Streams: []string{k.Stream, ">"}, Count: 1})
+	a := putKeyStream(t, rdb, "q", PriorityNormal, "a", "a", nil, "a-1")
+	b := putKeyStream(t, rdb, "q", PriorityLow, "b", "a", nil, "b-1")
+	time.Sleep(300 * time.Millisecond) // all idle that long
+	rdb.Del(ctx, k.KeyStream(PriorityNormal, "gone"))
+	r := &runner{c: Config{Client: rdb, Consumer: "a"}, keys: k, active: map[entryKey]*Job{
+		{level: PriorityNormal, id: plain[0]}: {}, {PriorityNormal, "a", a[0]}: {}, {PriorityLow, "b", b[0]}: {},
+		{PriorityNormal, "gone", "1-1"}: {}}}
+	if err := r.heartbeat(ctx); err != nil {
+		t.Fatalf("heartbeat: %v", err)
+	}
+	for s, id := range map[string]string{k.Stream: plain[0], k.KeyStream(PriorityNormal, "a"): a[0], k.KeyStream(PriorityLow, "b"): b[0]} {
+		p := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: s, Group: Group, Start: id, End: id, Count: 1}).Val()
+		if len(p) != 1 || p[0].Idle >= 250*time.Millisecond || p[0].RetryCount != 1 {
+			t.Errorf("%s entry %s: %+v; want refreshed, no delivery counted", s, id, p)
+		}
+	}
 }
