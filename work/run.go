@@ -394,13 +394,15 @@ func (r *runner) run(ctx context.Context) error {
 //     says so once);
 //   - the cancel requests: a job it replays or claims (left pending by a
 //     holder that could not stop it: killed, past its hard deadline) is
-//     dead-lettered unrun, not started again.
+//     dead-lettered unrun, not started again;
+//   - whether key streams exist: if not, the first replay lists none.
 func (r *runner) readAtStart(ctx context.Context) {
-	var levels, rings *redis.IntCmd
+	var levels, rings, streams *redis.IntCmd
 	var paused, cancels *redis.MapStringStringCmd
 	_, _ = r.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		levels = p.Exists(ctx, r.keys.High, r.keys.Low)
 		rings = p.Exists(ctx, r.keys.rings()...)
+		streams = p.Exists(ctx, r.keys.KeyStreams())
 		paused = p.HGetAll(ctx, r.keys.Paused)
 		cancels = p.HGetAll(ctx, r.keys.Cancel)
 		return nil
@@ -410,6 +412,9 @@ func (r *runner) readAtStart(ctx context.Context) {
 	}
 	if n, err := rings.Result(); err == nil {
 		r.keysSeen(n)
+	}
+	if n, err := streams.Result(); err == nil && n == 0 {
+		r.keysListed = true // no key stream: the first replay has none to list
 	}
 	if h, err := paused.Result(); err == nil {
 		r.pauseSeen(h)
