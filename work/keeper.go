@@ -48,15 +48,19 @@ func (r *runner) moveDue(ctx context.Context) {
 	var due *redis.Cmd
 	var pause *redis.MapStringStringCmd
 	var cancels *redis.MapStringStringCmd
-	var rings, outbox *redis.IntCmd
+	var rings, outbox, streams *redis.IntCmd
 	_, _ = r.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		due = dueScript.EvalSha(ctx, p, r.keys.due(), 100)
 		rings = p.Exists(ctx, r.keys.rings()...)
 		pause = p.HGetAll(ctx, r.keys.Paused)
 		cancels = p.HGetAll(ctx, r.keys.Cancel)
 		outbox = p.LLen(ctx, r.keys.chainOutbox())
+		streams = p.Exists(ctx, r.keys.KeyStreams())
 		return nil
 	})
+	if n, err := streams.Result(); err == nil {
+		r.keyStreams.Store(n > 0)
+	}
 	if outbox.Val() > 0 {
 		r.forwardChains() // a settle released jobs chained in other queues
 	}

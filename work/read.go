@@ -434,7 +434,7 @@ func (r *runner) claim(ctx context.Context, n int64) ([]*Job, error) {
 			return jobs, err
 		}
 	}
-	if int64(len(jobs)) >= n {
+	if int64(len(jobs)) >= n || !r.keyStreams.Load() {
 		return jobs, nil
 	}
 	list, err := r.keyStreamsPending(ctx, false)

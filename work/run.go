@@ -253,8 +253,9 @@ type runner struct {
 	announce  bool        // the first replay is not yet logged at info; the reader's own
 	inherited bool        // replaying what the slot's previous holder left (not what a lost reply left); the reader's own
 
-	keysListed bool       // keysReplay is listed for this replay phase; the reader's own
-	keysReplay []entryKey // key streams (entryKeys without id) with entries of this consumer's left to replay; the reader's own
+	keysListed bool        // keysReplay is listed for this replay phase; the reader's own
+	keyStreams atomic.Bool // key streams exist (KeyStreams), as readAtStart and the keeper saw: claim looks at them
+	keysReplay []entryKey  // key streams (entryKeys without id) with entries of this consumer's left to replay; the reader's own
 
 	mu      sync.Mutex
 	active  map[entryKey]*Job // entries read and not yet settled; guarded by mu
@@ -415,6 +416,8 @@ func (r *runner) readAtStart(ctx context.Context) {
 	}
 	if n, err := streams.Result(); err == nil && n == 0 {
 		r.keysListed = true // no key stream: the first replay has none to list
+	} else {
+		r.keyStreams.Store(true)
 	}
 	if h, err := paused.Result(); err == nil {
 		r.pauseSeen(h)
