@@ -48,15 +48,19 @@ func (r *runner) moveDue(ctx context.Context) {
 	var due *redis.Cmd
 	var pause *redis.MapStringStringCmd
 	var cancels *redis.MapStringStringCmd
-	var rings, outbox *redis.IntCmd
+	var rings, outbox, streams *redis.IntCmd
 	_, _ = r.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		due = dueScript.EvalSha(ctx, p, r.keys.due(), 100)
 		rings = p.Exists(ctx, r.keys.rings()...)
 		pause = p.HGetAll(ctx, r.keys.Paused)
 		cancels = p.HGetAll(ctx, r.keys.Cancel)
 		outbox = p.LLen(ctx, r.keys.chainOutbox())
+		streams = p.Exists(ctx, r.keys.KeyStreams())
 		return nil
 	})
+	if n, err := streams.Result(); err == nil {
+		r.keyStreams.Store(n > 0)
+	}
 	if outbox.Val() > 0 {
 		r.forwardChains() // a settle released jobs chained in other queues
 	}
@@ -115,7 +119,8 @@ func (r *runner) dueFailed(err error) {
 
 // heartbeat resets the idle time of every entry this holder has read and not
 // settled and that is still pending for this consumer (heartbeatScript): an
-// entry another holder claimed meanwhile stays with it.
+// entry another holder claimed meanwhile stays with it. One script call
+// per about 100 entries, whatever streams (levels', keys') they are in.
 func (r *runner) heartbeat(ctx context.Context) error {
 	var ids [3][]any             // by level
 	var keyed map[entryKey][]any // entries of key streams, by stream
@@ -131,29 +136,56 @@ func (r *runner) heartbeat(ctx context.Context) error {
 		keyed[k.at()] = append(keyed[k.at()], k.id)
 	}
 	r.mu.Unlock()
+	var b beats
 	for level, ids := range ids {
-		if err := r.beat(ctx, r.keys.StreamOf(Priority(level)), ids); err != nil {
+		if err := b.add(ctx, r, r.keys.StreamOf(Priority(level)), ids); err != nil {
 			return err
 		}
 	}
 	for at, ids := range keyed {
-		// a key stream deleted meanwhile (its last entry acked): nothing to keep
-		if err := r.beat(ctx, r.keys.streamAt(at), ids); err != nil && !isNoGroup(err) {
+		if err := b.add(ctx, r, r.keys.streamAt(at), ids); err != nil {
 			return err
+		}
+	}
+	return b.send(ctx, r)
+}
+
+// beats is one heartbeatScript call being filled.
+type beats struct {
+	streams []string
+	args    []any
+	n       int // entry ids in args
+}
+
+// add adds the entries ids of stream, sending a call whenever it holds 100.
+func (b *beats) add(ctx context.Context, r *runner, stream string, ids []any) error {
+	for len(ids) > 0 {
+		n := min(len(ids), 100-b.n)
+		if b.args == nil {
+			b.args = []any{Group, r.c.Consumer}
+		}
+		b.streams = append(b.streams, stream)
+		b.args = append(append(b.args, n), ids[:n]...)
+		b.n += n
+		ids = ids[n:]
+		if b.n >= 100 {
+			if err := b.send(ctx, r); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
-// beat refreshes entries ids of stream, 100 per script call.
-func (r *runner) beat(ctx context.Context, stream string, ids []any) error {
-	for len(ids) > 0 {
-		n := min(len(ids), 100)
-		args := append([]any{Group, r.c.Consumer}, ids[:n]...)
-		if err := r.write(ctx, heartbeatScript, []string{stream}, args...).Err(); err != nil && !isRedisNil(err) {
-			return err
-		}
-		ids = ids[n:]
+// send makes the call, if any entry waits, and empties b.
+func (b *beats) send(ctx context.Context, r *runner) error {
+	if b.n == 0 {
+		return nil
+	}
+	err := r.write(ctx, heartbeatScript, b.streams, b.args...).Err()
+	b.streams, b.args, b.n = b.streams[:0], b.args[:2], 0
+	if err != nil && !isRedisNil(err) {
+		return err
 	}
 	return nil
 }

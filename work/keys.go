@@ -520,19 +520,30 @@ return job
 // heartbeatScript keeps this consumer's running entries fresh: XCLAIM …
 // JUSTID (no delivery counted) of those still pending for it, so that no
 // other holder claims them as abandoned, and so that an entry another
-// holder claimed after a stall is never taken back from it.
+// holder claimed after a stall is never taken back from it. One call
+// covers several streams (a holder running jobs of many key streams); a
+// stream gone meanwhile (a key stream whose last entry was settled) is
+// skipped.
 //
-// KEYS[1] stream; ARGV[1] group, ARGV[2] consumer, ARGV[3..] entry ids.
-// Returns how many were refreshed.
+// KEYS the streams; ARGV[1] group, ARGV[2] consumer, then per stream: n,
+// then n entry ids. Returns how many were refreshed.
 const heartbeatLua = entryLua + `
-local mine = {}
-for i = 3, #ARGV do
-  if pending(KEYS[1], ARGV[1], ARGV[i], ARGV[2]) then mine[#mine + 1] = ARGV[i] end
+local i, total = 3, 0
+for _, s in ipairs(KEYS) do
+  local n = tonumber(ARGV[i])
+  if redis.call('EXISTS', s) == 1 then
+    local mine = {}
+    for j = i + 1, i + n do
+      if pending(s, ARGV[1], ARGV[j], ARGV[2]) then mine[#mine + 1] = ARGV[j] end
+    end
+    if #mine > 0 then
+      redis.call('XCLAIM', s, ARGV[1], ARGV[2], 0, unpack(mine), 'JUSTID')
+    end
+    total = total + #mine
+  end
+  i = i + 1 + n
 end
-if #mine > 0 then
-  redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, unpack(mine), 'JUSTID')
-end
-return #mine
+return total
 `
 
 var heartbeatScript = redis.NewScript(heartbeatLua)

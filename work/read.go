@@ -213,11 +213,13 @@ func (j *Job) stream(k Keys) string {
 }
 
 // forget drops a settled (or abandoned) entry from the active set.
+// keyForget sees it first, while r.active still holds its job (for a key
+// stream's entry, its job id).
 func (r *runner) forget(keys ...entryKey) {
 	r.mu.Lock()
 	for _, k := range keys {
-		delete(r.active, k)
 		r.keyForget(k)
+		delete(r.active, k)
 	}
 	r.mu.Unlock()
 	r.poke()
@@ -432,7 +434,7 @@ func (r *runner) claim(ctx context.Context, n int64) ([]*Job, error) {
 			return jobs, err
 		}
 	}
-	if int64(len(jobs)) >= n {
+	if int64(len(jobs)) >= n || !r.keyStreams.Load() {
 		return jobs, nil
 	}
 	list, err := r.keyStreamsPending(ctx, false)

@@ -253,8 +253,9 @@ type runner struct {
 	announce  bool        // the first replay is not yet logged at info; the reader's own
 	inherited bool        // replaying what the slot's previous holder left (not what a lost reply left); the reader's own
 
-	keysListed bool       // keysReplay is listed for this replay phase; the reader's own
-	keysReplay []entryKey // key streams (entryKeys without id) with entries of this consumer's left to replay; the reader's own
+	keysListed bool        // keysReplay is listed for this replay phase; the reader's own
+	keyStreams atomic.Bool // key streams exist (KeyStreams), as readAtStart and the keeper saw: claim looks at them
+	keysReplay []entryKey  // key streams (entryKeys without id) with entries of this consumer's left to replay; the reader's own
 
 	mu      sync.Mutex
 	active  map[entryKey]*Job // entries read and not yet settled; guarded by mu
@@ -394,13 +395,15 @@ func (r *runner) run(ctx context.Context) error {
 //     says so once);
 //   - the cancel requests: a job it replays or claims (left pending by a
 //     holder that could not stop it: killed, past its hard deadline) is
-//     dead-lettered unrun, not started again.
+//     dead-lettered unrun, not started again;
+//   - whether key streams exist: if not, the first replay lists none.
 func (r *runner) readAtStart(ctx context.Context) {
-	var levels, rings *redis.IntCmd
+	var levels, rings, streams *redis.IntCmd
 	var paused, cancels *redis.MapStringStringCmd
 	_, _ = r.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		levels = p.Exists(ctx, r.keys.High, r.keys.Low)
 		rings = p.Exists(ctx, r.keys.rings()...)
+		streams = p.Exists(ctx, r.keys.KeyStreams())
 		paused = p.HGetAll(ctx, r.keys.Paused)
 		cancels = p.HGetAll(ctx, r.keys.Cancel)
 		return nil
@@ -410,6 +413,11 @@ func (r *runner) readAtStart(ctx context.Context) {
 	}
 	if n, err := rings.Result(); err == nil {
 		r.keysSeen(n)
+	}
+	if n, err := streams.Result(); err == nil && n == 0 {
+		r.keysListed = true // no key stream: the first replay has none to list
+	} else {
+		r.keyStreams.Store(true)
 	}
 	if h, err := paused.Result(); err == nil {
 		r.pauseSeen(h)
