@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A job chained after a keyed job that waits in its key's list: enqueue
+// A job chained after a keyed job that waits in its key's stream: enqueue
 // must accept it (the dependency is waiting), and it runs after it.
 func TestInterplayAfterKeyedWaiting(t *testing.T) {
 	rdb := redistest.Start(t).Client()
@@ -19,7 +19,7 @@ func TestInterplayAfterKeyedWaiting(t *testing.T) {
 	a := enqueueKeyed(t, rdb, "k", 1)[0]
 	b, err := Enqueue(ctx, rdb, "q", []byte("b"), After(a))
 	if err != nil {
-		t.Fatalf("enqueue after a keyed job waiting in its key's list: %v", err)
+		t.Fatalf("enqueue after a keyed job waiting in its key's stream: %v", err)
 	}
 	var o order
 	st := new(Stats)
@@ -30,7 +30,7 @@ func TestInterplayAfterKeyedWaiting(t *testing.T) {
 	_ = b
 }
 
-// A keyed job cancelled while it waits in its key's list: the job chained
+// A keyed job cancelled while it waits in its key's stream: the job chained
 // after it is dead-lettered as dependency_failed (not blocked forever).
 func TestInterplayCancelKeyedReleasesChain(t *testing.T) {
 	rdb := redistest.Start(t).Client()
@@ -61,7 +61,7 @@ func TestInterplayCancelKeyedReleasesChain(t *testing.T) {
 	}
 }
 
-// Wait for a keyed job cancelled while it waits in its key's list returns
+// Wait for a keyed job cancelled while it waits in its key's stream returns
 // the cancel, as for any other cancelled job.
 func TestInterplayWaitCancelledKeyed(t *testing.T) {
 	rdb := redistest.Start(t).Client()
@@ -126,7 +126,7 @@ func TestInterplayWaitCancelledBlocked(t *testing.T) {
 	}
 }
 
-// A keyed batch member cancelled while it waits in its key's list is
+// A keyed batch member cancelled while it waits in its key's stream is
 // counted dead: the batch completes and its callback runs.
 func TestInterplayBatchKeyedMemberCancelled(t *testing.T) {
 	rdb := redistest.Start(t).Client()

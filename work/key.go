@@ -52,7 +52,7 @@ func ValidKey(k string) error {
 // Key gives the job a key (a tenant, a customer, a target host): holders
 // run at most the key's cap of its jobs at once, fleet-wide, and take keys
 // in turns, so one key's backlog does not delay another's jobs. A job with
-// a key and no delay waits in its key's list, not in the stream.
+// a key and no delay waits in its key's own stream, not its level's.
 func Key(k string) Option {
 	return func(o *jobOptions) error {
 		if err := ValidKey(k); err != nil {

@@ -157,3 +157,28 @@ func runEachOnce(t *testing.T, rdb *redis.Client, ids []string) []string {
 	}
 	return order
 }
+
+// A key stream named for a read is deleted before the read (its jobs all
+// settled by other holders): the read of the streams named with it reads
+// nothing and is no error (XREADGROUP checks every stream first), and
+// those keys' jobs stay waiting, their keys in the ring, for the next turn.
+func TestKeyFedStreamGone(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	k := KeysFor("q")
+	ids := enqueueKeyed(t, rdb, "a", 3)
+	r := &runner{keys: k, c: Config{Client: rdb, Consumer: "c", Queue: "q"}}
+	jobs, err := r.readFed(ctx, []any{k.KeyStream(PriorityNormal, "gone"), int64(4), k.KeyStream(PriorityNormal, "a"), int64(4)})
+	if err != nil || len(jobs) != 0 {
+		t.Fatalf("read %d jobs, error %v; want none and no error", len(jobs), err)
+	}
+	if n := keyPending(t, rdb, "q"); n != 0 {
+		t.Fatalf("%d entries pending", n)
+	}
+	if !rdb.SIsMember(ctx, k.keyRingIn(PriorityNormal), "a").Val() {
+		t.Fatal("key a left its ring")
+	}
+	runEachOnce(t, rdb, ids)
+	levelsSettled(t, rdb)
+	keysClean(t, rdb)
+}

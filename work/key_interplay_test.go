@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A failed keyed job is retried with its key, through its key's list (no
+// A failed keyed job is retried with its key, through its key's stream (no
 // attempt counted for the wait), under its key's cap.
 func TestKeyRetryKeepsKey(t *testing.T) {
 	rdb := redistest.Start(t).Client()
@@ -181,7 +181,7 @@ func TestKeyFairThousandKeys(t *testing.T) {
 	keysClean(t, rdb)
 }
 
-// Cancel takes a job out of its key's list as a dead letter; the others run.
+// Cancel takes a job out of its key's stream as a dead letter; the others run.
 func TestKeyCancelWaiting(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
@@ -219,7 +219,7 @@ func TestKeyCancelWaiting(t *testing.T) {
 }
 
 // A producer's raw entry whose key field is no valid key is dead-lettered
-// as malformed, unrun; a valid one is parked in its key's list and runs.
+// as malformed, unrun; a valid one is parked in its key's stream and runs.
 func TestKeyRawField(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
@@ -271,9 +271,9 @@ func TestKeyPause(t *testing.T) {
 }
 
 // Keyed jobs that reach the stream together without permits (delayed jobs
-// of one key due at the same instant) are parked in their key's list in
-// one call, and run in their enqueue order. Each went to the list's head
-// (LPUSH), so they ran last first.
+// of one key due at the same instant) are parked in their key's stream in
+// one call, and run in their enqueue order. (Each once went to the head of
+// the key's list, so they ran last first.)
 func TestKeyParkedKeepOrder(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ids := enqueueKeyed(t, rdb, "k", 6, At(time.Now().Add(300*time.Millisecond)))

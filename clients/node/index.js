@@ -401,7 +401,7 @@ class ScriptCall {
 
 // KeyCall gathers one call of the keys' enqueue script (work/key_enqueue.go's
 // keyCall): the jobs that have a key and no delay, which wait in their
-// keys' lists rather than in a stream.
+// keys' streams rather than in their levels'.
 const LEVEL = ["normal", "high", "low"].map(packed);
 const UK_NONE = packed("");
 const UK_UNIQUE = packed("u");

@@ -32,7 +32,7 @@ type keyedJob struct {
 
 // TestClientsEnqueueWithKey: jobs enqueued with a key (docs/keys.md) from
 // Python and from Node are the jobs the Go client enqueues: a keyed job
-// without a delay waits in its key's list (the keys' enqueue script), a
+// without a delay waits in its key's stream (the keys' enqueue script), a
 // delayed one is scheduled with its key in its record, a keyed job with a
 // unique key is refused as a duplicate while its twin waits, and a batch
 // that mixes keyed and unkeyed jobs (priorities, unique keys) gets its ids
@@ -192,7 +192,7 @@ func TestClientsEnqueueWithKey(t *testing.T) {
 		}
 	}
 	if !ids["go"][slices.IndexFunc(jobs, func(j keyedJob) bool { return j.payload == "dup" })].dup {
-		t.Fatal("go: a keyed job with the unique key of one waiting in its key's list was added")
+		t.Fatal("go: a keyed job with the unique key of one waiting in its key's stream was added")
 	}
 
 	// Where each job is, before any holder runs: as baton job says it, the
@@ -220,18 +220,18 @@ func TestClientsEnqueueWithKey(t *testing.T) {
 		}
 		r.sameAsBatonJob(p, q, list, locs)
 		out, errOut, code := r.baton("job", "--queue", q, list[0])
-		if want := "job " + list[0] + ": waiting in key a's list (4 waiting, 0 running)"; code != 0 || !strings.HasPrefix(out, want) {
+		if want := "job " + list[0] + ": waiting in key a's stream (4 waiting, 0 running, 0 ahead of it)"; code != 0 || !strings.HasPrefix(out, want) {
 			t.Errorf("%s: baton job of a keyed job: exit %d %q %s, want %q", p, code, out, errOut, want)
 		}
 		w := r.drive(p, q, nil, map[string]any{"op": "wait", "id": list[0], "timeout_ms": 100})[0]
 		if w["class"] != "TimeoutError" {
-			t.Errorf("%s: wait for a keyed job in its key's list: %v, want a TimeoutError", p, w)
+			t.Errorf("%s: wait for a keyed job in its key's stream: %v, want a TimeoutError", p, w)
 		}
 	}
 	for i, j := range jobs {
 		if j.key != "" && !ids["go"][i].dup && !strings.Contains(where[i], " key "+j.key+" ") &&
 			!strings.Contains(where[i], "scheduled") {
-			t.Errorf("go: job %s: %s, want it in key %s's list", j.payload, where[i], j.key)
+			t.Errorf("go: job %s: %s, want it in key %s's stream", j.payload, where[i], j.key)
 		}
 	}
 
@@ -308,23 +308,25 @@ echo "ran $BATON_QUEUE $BATON_JOB_ID $p [$BATON_KEY]" >> `+samples+"\n")
 	}
 }
 
-// record is a keyed job's record in its key's list, or a scheduled job's,
-// without the id the script appends to it: "" for a job in neither.
+// record is a scheduled job's record, byte for byte but for the orig pair
+// the script appends, or a keyed job's index entry (its entry, level and
+// key: the entry named as the job's own id when it is).
 func (r *rig) record(q, id string) string {
 	r.t.Helper()
 	k := work.KeysFor(q)
-	for _, h := range []string{k.KeyJobs(), k.ScheduledJobs} {
-		b, err := r.client().HGet(context.Background(), h, id).Bytes()
-		if err != nil {
-			continue
-		}
-		// the orig pair the script appends: "orig" and the id, packed
-		suffix := append([]byte("\xa4orig"), byte(0xa0|len(id)))
-		suffix = append(suffix, id...)
-		if !bytes.HasSuffix(b, suffix) {
-			r.t.Fatalf("record of job %s in %s: %q, not ending with its id", id, h, b)
-		}
-		return fmt.Sprintf(" record in %s: %q", strings.TrimPrefix(h, k.Stream), b[:len(b)-len(suffix)])
+	ctx := context.Background()
+	if v, err := r.client().HGet(ctx, k.KeyJobs(), id).Result(); err == nil {
+		return fmt.Sprintf(" index: %q", strings.Replace(v, id+"\n", "(job id)\n", 1))
 	}
-	return ""
+	b, err := r.client().HGet(ctx, k.ScheduledJobs, id).Bytes()
+	if err != nil {
+		return ""
+	}
+	// the orig pair the script appends: "orig" and the id, packed
+	suffix := append([]byte("\xa4orig"), byte(0xa0|len(id)))
+	suffix = append(suffix, id...)
+	if !bytes.HasSuffix(b, suffix) {
+		r.t.Fatalf("record of job %s in %s: %q, not ending with its id", id, k.ScheduledJobs, b)
+	}
+	return fmt.Sprintf(" record in %s: %q", strings.TrimPrefix(k.ScheduledJobs, k.Stream), b[:len(b)-len(suffix)])
 }

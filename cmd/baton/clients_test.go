@@ -569,11 +569,15 @@ func (r *rig) entryFields(q, id string, loc map[string]any) string {
 	}
 	k := work.KeysFor(q)
 	stream := k.Stream
+	p, _ := work.ParsePriority(fmt.Sprint(loc["priority"]))
 	switch loc["priority"] {
 	case "high":
 		stream = k.High
 	case "low":
 		stream = k.Low
+	}
+	if key, _ := loc["key"].(string); key != "" {
+		stream = k.KeyStream(p, key) // a keyed job waits and runs there
 	}
 	msgs, err := r.client().XRange(context.Background(), stream, entry, entry).Result()
 	if err != nil || len(msgs) != 1 {

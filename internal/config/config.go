@@ -218,7 +218,7 @@ type PeriodicEntry struct {
 	// CatchUpMax bounds the missed ticks catch_up = "all" enqueues. Default 100.
 	CatchUpMax int `toml:"catch_up_max"`
 	// Key is the key of each job the entry enqueues (docs/keys.md); a job
-	// with a key is read into its key's list and takes turns. Default none.
+	// with a key waits in its key's stream and takes turns. Default none.
 	Key string `toml:"key"`
 	// Overlap is allow (a tick is enqueued whatever the previous tick's job
 	// is doing) or skip (a tick is skipped, and counted, while the previous

@@ -498,7 +498,7 @@ _UK_NONE, _UK_UNIQUE, _UK_TTL = _pack_str(b""), _pack_str(b"u"), _pack_str(b"t")
 class _KeyCall:
     """The arguments of one call of the keys' enqueue script
     (work/key_enqueue.go's keyCall): the jobs that have a key and no delay,
-    which wait in their keys' lists rather than in a stream."""
+    which wait in their keys' streams rather than in their levels'."""
 
     __slots__ = ("jobs", "keys", "items", "n")
 
