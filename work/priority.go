@@ -160,17 +160,6 @@ func (r *runner) streamOf(stream string) (Priority, string) {
 	return PriorityNormal, ""
 }
 
-// levelOf names the level of one of the queue's streams.
-func (r *runner) levelOf(stream string) Priority {
-	switch stream {
-	case r.keys.High:
-		return PriorityHigh
-	case r.keys.Low:
-		return PriorityLow
-	}
-	return PriorityNormal
-}
-
 // scriptJobs turns takeScript's reply into jobs, in its order.
 func (r *runner) scriptJobs(v []any) []*Job {
 	var jobs []*Job
