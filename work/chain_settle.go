@@ -166,6 +166,16 @@ end
 // (the caller locates it again). A job that is nowhere (hint "u") counts
 // as done when nowhereDone. It follows chainAckLua (chainKeys).
 const chainStateLua = `
+-- holds: the entry of stream s is still there and is job dep's
+local function holds(s, entry, dep)
+  local e = redis.call('XRANGE', s, entry, entry)
+  if #e == 0 then return false end
+  local o, f = entry, e[1][2]
+  for k = 1, #f, 2 do
+    if f[k] == 'orig' and f[k + 1] ~= '' then o = f[k + 1] end
+  end
+  return o == dep
+end
 local function chainState(c, dep, hint, nowhereDone)
   if redis.call('ZSCORE', c.base .. ':done', dep) then return 'done' end
   local held = redis.call('HGET', c.index, dep)
@@ -183,28 +193,11 @@ local function chainState(c, dep, hint, nowhereDone)
     local v = redis.call('HGET', c.base .. ':key:jobs', dep)
     if v then
       local entry, level, key = string.match(v, '^([^\n]+)\n([^\n]+)\n(.+)$')
-      if entry then
-        local e = redis.call('XRANGE', c.base .. ':key:s:' .. level .. ':' .. key, entry, entry)
-        if #e > 0 then
-          local o, f = entry, e[1][2]
-          for k = 1, #f, 2 do
-            if f[k] == 'orig' and f[k + 1] ~= '' then o = f[k + 1] end
-          end
-          if o == dep then return 'live' end
-        end
-      end
+      if entry and holds(c.base .. ':key:s:' .. level .. ':' .. key, entry, dep) then return 'live' end
     end
   elseif h == '0' or h == '1' or h == '2' then
-    local entry = string.sub(hint, 3)
     local streams = {c.base, c.high, c.low}
-    local e = redis.call('XRANGE', streams[1 + tonumber(h)], entry, entry)
-    if #e > 0 then
-      local o, f = entry, e[1][2]
-      for k = 1, #f, 2 do
-        if f[k] == 'orig' and f[k + 1] ~= '' then o = f[k + 1] end
-      end
-      if o == dep then return 'live' end
-    end
+    if holds(streams[1 + tonumber(h)], string.sub(hint, 3), dep) then return 'live' end
   elseif h == 'u' and nowhereDone then
     return 'done'
   end
