@@ -242,12 +242,13 @@ var ackScript = redis.NewScript(ackLua)
 // quantum from each of several keys), which one call each would cost a
 // script call for every few jobs. Each batch is acknowledged exactly as
 // ackScript would, in order; then the acknowledged jobs' index entries
-// (KeyJobs) are dropped: their jobs are done.
+// (KeyJobs) are dropped where they still name the acknowledged entry.
 //
 // KEYS: each batch's ackScript KEYS, one batch after another, then the
 // key jobs index; ARGV[1] the number of batches b, ARGV[2..1+2b] per batch
 // its number of KEYS and of ARGV, then each batch's ackScript ARGV, one
-// after another, then the job ids whose index entries go.
+// after another, then pairs of job id and entry id: the index entries
+// that go, where they still name that entry.
 // Returns how many entries were pending and are now acknowledged.
 var keyAckScript = redis.NewScript(keyAckLua)
 
@@ -267,7 +268,18 @@ for i = 1, b do
   ko, ao = ko + nk, ao + na
   acked = acked + ackOne()
 end
-if ao < #allA then redis.call('HDEL', allK[#allK], unpack(allA, ao + 1, #allA)) end
+-- the index entries that still name the acknowledged entries (a job
+-- parked again meanwhile, after a claim, names its newer one)
+if ao < #allA then
+  local jobs, ents, drop = {}, {}, {}
+  for i = ao + 1, #allA - 1, 2 do
+    jobs[#jobs + 1], ents[#ents + 1] = allA[i], allA[i + 1] .. '\n'
+  end
+  for i, v in ipairs(redis.call('HMGET', allK[#allK], unpack(jobs))) do
+    if v and string.sub(v, 1, #ents[i]) == ents[i] then drop[#drop + 1] = jobs[i] end
+  end
+  if #drop > 0 then redis.call('HDEL', allK[#allK], unpack(drop)) end
+end
 return acked
 `
 

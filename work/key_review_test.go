@@ -1,0 +1,74 @@
+package work
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/baton-run/baton/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// A holder that acknowledges a key stream entry drops its job's index
+// entry only while the index still names that entry: a job that ran
+// twice (claimed past the visibility timeout, retried by the claimer and
+// parked again under a newer entry) keeps the index entry of the new one,
+// which `baton job`, cancel and chains read, when the first holder's late
+// acknowledgement comes.
+func TestKeyAckKeepsIndexOfJobParkedAgain(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	k := KeysFor("q")
+	s := k.KeyStream(PriorityNormal, "a")
+	job := enqueueKeyed(t, rdb, "a", 1)[0]
+	// Holder A reads it (entry e1 = the job id) and stalls.
+	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: Group, Consumer: "A", Streams: []string{s, ">"}, Count: 1}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e1 := job
+	// Holder B claims it, runs it, and it fails: its retry settles e1 and,
+	// once due, puts it in the level stream, whose read parks it again.
+	m, err := rdb.XRange(ctx, s, e1, e1).Result()
+	if err != nil || len(m) != 1 {
+		t.Fatalf("entry %s: %v %v", e1, m, err)
+	}
+	rdb.XClaim(ctx, &redis.XClaimArgs{Stream: s, Group: Group, Consumer: "B", Messages: []string{e1}})
+	rdb.XAck(ctx, s, Group, e1)
+	rdb.XDel(ctx, s, e1)
+	if err := ensureGroup(ctx, rdb, k.Stream); err != nil {
+		t.Fatal(err)
+	}
+	le, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: m[0].Values}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: Group, Consumer: "B", Streams: []string{k.Stream, ">"}, Count: 1}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	v, err := runScript(ctx, rdb, keyParkScript, []string{k.High, k.Stream, k.Low, k.KeyJobs()},
+		Group, "B", k.keyBase(), 2, le, "a", job, 1).Slice()
+	if err != nil || len(v) != 1 || v[0] != int64(0) {
+		t.Fatalf("park: %v %v", v, err)
+	}
+	parked := rdb.HGet(ctx, k.KeyJobs(), job).Val()
+	if strings.HasPrefix(parked, e1+"\n") {
+		t.Fatalf("index still names %s after the park: %q", e1, parked)
+	}
+	// Holder A's job ends: it acknowledges e1, with the job's index entry,
+	// as ackStreams sends it (job id, entry id).
+	keys := []string{s, k.Stats, k.Done, k.Waiters, k.Results, k.KeyJobs()}
+	args := []any{1, 5, 6, Group, 1, 0, 0, 0, e1, job, e1}
+	if err := runScript(ctx, rdb, keyAckScript, keys, args...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := rdb.HGet(ctx, k.KeyJobs(), job).Val(); got != parked {
+		t.Fatalf("index entry of %s after the late ack of %s: %q, want %q", job, e1, got, parked)
+	}
+	loc, err := Locate(ctx, rdb, "q", job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if loc.State != StateWaiting || loc.Key != "a" {
+		t.Fatalf("located %s as %+v, want waiting in key a's stream", job, loc)
+	}
+}
