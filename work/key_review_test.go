@@ -72,3 +72,58 @@ func TestKeyAckKeepsIndexOfJobParkedAgain(t *testing.T) {
 		t.Fatalf("located %s as %+v, want waiting in key a's stream", job, loc)
 	}
 }
+
+// keyAckArgs are keyAckScript's keys and arguments as ackStreams sends
+// them for one entry of each of streams, with no retention.
+func keyAckArgs(k Keys, streams, entries, jobs []string) ([]string, []any) {
+	var keys []string
+	args := []any{len(streams)}
+	var body, index []any
+	for i, s := range streams {
+		keys = append(keys, s, k.Stats, k.Done, k.Waiters, k.Results)
+		args = append(args, 5, 6)
+		body = append(body, Group, 1, 0, 0, 0, entries[i])
+		index = append(index, jobs[i], entries[i])
+	}
+	return append(keys, k.KeyJobs()), append(append(args, body...), index...)
+}
+
+// The acknowledgement of several key streams at once is made again after
+// a lost reply (redisRetry), when the first call deleted a stream it
+// emptied: the call again does nothing and succeeds. And one key stream
+// gone before the call (its entry settled by a holder that claimed it)
+// leaves the other streams' entries acknowledged, not pending to run again.
+func TestKeyAckStreamGone(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	k := KeysFor("q")
+	var streams, entries []string
+	for _, key := range []string{"a", "b", "c"} {
+		s := k.KeyStream(PriorityNormal, key)
+		id := enqueueKeyed(t, rdb, key, 2)[0]
+		if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: Group, Consumer: "A", Streams: []string{s, ">"}, Count: 1}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		streams, entries = append(streams, s), append(entries, id)
+	}
+	// a's only other job is cancelled: a's ack below empties it.
+	rest, _ := rdb.XRange(ctx, streams[0], "("+entries[0], "+").Result()
+	rdb.XDel(ctx, streams[0], rest[0].ID)
+	keys, args := keyAckArgs(k, streams[:2], entries[:2], entries[:2])
+	for i := range 2 { // the second call: the first one's reply was lost
+		if n, err := runScript(ctx, rdb, keyAckScript, keys, args...).Int64(); err != nil || n != int64(2-2*i) {
+			t.Fatalf("ack call %d: acknowledged %d, %v; want %d", i+1, n, err, 2-2*i)
+		}
+	}
+	if rdb.Exists(ctx, streams[0]).Val() != 0 {
+		t.Fatalf("key stream %s left empty", streams[0])
+	}
+	// Gone before the call: a's stream; c's entry is still acknowledged.
+	keys, args = keyAckArgs(k, []string{streams[0], streams[2]}, []string{entries[0], entries[2]}, []string{entries[0], entries[2]})
+	if n, err := runScript(ctx, rdb, keyAckScript, keys, args...).Int64(); err != nil || n != 1 {
+		t.Fatalf("ack with a stream gone: acknowledged %d, %v; want 1", n, err)
+	}
+	if p := rdb.XPending(ctx, streams[2], Group).Val(); p.Count != 0 {
+		t.Fatalf("%d entries of %s still pending after their ack", p.Count, streams[2])
+	}
+}

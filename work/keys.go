@@ -632,7 +632,11 @@ local function idAfter(a, b)
 end
 local function trimAcked(s, g, ids)
   if not keyStreamTag(s) then return false end
-  local p = redis.call('XPENDING', s, g, '-', '+', 1)
+  -- gone (emptied and deleted by this same call made before its reply
+  -- was lost, or by a sweep): nothing to delete, and no error, which would
+  -- leave the call's later batches unacknowledged
+  local ok, p = pcall(redis.call, 'XPENDING', s, g, '-', '+', 1)
+  if not ok then return true end
   local minid = p[1] and p[1][1]
   if minid then
     -- acknowledged out of order, behind an older running job: those
