@@ -2,8 +2,10 @@ package work
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/baton-run/baton/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -125,5 +127,54 @@ func TestKeyAckStreamGone(t *testing.T) {
 	}
 	if p := rdb.XPending(ctx, streams[2], Group).Val(); p.Count != 0 {
 		t.Fatalf("%d entries of %s still pending after their ack", p.Count, streams[2])
+	}
+}
+
+// A key whose stream has nothing undelivered leaves its ring at its next
+// turn, even when Redis overcounts the group's lag: here a waiting job is
+// cancelled (an undelivered entry deleted) while the key's other job
+// runs, which then fails into the retry schedule, leaving the stream with
+// no entry (lag 1). The key stayed in the ring, and a holder with nothing
+// to do kept taking turns (every keyPoll) until another holder's start
+// swept the stream. (The rate limit keeps the holder from taking a turn
+// between the cancel and the failure, as a long ring does.)
+func TestKeyLeavesRingWhenLagOvercounts(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	k := KeysFor("q")
+	ids := enqueueKeyed(t, rdb, "a", 2)
+	started, release := make(chan struct{}), make(chan struct{})
+	c := testConfig(rdb, HandlerFunc(func(_ context.Context, j *Job) error {
+		if j.ID == ids[0] {
+			close(started)
+			<-release
+		}
+		return errors.New("fails")
+	}))
+	c.KeyCaps = KeyCaps{Default: 1}
+	c.RateLimit = Rate{N: 1, Per: 3 * time.Second}
+	c.RetryBackoff, c.RetryBackoffMax = time.Hour, time.Hour
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- Run(ctx, c, nil) }()
+	<-started
+	if res, err := Cancel(ctx, rdb, "q", ids[1]); err != nil || res[0].Outcome != CancelDone {
+		t.Fatalf("cancel waiting job: %+v, %v", res, err)
+	}
+	close(release)
+	waitWithin(t, 10*time.Second, func() bool { return rdb.ZCard(ctx, k.Retry).Val() == 1 })
+	deadline := time.Now().Add(10 * time.Second)
+	for rdb.LLen(ctx, k.KeyRing(PriorityNormal)).Val() != 0 {
+		if time.Now().After(deadline) {
+			s := k.KeyStream(PriorityNormal, "a")
+			g, _ := rdb.XInfoGroups(ctx, s).Result()
+			t.Fatalf("key a still in its ring, its stream of %d entries (groups %+v)", rdb.XLen(ctx, s).Val(), g)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
 	}
 }
