@@ -178,3 +178,29 @@ func TestKeyLeavesRingWhenLagOvercounts(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A give-back of a key stream's entry made again after a lost reply
+// (redisRetry), when the first call emptied and deleted the stream, does
+// nothing and succeeds: the entry went back to its level's stream once.
+func TestKeyGiveBackAgainAfterStreamGone(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	k := KeysFor("q")
+	s := k.KeyStream(PriorityNormal, "a")
+	job := enqueueKeyed(t, rdb, "a", 1)[0]
+	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: Group, Consumer: "A", Streams: []string{s, ">"}, Count: 1}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		n, err := runScript(ctx, rdb, backScript, []string{s, k.Stream}, Group, "A", job, 0, job).Int64()
+		if err != nil || n != int64(1-i) {
+			t.Fatalf("give-back call %d: %d, %v; want %d", i+1, n, err, 1-i)
+		}
+	}
+	if n := rdb.XLen(ctx, k.Stream).Val(); n != 1 {
+		t.Fatalf("level stream holds %d entries, want the job once", n)
+	}
+	if rdb.Exists(ctx, s).Val() != 0 {
+		t.Fatal("emptied key stream left")
+	}
+}

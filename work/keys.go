@@ -576,6 +576,9 @@ var heartbeatScript = redis.NewScript(heartbeatLua)
 // next holder shares: a stale holder's give-back could take back an entry
 // the new holder is running, so a holder runs it fenced (work/fence.go).
 const backLua = entryLua + keyStreamLua + `
+-- a key stream gone (this call made again after a lost reply, which
+-- emptied and deleted it): nothing of it is pending
+if KEYS[2] ~= KEYS[1] and redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local n = 0
 for i = 3, #ARGV, 3 do
   if pending(KEYS[1], ARGV[1], ARGV[i], ARGV[2]) then
