@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/internal/redistest"
+	"github.com/baton-run/baton/lock"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -203,4 +204,40 @@ func TestKeyGiveBackAgainAfterStreamGone(t *testing.T) {
 	if rdb.Exists(ctx, s).Val() != 0 {
 		t.Fatal("emptied key stream left")
 	}
+}
+
+// A keyed job dead-lettered leaves nothing of keys behind even when its
+// holder never takes another turn (killed, or here fenced: its lease taken
+// over before its next read): the dead letter drops the job's index entry
+// and the key stream it emptied, instead of leaving the index entry to the
+// holder's next take, which a lost holder never makes (one index entry
+// kept for good per such job).
+func TestKeyDeadLeavesNoIndexEntry(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	k := KeysFor("q")
+	sl := runLease(t, rdb)
+	job := enqueueKeyed(t, rdb, "a", 1)[0]
+	key, token := sl.Fence()
+	c := testConfig(rdb, HandlerFunc(func(context.Context, *Job) error { return ErrSkipRetry }))
+	c.Consumer = "fleet/run-0"
+	c.Fence = &Fence{Key: key, Token: token, Held: sl.(lock.Holding)}
+	// no read (no take) for a while after the job's
+	c.RateLimit = Rate{N: 1, Per: 5 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- Run(ctx, c, nil) }()
+	waitWithin(t, 10*time.Second, func() bool { return rdb.XLen(ctx, k.Dead).Val() == 1 })
+	// The lease is another's now: this holder's writes are fenced.
+	if err := rdb.HSet(ctx, key, "token", token+1000).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-errc:
+	case <-time.After(20 * time.Second):
+		t.Fatal("holder did not stop after its lease was taken over")
+	}
+	if v, err := rdb.HGet(ctx, k.KeyJobs(), job).Result(); err == nil {
+		t.Fatalf("index entry of dead job %s left: %q", job, v)
+	}
+	keysClean(t, rdb)
 }

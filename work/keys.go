@@ -452,7 +452,7 @@ var enqueueScript = redis.NewScript(enqueueLua)
 // when another dead letter still there holds the job id (two entries claim
 // it; not when the job id is the entry's own): nothing written, 1 when
 // letters were dropped to make room, else 0.
-const deadLua = entryLua + notifyLua + chainAckLua + chainDeadLua + `
+const deadLua = entryLua + notifyLua + chainAckLua + chainDeadLua + keyStreamLua + `
 if not pending(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return -1 end
 local bad = writable(KEYS[2], 'stream', KEYS[3], 'hash')
 if bad then return bad end
@@ -473,6 +473,8 @@ redis.call('HSET', KEYS[3], ARGV[5], id)
 trim(KEYS[2], KEYS[3], over)
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
+dropKeyIndex(KEYS[1], ARGV[5], ARGV[2])
+dropEmptyKeyStream(KEYS[1])
 if KEYS[5] ~= KEYS[1] then release(KEYS[5], ARGV[5]) end
 redis.pcall('HINCRBY', KEYS[4], 'dead', 1)
 for i = l, #ARGV, 2 do
@@ -617,6 +619,16 @@ local function keyStreamTag(s)
   local tag = string.find(s, '}', 1, true)
   if not tag or string.sub(s, tag + 1, tag + 7) ~= ':key:s:' then return nil end
   return tag
+end
+-- dropKeyIndex(s, job, entry): the job's index entry (KeyJobs), when s is
+-- a key stream and it still names entry (a settle that never waits for
+-- its holder's next take: a lost holder never makes one)
+local function dropKeyIndex(s, job, entry)
+  local tag = keyStreamTag(s)
+  if not tag then return end
+  local index = string.sub(s, 1, tag) .. ':key:jobs'
+  local v = redis.call('HGET', index, job)
+  if v and string.sub(v, 1, #entry + 1) == entry .. '\n' then redis.call('HDEL', index, job) end
 end
 local function dropEmptyKeyStream(s)
   local tag = keyStreamTag(s)
