@@ -241,3 +241,40 @@ func TestKeyDeadLeavesNoIndexEntry(t *testing.T) {
 	}
 	keysClean(t, rdb)
 }
+
+// So for a batch member of a key stream, done: its acknowledgement drops
+// its index entry and the stream it emptied, whatever its holder does next.
+func TestKeyBatchMemberLeavesNoIndexEntry(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	k := KeysFor("q")
+	sl := runLease(t, rdb)
+	b, err := NewBatch(ctx, rdb, "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := b.AddAndClose(ctx, Message{Payload: []byte("m"), Options: []Option{Key("a")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, token := sl.Fence()
+	c := testConfig(rdb, HandlerFunc(func(context.Context, *Job) error { return nil }))
+	c.Consumer = "fleet/run-0"
+	c.Fence = &Fence{Key: key, Token: token, Held: sl.(lock.Holding)}
+	c.RateLimit = Rate{N: 1, Per: 5 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- Run(ctx, c, nil) }()
+	waitWithin(t, 10*time.Second, func() bool { return rdb.HGet(ctx, k.Stats, "done").Val() == "1" })
+	if err := rdb.HSet(ctx, key, "token", token+1000).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-errc:
+	case <-time.After(20 * time.Second):
+		t.Fatal("holder did not stop after its lease was taken over")
+	}
+	if v, err := rdb.HGet(ctx, k.KeyJobs(), ids[0]).Result(); err == nil {
+		t.Fatalf("index entry of done member %s left: %q", ids[0], v)
+	}
+	keysClean(t, rdb)
+}
