@@ -110,7 +110,7 @@ end
 // pairs, then nb, nb batch ids, then per member: entry id, job id ("" when
 // the entry's own), batch number (1..nb).
 // Returns {acknowledged, batches put in the outbox}.
-var batchAckLua = batchLua + notifyLua + chainAckLua + `
+var batchAckLua = batchLua + notifyLua + chainAckLua + keyStreamLua + `
 local h = tonumber(ARGV[5])
 local p = 6 + 2 * h
 local nb = tonumber(ARGV[p])
@@ -164,6 +164,12 @@ for k = 1, #entries do
   end
 end
 redis.call('XDEL', KEYS[1], unpack(entries))
+-- members of a key stream: their index entries and the emptied stream go
+-- now, not with the holder's next take (a lost holder makes none)
+if keyStreamTag(KEYS[1]) then
+  for k, e in ipairs(entries) do dropKeyIndex(KEYS[1], jobs[k], e) end
+  dropEmptyKeyStream(KEYS[1])
+end
 if acked > 0 then
   redis.pcall('HINCRBY', KEYS[2], 'done', acked)
   for i = 6, 5 + 2 * h, 2 do redis.pcall('HINCRBY', KEYS[2], ARGV[i], ARGV[i + 1]) end

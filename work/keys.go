@@ -242,12 +242,13 @@ var ackScript = redis.NewScript(ackLua)
 // quantum from each of several keys), which one call each would cost a
 // script call for every few jobs. Each batch is acknowledged exactly as
 // ackScript would, in order; then the acknowledged jobs' index entries
-// (KeyJobs) are dropped: their jobs are done.
+// (KeyJobs) are dropped where they still name the acknowledged entry.
 //
 // KEYS: each batch's ackScript KEYS, one batch after another, then the
 // key jobs index; ARGV[1] the number of batches b, ARGV[2..1+2b] per batch
 // its number of KEYS and of ARGV, then each batch's ackScript ARGV, one
-// after another, then the job ids whose index entries go.
+// after another, then pairs of job id and entry id: the index entries
+// that go, where they still name that entry.
 // Returns how many entries were pending and are now acknowledged.
 var keyAckScript = redis.NewScript(keyAckLua)
 
@@ -267,7 +268,18 @@ for i = 1, b do
   ko, ao = ko + nk, ao + na
   acked = acked + ackOne()
 end
-if ao < #allA then redis.call('HDEL', allK[#allK], unpack(allA, ao + 1, #allA)) end
+-- the index entries that still name the acknowledged entries (a job
+-- parked again meanwhile, after a claim, names its newer one)
+if ao < #allA then
+  local jobs, ents, drop = {}, {}, {}
+  for i = ao + 1, #allA - 1, 2 do
+    jobs[#jobs + 1], ents[#ents + 1] = allA[i], allA[i + 1] .. '\n'
+  end
+  for i, v in ipairs(redis.call('HMGET', allK[#allK], unpack(jobs))) do
+    if v and string.sub(v, 1, #ents[i]) == ents[i] then drop[#drop + 1] = jobs[i] end
+  end
+  if #drop > 0 then redis.call('HDEL', allK[#allK], unpack(drop)) end
+end
 return acked
 `
 
@@ -440,7 +452,7 @@ var enqueueScript = redis.NewScript(enqueueLua)
 // when another dead letter still there holds the job id (two entries claim
 // it; not when the job id is the entry's own): nothing written, 1 when
 // letters were dropped to make room, else 0.
-const deadLua = entryLua + notifyLua + chainAckLua + chainDeadLua + `
+const deadLua = entryLua + notifyLua + chainAckLua + chainDeadLua + keyStreamLua + `
 if not pending(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return -1 end
 local bad = writable(KEYS[2], 'stream', KEYS[3], 'hash')
 if bad then return bad end
@@ -461,6 +473,8 @@ redis.call('HSET', KEYS[3], ARGV[5], id)
 trim(KEYS[2], KEYS[3], over)
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
+dropKeyIndex(KEYS[1], ARGV[5], ARGV[2])
+dropEmptyKeyStream(KEYS[1])
 if KEYS[5] ~= KEYS[1] then release(KEYS[5], ARGV[5]) end
 redis.pcall('HINCRBY', KEYS[4], 'dead', 1)
 for i = l, #ARGV, 2 do
@@ -564,6 +578,9 @@ var heartbeatScript = redis.NewScript(heartbeatLua)
 // next holder shares: a stale holder's give-back could take back an entry
 // the new holder is running, so a holder runs it fenced (work/fence.go).
 const backLua = entryLua + keyStreamLua + `
+-- a key stream gone (this call made again after a lost reply, which
+-- emptied and deleted it): nothing of it is pending
+if KEYS[2] ~= KEYS[1] and redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local n = 0
 for i = 3, #ARGV, 3 do
   if pending(KEYS[1], ARGV[1], ARGV[i], ARGV[2]) then
@@ -603,6 +620,16 @@ local function keyStreamTag(s)
   if not tag or string.sub(s, tag + 1, tag + 7) ~= ':key:s:' then return nil end
   return tag
 end
+-- dropKeyIndex(s, job, entry): the job's index entry (KeyJobs), when s is
+-- a key stream and it still names entry (a settle that never waits for
+-- its holder's next take: a lost holder never makes one)
+local function dropKeyIndex(s, job, entry)
+  local tag = keyStreamTag(s)
+  if not tag then return end
+  local index = string.sub(s, 1, tag) .. ':key:jobs'
+  local v = redis.call('HGET', index, job)
+  if v and string.sub(v, 1, #entry + 1) == entry .. '\n' then redis.call('HDEL', index, job) end
+end
 local function dropEmptyKeyStream(s)
   local tag = keyStreamTag(s)
   if not tag then return end
@@ -620,7 +647,11 @@ local function idAfter(a, b)
 end
 local function trimAcked(s, g, ids)
   if not keyStreamTag(s) then return false end
-  local p = redis.call('XPENDING', s, g, '-', '+', 1)
+  -- gone (emptied and deleted by this same call made before its reply
+  -- was lost, or by a sweep): nothing to delete, and no error, which would
+  -- leave the call's later batches unacknowledged
+  local ok, p = pcall(redis.call, 'XPENDING', s, g, '-', '+', 1)
+  if not ok then return true end
   local minid = p[1] and p[1][1]
   if minid then
     -- acknowledged out of order, behind an older running job: those

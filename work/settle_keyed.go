@@ -131,7 +131,7 @@ func (r *runner) ackStreams(ats []entryKey, batches map[entryKey]*ackBatch) {
 			at.id = id.(string)
 			if job, ok := r.kk.held[at]; ok {
 				delete(r.kk.held, at)
-				body = append(body, job)
+				body = append(body, job, at.id)
 			}
 		}
 	}

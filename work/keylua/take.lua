@@ -27,9 +27,13 @@ local function later(a, b)
   return tonumber(as) > tonumber(bs)
 end
 -- look: a key stream's state for group g: whether it has undelivered
--- entries, how many (the group's lag; nil when Redis cannot tell, after
--- a delete of an undelivered entry), and its pending entries (running
--- jobs: a capped key's permits). Nothing undelivered when it is gone.
+-- entries, how many at most (the group's lag; nil when Redis cannot tell,
+-- after a delete of an undelivered entry), and its pending entries
+-- (running jobs: a capped key's permits). Nothing undelivered when it is
+-- gone. A lag of 0 is exact; a larger one may count undelivered entries
+-- deleted since (a cancel: once they fall before the stream's first
+-- entry, or the stream is left empty, Redis sees no gap), so an entry
+-- after the last delivered one says whether any waits.
 local function look(s)
   local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', s)
   if not ok then return false, 0, 0 end
@@ -38,9 +42,10 @@ local function look(s)
     for i = 1, #gr, 2 do f[gr[i]] = gr[i + 1] end
     if f['name'] == g then
       local lag = f['lag']
-      if type(lag) == 'number' then return lag > 0, lag, f['pending'] end
+      if type(lag) ~= 'number' then lag = nil end
+      if lag == 0 then return false, 0, f['pending'] end
       local last = redis.call('XREVRANGE', s, '+', '-', 'COUNT', 1)
-      return #last > 0 and later(last[1][1], f['last-delivered-id']), nil, f['pending']
+      return #last > 0 and later(last[1][1], f['last-delivered-id']), lag, f['pending']
     end
   end
   -- a stream without the group (deleted by hand): every entry is new
