@@ -53,11 +53,11 @@ local function look(s)
   return redis.call('XLEN', s) > 0, nil, 0
 end
 -- quantum: the most jobs of one key per turn (deficit round robin), 4, or
--- an eighth of a large read: a turn's fixed cost (two or three calls) is
--- shared by several jobs, and a read still serves at least 8 keys when
--- that many wait. A small read (slow jobs: a holder reads as its workers
+-- a quarter of a large read: a turn's fixed cost (its calls, a stream in
+-- the holder's read, the stream's share of the ack) is shared by several
+-- jobs, and a read still serves at least 4 keys when that many wait. A small read (slow jobs: a holder reads as its workers
 -- free up) passes keys 4 jobs at a time or fewer.
-local quantum = math.max(4, math.ceil(left / 8))
+local quantum = math.max(4, math.ceil(left / 4))
 local out = {0}
 -- turns: the level's keys take turns for up to left jobs (the level's
 -- stream has nothing undelivered left)
