@@ -27,7 +27,7 @@ import (
 // Returns {"waiting", letter id}, {"running", consumer}, or {"gone"} when
 // the entry is not there or not the job's (settled meanwhile: the caller
 // looks again).
-const keyCancelLua = entryLua + notifyLua + chainAckLua + chainDeadLua + buryLua + `
+const keyCancelLua = entryLua + notifyLua + chainAckLua + chainDeadLua + buryLua + keyStreamLua + `
 local job, entry = ARGV[2], ARGV[3]
 local e = redis.call('XRANGE', KEYS[1], entry, entry)
 if #e == 0 then return {'gone'} end
@@ -50,14 +50,10 @@ end
 local id = buryCancelled({dead = KEYS[4], index = KEYS[5], stats = KEYS[6], waiters = KEYS[8],
   why = ARGV[5], now = ARGV[7], max = ARGV[4]}, job, f, runs, entry)
 redis.call('XDEL', KEYS[1], entry)
-local held = redis.call('HGET', KEYS[2], job)
-if held and string.sub(held, 1, #entry + 1) == entry .. '\n' then redis.call('HDEL', KEYS[2], job) end
+dropKeyIndex(KEYS[1], job, entry)
 if u then release(u, job) end
 chainDead(KEYS[6], job, tonumber(ARGV[4]))
-if redis.call('XLEN', KEYS[1]) == 0 then
-  redis.call('DEL', KEYS[1])
-  redis.call('SREM', KEYS[3], KEYS[1])
-end
+dropEmptyKeyStream(KEYS[1])
 return {'waiting', id}
 `
 
