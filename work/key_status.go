@@ -56,12 +56,7 @@ type keyStreamLoad struct {
 // reports streams left unread. It never writes.
 func readKeyStreams(ctx context.Context, rdb redis.Cmdable, k Keys) (loads []keyStreamLoad, more bool, err error) {
 	seen := map[string]bool{}
-	var cursor uint64
-	for {
-		names, next, err := rdb.SScan(ctx, k.KeyStreams(), cursor, "", keyStreamsPage).Result()
-		if err != nil {
-			return nil, false, fmt.Errorf("read key streams: %w", err)
-		}
+	err = scanKeyStreams(ctx, rdb, k, keyStreamsPage, func(names []string) (bool, error) {
 		var page []string
 		for _, s := range names {
 			if seen[s] {
@@ -74,47 +69,70 @@ func readKeyStreams(ctx context.Context, rdb redis.Cmdable, k Keys) (loads []key
 			seen[s] = true
 			page = append(page, s)
 		}
-		got, err := readKeyStreamPage(ctx, rdb, k, page)
-		if err != nil {
-			return nil, false, err
+		for _, l := range lookKeyStreams(ctx, rdb, k, page) {
+			n, pending, err := streamLoad(l.n, l.pend)
+			if err != nil {
+				return false, fmt.Errorf("read key stream %s: %w", l.name, err)
+			}
+			if n > 0 || pending > 0 {
+				loads = append(loads, keyStreamLoad{level: l.at.level, key: l.at.key, waiting: max(0, n-pending), running: pending})
+			}
 		}
-		loads = append(loads, got...)
-		if cursor = next; cursor == 0 || more {
-			return loads, more, nil
+		return !more, nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return loads, more, nil
+}
+
+// scanKeyStreams passes the names in KeyStreams to page, about size at a
+// time (SSCAN: a name may come twice), until the set is done or page
+// returns false.
+func scanKeyStreams(ctx context.Context, rdb redis.Cmdable, k Keys, size int64, page func([]string) (bool, error)) error {
+	var cursor uint64
+	for {
+		names, next, err := rdb.SScan(ctx, k.KeyStreams(), cursor, "", size).Result()
+		if err != nil {
+			return fmt.Errorf("read key streams: %w", err)
+		}
+		if goOn, err := page(names); err != nil || !goOn {
+			return err
+		}
+		if cursor = next; cursor == 0 {
+			return nil
 		}
 	}
 }
 
-// readKeyStreamPage is one pipeline of readKeyStreams.
-func readKeyStreamPage(ctx context.Context, rdb redis.Cmdable, k Keys, page []string) ([]keyStreamLoad, error) {
-	if len(page) == 0 {
-		return nil, nil
+// keyStreamLook is one key stream's XLEN and its group's XPENDING summary,
+// as lookKeyStreams asked them.
+type keyStreamLook struct {
+	name string
+	at   entryKey // its level and key
+	n    *redis.IntCmd
+	pend *redis.XPendingCmd
+}
+
+// lookKeyStreams asks, in one pipeline, the length and the group's pending
+// summary of each key stream named in names (other names, not this
+// queue's key streams, are left out).
+func lookKeyStreams(ctx context.Context, rdb redis.Cmdable, k Keys, names []string) []keyStreamLook {
+	looks := make([]keyStreamLook, 0, len(names))
+	if len(names) == 0 {
+		return looks
 	}
-	lens := make([]*redis.IntCmd, len(page))
-	pends := make([]*redis.XPendingCmd, len(page))
 	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, s := range page {
-			lens[i] = p.XLen(ctx, s)
-			pends[i] = p.XPending(ctx, s, Group)
+		for _, s := range names {
+			level, key, ok := k.keyOfStream(s)
+			if !ok {
+				continue // not a key stream's name: nothing of ours
+			}
+			looks = append(looks, keyStreamLook{name: s, at: entryKey{level: level, key: key}, n: p.XLen(ctx, s), pend: p.XPending(ctx, s, Group)})
 		}
 		return nil
 	})
-	out := make([]keyStreamLoad, 0, len(page))
-	for i, s := range page {
-		level, key, ok := k.keyOfStream(s)
-		if !ok {
-			continue // not a key stream's name: nothing of ours
-		}
-		n, pending, err := streamLoad(lens[i], pends[i])
-		if err != nil {
-			return nil, fmt.Errorf("read key stream %s: %w", s, err)
-		}
-		if n == 0 && pending == 0 {
-			continue
-		}
-		out = append(out, keyStreamLoad{level: level, key: key, waiting: max(0, n-pending), running: pending})
-	}
-	return out, nil
+	return looks
 }
 
 // streamLoad is a stream's length and pending count from XLEN and the

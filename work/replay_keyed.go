@@ -4,8 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
-
-	"github.com/redis/go-redis/v9"
+	"strings"
 )
 
 // keyScanPage is how many key streams one pass takes from the set at once:
@@ -22,59 +21,29 @@ const keyScanPage = 500
 // atomic with an enqueue that adds to one meanwhile).
 func (r *runner) keyStreamsPending(ctx context.Context, mine bool) ([]entryKey, error) {
 	var out []entryKey
-	var cursor uint64
-	for {
-		names, next, err := r.c.Client.SScan(ctx, r.keys.KeyStreams(), cursor, "", keyScanPage).Result()
-		if err != nil {
-			return nil, fmt.Errorf("list key streams: %w", err)
-		}
+	err := scanKeyStreams(ctx, r.c.Client, r.keys, keyScanPage, func(names []string) (bool, error) {
 		found, err := r.keyStreamsIn(ctx, names, mine)
-		if err != nil {
-			return nil, err
-		}
 		out = append(out, found...)
-		if cursor = next; cursor == 0 {
-			break
-		}
+		return true, err
+	})
+	if err != nil {
+		return nil, err
 	}
 	// SSCAN may return a name twice
 	slices.SortFunc(out, func(a, b entryKey) int {
-		if c := levelRank(a.level) - levelRank(b.level); c != 0 {
+		if c := levelIndex(a.level) - levelIndex(b.level); c != 0 {
 			return c
 		}
-		switch {
-		case a.key < b.key:
-			return -1
-		case a.key > b.key:
-			return 1
-		}
-		return 0
+		return strings.Compare(a.key, b.key)
 	})
 	return slices.Compact(out), nil
 }
 
 // keyStreamsIn is keyStreamsPending for one page of names.
 func (r *runner) keyStreamsIn(ctx context.Context, names []string, mine bool) ([]entryKey, error) {
-	type look struct {
-		at   entryKey
-		name string
-		n    *redis.IntCmd
-		pend *redis.XPendingCmd
-	}
-	looks := make([]look, 0, len(names))
-	_, _ = r.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, s := range names {
-			level, key, ok := r.keys.keyOfStream(s)
-			if !ok {
-				continue // not a key stream of this queue: not ours to touch
-			}
-			looks = append(looks, look{at: entryKey{level: level, key: key}, name: s, n: p.XLen(ctx, s), pend: p.XPending(ctx, s, Group)})
-		}
-		return nil
-	})
 	var out []entryKey
 	var empty []string
-	for _, l := range looks {
+	for _, l := range lookKeyStreams(ctx, r.c.Client, r.keys, names) {
 		n, err := l.n.Result()
 		if err != nil {
 			return nil, fmt.Errorf("length of key stream %s: %w", l.name, err)
@@ -100,14 +69,4 @@ func (r *runner) keyStreamsIn(ctx context.Context, names []string, mine bool) ([
 		}
 	}
 	return out, nil
-}
-
-// levelRank is p's place in readOrder.
-func levelRank(p Priority) int {
-	for i, q := range readOrder {
-		if q == p {
-			return i
-		}
-	}
-	return len(readOrder)
 }
