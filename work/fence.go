@@ -76,7 +76,7 @@ var fenced = map[*redis.Script]*redis.Script{
 	deadScript:      redis.NewScript(fenceLua + deadLua),
 	heartbeatScript: redis.NewScript(fenceLua + heartbeatLua),
 	backScript:      redis.NewScript(fenceLua + backLua),
-	keyTakeScript:   redis.NewScript(fenceLua + keyTakeLua),
+	keyTakeScript:   redis.NewScript(fenceLua + keyStreamLua + keyTakeLua),
 	keyParkScript:   redis.NewScript(fenceLua + keyParkLua),
 }
 

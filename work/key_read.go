@@ -42,7 +42,7 @@ var keyTakeLua string
 // count, stream, count, …}}: uncapped keys' streams to read}; in mode
 // "pipe", "levels" last when a high or low stream or ring exists (nothing
 // done: the caller takes the two steps).
-var keyTakeScript = redis.NewScript(keyTakeLua)
+var keyTakeScript = redis.NewScript(keyStreamLua + keyTakeLua)
 
 // keyParkScript parks keyed entries read from a level stream (a due retry
 // or delayed job, a requeued dead letter, a give-back): each goes to the

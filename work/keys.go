@@ -638,6 +638,16 @@ local function dropEmptyKeyStream(s)
     redis.call('SREM', string.sub(s, 1, tag) .. ':key:streams', s)
   end
 end
+-- groupOf(groups, g): group g's fields, from an XINFO GROUPS reply; nil
+-- when the stream has no such group
+local function groupOf(groups, g)
+  for _, gr in ipairs(groups) do
+    local f = {}
+    for i = 1, #gr, 2 do f[gr[i]] = gr[i + 1] end
+    if f['name'] == g then return f end
+  end
+end
+-- idAfter: stream id a comes after b
 local function idAfter(a, b)
   local am, as = string.match(a, '^(%d+)-(%d+)$')
   local bm, bs = string.match(b, '^(%d+)-(%d+)$')
@@ -662,13 +672,10 @@ local function trimAcked(s, g, ids)
     end
     if #after > 0 then redis.call('XDEL', s, unpack(after)) end
   else
-    for _, gr in ipairs(redis.call('XINFO', 'GROUPS', s)) do
-      local f = {}
-      for i = 1, #gr, 2 do f[gr[i]] = gr[i + 1] end
-      if f['name'] == g then
-        local ms, sq = string.match(f['last-delivered-id'], '^(%d+)-(%d+)$')
-        minid = ms .. '-' .. string.format('%d', tonumber(sq) + 1)
-      end
+    local f = groupOf(redis.call('XINFO', 'GROUPS', s), g)
+    if f then
+      local ms, sq = string.match(f['last-delivered-id'], '^(%d+)-(%d+)$')
+      minid = ms .. '-' .. string.format('%d', tonumber(sq) + 1)
     end
   end
   if minid then redis.call('XTRIM', s, 'MINID', minid) end

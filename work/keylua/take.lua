@@ -1,5 +1,6 @@
 -- keys take: a holder's read while keys have waiting jobs (work/key_read.go,
--- keyTakeScript, says what it does, its KEYS, ARGV and reply).
+-- keyTakeScript, says what it does, its KEYS, ARGV and reply). It follows
+-- keyStreamLua (work/keys.go: groupOf, idAfter).
 local g, c, left, base, dflt, mode = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), ARGV[7]
 local names = {'high', 'normal', 'low'}
 local limits = {}
@@ -19,13 +20,6 @@ if #ARGV >= 9 then
   end
   if #drop > 0 then redis.call('HDEL', KEYS[7], unpack(drop)) end
 end
--- later: stream id a comes after b
-local function later(a, b)
-  local am, as = string.match(a, '^(%d+)-(%d+)$')
-  local bm, bs = string.match(b, '^(%d+)-(%d+)$')
-  if tonumber(am) ~= tonumber(bm) then return tonumber(am) > tonumber(bm) end
-  return tonumber(as) > tonumber(bs)
-end
 -- look: a key stream's state for group g: whether it has undelivered
 -- entries, how many at most (the group's lag; nil when Redis cannot tell,
 -- after a delete of an undelivered entry), and its pending entries
@@ -37,16 +31,13 @@ end
 local function look(s)
   local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', s)
   if not ok then return false, 0, 0 end
-  for _, gr in ipairs(groups) do
-    local f = {}
-    for i = 1, #gr, 2 do f[gr[i]] = gr[i + 1] end
-    if f['name'] == g then
-      local lag = f['lag']
-      if type(lag) ~= 'number' then lag = nil end
-      if lag == 0 then return false, 0, f['pending'] end
-      local last = redis.call('XREVRANGE', s, '+', '-', 'COUNT', 1)
-      return #last > 0 and later(last[1][1], f['last-delivered-id']), lag, f['pending']
-    end
+  local f = groupOf(groups, g)
+  if f then
+    local lag = f['lag']
+    if type(lag) ~= 'number' then lag = nil end
+    if lag == 0 then return false, 0, f['pending'] end
+    local last = redis.call('XREVRANGE', s, '+', '-', 'COUNT', 1)
+    return #last > 0 and idAfter(last[1][1], f['last-delivered-id']), lag, f['pending']
   end
   -- a stream without the group (deleted by hand): every entry is new
   redis.call('XGROUP', 'CREATE', s, g, '0')
@@ -124,13 +115,8 @@ if mode == 'pipe' then
     -- takes it (jobs without a key, as before); no turns meanwhile
     local last = redis.call('XREVRANGE', s, '+', '-', 'COUNT', 1)
     if #last > 0 then
-      local delivered
-      for _, gr in ipairs(redis.call('XINFO', 'GROUPS', s)) do
-        local f = {}
-        for i = 1, #gr, 2 do f[gr[i]] = gr[i + 1] end
-        if f['name'] == g then delivered = f['last-delivered-id'] end
-      end
-      undelivered = delivered == nil or later(last[1][1], delivered)
+      local f = groupOf(redis.call('XINFO', 'GROUPS', s), g)
+      undelivered = f == nil or idAfter(last[1][1], f['last-delivered-id'])
     end
   end
   if not undelivered then turns(2) end
