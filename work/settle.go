@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // ackLinger is how long the settler waits for more successes before it
@@ -153,27 +155,40 @@ func (r *runner) ack(at entryKey, b *ackBatch) {
 	if len(b.ids) == 0 {
 		return
 	}
-	// Even after a panic (logged), the batch is emptied: what was not
-	// acknowledged stays pending in Redis for the slot's next holder.
+	// Even after a panic (logged), the batch is emptied.
 	defer func() {
 		r.survived(recover(), len(b.ids))
-		for _, id := range b.ids {
-			at.id = id.(string)
-			r.forget(at)
-		}
-		b.ids, b.uniqueKeys, b.uniqueIDs, b.jobs = b.ids[:0], b.uniqueKeys[:0], b.uniqueIDs[:0], b.jobs[:0]
-		clear(b.results) // let the results go
-		b.results = b.results[:0]
+		r.acked(at, b)
 	}()
 	keys, args := r.ackArgs(at, b)
+	r.writeAck(ackScript, keys, args, len(b.ids))
+}
+
+// acked forgets the entries of b, a batch of the stream at, and empties
+// it, whether or not their acknowledgement was written: what was not
+// stays pending in Redis for the slot's next holder.
+func (r *runner) acked(at entryKey, b *ackBatch) {
+	for _, id := range b.ids {
+		at.id = id.(string)
+		r.forget(at)
+	}
+	b.ids, b.uniqueKeys, b.uniqueIDs, b.jobs = b.ids[:0], b.uniqueKeys[:0], b.uniqueIDs[:0], b.jobs[:0]
+	clear(b.results) // let the results go
+	b.results = b.results[:0]
+}
+
+// writeAck runs ack script s (ackScript, keyAckScript) for jobs finished
+// jobs, with retries: those it acknowledged are counted done, or the
+// failure is logged (they stay pending and will run again).
+func (r *runner) writeAck(s *redis.Script, keys []string, args []any, jobs int) {
 	var n int64
 	err := r.redisRetry(func(ctx context.Context) error {
 		var err error
-		n, err = r.write(ctx, ackScript, keys, args...).Int64()
+		n, err = r.write(ctx, s, keys, args...).Int64()
 		return err
 	})
 	if err != nil {
-		r.moveFailed(err, len(b.ids), "could not acknowledge finished jobs; they stay pending and will run again")
+		r.moveFailed(err, jobs, "could not acknowledge finished jobs; they stay pending and will run again")
 	} else {
 		r.st.Done.Add(n)
 	}

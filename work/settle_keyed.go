@@ -1,7 +1,5 @@
 package work
 
-import "context"
-
 // The settler's part for entries that live in a key's stream (Job.inKey):
 // acknowledged, and given back, per stream, as the level streams' entries
 // are per level. A holder that reads no key stream never makes one of
@@ -15,28 +13,20 @@ type keyedSettle struct {
 	backs  map[entryKey][]any
 }
 
-func (s *keyedSettle) acks(j *Job) *ackBatch {
-	at := j.key().at()
-	b := s.ack[at]
-	if b == nil {
-		if s.ack == nil {
-			s.ack = map[entryKey]*ackBatch{}
-		}
-		b = new(ackBatch)
-		s.ack[at] = b
-	}
-	return b
-}
+func (s *keyedSettle) acks(j *Job) *ackBatch { return batchOf(&s.ack, j) }
 
-func (s *keyedSettle) members(j *Job) *batchAcks {
+func (s *keyedSettle) members(j *Job) *batchAcks { return batchOf(&s.member, j) }
+
+// batchOf is the batch of j's stream in *m, made (with the map) when none.
+func batchOf[B any](m *map[entryKey]*B, j *Job) *B {
 	at := j.key().at()
-	b := s.member[at]
+	if *m == nil {
+		*m = map[entryKey]*B{}
+	}
+	b := (*m)[at]
 	if b == nil {
-		if s.member == nil {
-			s.member = map[entryKey]*batchAcks{}
-		}
-		b = new(batchAcks)
-		s.member[at] = b
+		b = new(B)
+		(*m)[at] = b
 	}
 	return b
 }
@@ -49,8 +39,9 @@ func (s *keyedSettle) back(j *Job) {
 	s.backs[at] = append(s.backs[at], j.Entry, j.Attempt-1, j.ID)
 }
 
-// flush acknowledges every stream's batch, one script call per stream,
-// and forgets the streams: a holder runs a key's jobs for a while, then
+// flush acknowledges every stream's batch (ackKeyed: one script call for
+// up to keyAckMost streams; batch members one call per stream), and
+// forgets the streams: a holder runs a key's jobs for a while, then
 // others' (the batches are not worth keeping for reuse).
 func (s *keyedSettle) flush(r *runner) {
 	r.ackKeyed(s.ack)
@@ -95,19 +86,11 @@ func (r *runner) ackStreams(ats []entryKey, batches map[entryKey]*ackBatch) {
 	for _, at := range ats {
 		total += len(batches[at].ids)
 	}
-	// Even after a panic (logged), the batches are emptied: what was not
-	// acknowledged stays pending in Redis for the slot's next holder.
+	// Even after a panic (logged), the batches are emptied.
 	defer func() {
 		r.survived(recover(), total)
 		for _, at := range ats {
-			b := batches[at]
-			for _, id := range b.ids {
-				at.id = id.(string)
-				r.forget(at)
-			}
-			b.ids, b.uniqueKeys, b.uniqueIDs, b.jobs = b.ids[:0], b.uniqueKeys[:0], b.uniqueIDs[:0], b.jobs[:0]
-			clear(b.results)
-			b.results = b.results[:0]
+			r.acked(at, batches[at])
 		}
 	}()
 	// The durations go with the first batch: one set of counts per call.
@@ -137,16 +120,5 @@ func (r *runner) ackStreams(ats []entryKey, batches map[entryKey]*ackBatch) {
 	}
 	r.mu.Unlock()
 	keys = append(keys, r.keys.KeyJobs())
-	args := append(head, body...)
-	var n int64
-	err := r.redisRetry(func(ctx context.Context) error {
-		var err error
-		n, err = r.write(ctx, keyAckScript, keys, args...).Int64()
-		return err
-	})
-	if err != nil {
-		r.moveFailed(err, total, "could not acknowledge finished jobs; they stay pending and will run again")
-	} else {
-		r.st.Done.Add(n)
-	}
+	r.writeAck(keyAckScript, keys, append(head, body...), total)
 }
