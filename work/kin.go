@@ -57,6 +57,7 @@ type kin struct {
 	mu     sync.Mutex
 	groups map[int]struct{}    // live process groups, for KillAll
 	live   map[string]struct{} // "BATON_RUN=n" of running children
+	killed bool                // KillAll was called: a group tracked after it dies at once
 }
 
 // prepare sets cmd's environment (baton's own minus its secrets, plus the
@@ -88,6 +89,9 @@ func (k *kin) track(pgid int, run string, live bool) {
 		k.groups, k.live = map[int]struct{}{}, map[string]struct{}{}
 	}
 	switch {
+	case live && pgid > 0 && k.killed:
+		// Started as KillAll ran, between the fork and this call.
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	case live && pgid > 0:
 		k.groups[pgid] = struct{}{}
 	case live && run != "":
@@ -125,11 +129,13 @@ func (k *kin) killOrphans(holder string, log zerolog.Logger) {
 	}
 }
 
-// KillAll sends SIGKILL to every running child's process group: for leaving
-// at once (hard deadline, second signal) with nothing left behind.
+// KillAll sends SIGKILL to every running child's process group, and to
+// every one started after it: for leaving at once (hard deadline, second
+// signal) with nothing left behind, even a child forked as it ran.
 func (k *kin) KillAll() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.killed = true
 	for pgid := range k.groups {
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	}
