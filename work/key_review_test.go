@@ -59,8 +59,7 @@ func TestKeyAckKeepsIndexOfJobParkedAgain(t *testing.T) {
 	}
 	// Holder A's job ends: it acknowledges e1, with the job's index entry,
 	// as ackStreams sends it (job id, entry id).
-	keys := []string{s, k.Stats, k.Done, k.Waiters, k.Results, k.KeyJobs()}
-	args := []any{1, 5, 6, Group, 1, 0, 0, 0, e1, job, e1}
+	keys, args := keyAckArgs(k, []string{s}, []string{e1}, []string{job})
 	if err := runScript(ctx, rdb, keyAckScript, keys, args...).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +83,7 @@ func keyAckArgs(k Keys, streams, entries, jobs []string) ([]string, []any) {
 	var body, index []any
 	for i, s := range streams {
 		keys = append(keys, s, k.Stats, k.Done, k.Waiters, k.Results)
-		args = append(args, 5, 6)
+		args = append(args, 5, 6, 1)
 		body = append(body, Group, 1, 0, 0, 0, entries[i])
 		index = append(index, jobs[i], entries[i])
 	}

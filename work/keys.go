@@ -242,13 +242,17 @@ var ackScript = redis.NewScript(ackLua)
 // quantum from each of several keys), which one call each would cost a
 // script call for every few jobs. Each batch is acknowledged exactly as
 // ackScript would, in order; then the acknowledged jobs' index entries
-// (KeyJobs) are dropped where they still name the acknowledged entry.
+// (KeyJobs) are dropped: at once for a batch whose entries this call all
+// acknowledged (a job's pending entry is its newest: every script that
+// gives it a new one acknowledges the old one first), else where they
+// still name the acknowledged entry (a late ack, after a claim, a retry
+// and a new entry).
 //
 // KEYS: each batch's ackScript KEYS, one batch after another, then the
-// key jobs index; ARGV[1] the number of batches b, ARGV[2..1+2b] per batch
-// its number of KEYS and of ARGV, then each batch's ackScript ARGV, one
-// after another, then pairs of job id and entry id: the index entries
-// that go, where they still name that entry.
+// key jobs index; ARGV[1] the number of batches b, ARGV[2..1+3b] per batch
+// its number of KEYS, of ARGV and of index pairs, then each batch's
+// ackScript ARGV, one after another, then each batch's pairs of job id and
+// entry id, one batch after another.
 // Returns how many entries were pending and are now acknowledged.
 var keyAckScript = redis.NewScript(keyAckLua)
 
@@ -258,28 +262,36 @@ local allK, allA = {}, {}
 for i = 1, #KEYS do allK[i] = KEYS[i] end
 for i = 1, #ARGV do allA[i] = ARGV[i] end
 local b = tonumber(allA[1])
-local ko, ao, acked = 0, 1 + 2 * b, 0
+local ko, ao, acked = 0, 1 + 3 * b, 0
+local whole = {} -- per batch: all its entries acknowledged by this call
 for i = 1, b do
-  local nk, na = tonumber(allA[2 * i]), tonumber(allA[2 * i + 1])
+  local nk, na = tonumber(allA[3 * i - 1]), tonumber(allA[3 * i])
   for j = #KEYS, 1, -1 do KEYS[j] = nil end
   for j = #ARGV, 1, -1 do ARGV[j] = nil end
   for j = 1, nk do KEYS[j] = allK[ko + j] end
   for j = 1, na do ARGV[j] = allA[ao + j] end
   ko, ao = ko + nk, ao + na
-  acked = acked + ackOne()
+  local n = ackOne()
+  whole[i] = n == tonumber(ARGV[2])
+  acked = acked + n
 end
--- the index entries that still name the acknowledged entries (a job
--- parked again meanwhile, after a claim, names its newer one)
-if ao < #allA then
-  local jobs, ents, drop = {}, {}, {}
-  for i = ao + 1, #allA - 1, 2 do
-    jobs[#jobs + 1], ents[#ents + 1] = allA[i], allA[i + 1] .. '\n'
+local index, drop, jobs, ents = allK[#allK], {}, {}, {}
+for i = 1, b do
+  for p = ao + 1, ao + 2 * tonumber(allA[3 * i + 1]), 2 do
+    if whole[i] then
+      drop[#drop + 1] = allA[p]
+    else
+      jobs[#jobs + 1], ents[#ents + 1] = allA[p], allA[p + 1] .. '\n'
+    end
   end
-  for i, v in ipairs(redis.call('HMGET', allK[#allK], unpack(jobs))) do
+  ao = ao + 2 * tonumber(allA[3 * i + 1])
+end
+if #jobs > 0 then
+  for i, v in ipairs(redis.call('HMGET', index, unpack(jobs))) do
     if v and string.sub(v, 1, #ents[i]) == ents[i] then drop[#drop + 1] = jobs[i] end
   end
-  if #drop > 0 then redis.call('HDEL', allK[#allK], unpack(drop)) end
 end
+for i = 1, #drop, 1000 do redis.call('HDEL', index, unpack(drop, i, math.min(i + 999, #drop))) end
 return acked
 `
 

@@ -97,28 +97,28 @@ func (r *runner) ackStreams(ats []entryKey, batches map[entryKey]*ackBatch) {
 	for _, at := range ats[1:] {
 		batches[ats[0]].hist.merge(&batches[at].hist)
 	}
+	// Per stream: its ackScript KEYS and ARGV, and the index entries of
+	// its jobs, taken from those keyForget would drop once they are
+	// settled: they go with the acknowledgement.
 	var keys []string
 	head := []any{len(ats)}
-	var body []any
+	var body, pairs []any
+	r.mu.Lock()
 	for _, at := range ats {
 		k, a := r.ackArgs(at, batches[at])
 		keys = append(keys, k...)
-		head = append(head, len(k), len(a))
 		body = append(body, a...)
-	}
-	// The jobs' index entries, taken from those keyForget would drop once
-	// they are settled: they go with the acknowledgement.
-	r.mu.Lock()
-	for _, at := range ats {
+		n := len(pairs)
 		for _, id := range batches[at].ids {
 			at.id = id.(string)
 			if job, ok := r.kk.held[at]; ok {
 				delete(r.kk.held, at)
-				body = append(body, job, at.id)
+				pairs = append(pairs, job, at.id)
 			}
 		}
+		head = append(head, len(k), len(a), (len(pairs)-n)/2)
 	}
 	r.mu.Unlock()
 	keys = append(keys, r.keys.KeyJobs())
-	r.writeAck(keyAckScript, keys, append(head, body...), total)
+	r.writeAck(keyAckScript, keys, append(append(head, body...), pairs...), total)
 }

@@ -1,6 +1,6 @@
 -- keys take: a holder's read while keys have waiting jobs (work/key_read.go,
 -- keyTakeScript, says what it does, its KEYS, ARGV and reply). It follows
--- keyStreamLua (work/keys.go: groupOf, idAfter).
+-- keyStreamLua (work/keys.go: groupOf).
 local g, c, left, base, dflt, mode = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), ARGV[7]
 local names = {'high', 'normal', 'low'}
 local limits = {}
@@ -20,28 +20,29 @@ if #ARGV >= 9 then
   end
   if #drop > 0 then redis.call('HDEL', KEYS[7], unpack(drop)) end
 end
--- look: a key stream's state for group g: whether it has undelivered
--- entries, how many at most (the group's lag; nil when Redis cannot tell,
--- after a delete of an undelivered entry), and its pending entries
--- (running jobs: a capped key's permits). Nothing undelivered when it is
--- gone. A lag of 0 is exact; a larger one may count undelivered entries
--- deleted since (a cancel: once they fall before the stream's first
--- entry, or the stream is left empty, Redis sees no gap), so an entry
--- after the last delivered one says whether any waits.
+-- look: a stream's state for group g: whether it has undelivered
+-- entries, how many, and its pending entries (running jobs: a capped
+-- key's permits). Nothing undelivered when it is gone. Every script that
+-- acknowledges an entry deletes it, so what the stream holds beyond its
+-- pending entries waits. The group's lag alone would not do: a lag of 0 is
+-- exact, a larger one may count undelivered entries deleted since (a
+-- cancel, once they fall before the stream's first entry or the stream is
+-- left empty: Redis sees no gap), or be unknown (nil).
 local function look(s)
   local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', s)
   if not ok then return false, 0, 0 end
   local f = groupOf(groups, g)
   if f then
-    local lag = f['lag']
-    if type(lag) ~= 'number' then lag = nil end
-    if lag == 0 then return false, 0, f['pending'] end
-    local last = redis.call('XREVRANGE', s, '+', '-', 'COUNT', 1)
-    return #last > 0 and idAfter(last[1][1], f['last-delivered-id']), lag, f['pending']
+    local lag, running = f['lag'], f['pending']
+    if lag == 0 then return false, 0, running end
+    local n = redis.call('XLEN', s) - running
+    if type(lag) == 'number' and lag < n then n = lag end
+    return n > 0, n, running
   end
   -- a stream without the group (deleted by hand): every entry is new
   redis.call('XGROUP', 'CREATE', s, g, '0')
-  return redis.call('XLEN', s) > 0, nil, 0
+  local n = redis.call('XLEN', s)
+  return n > 0, n, 0
 end
 -- quantum: the most jobs of one key per turn (deficit round robin), 4, or
 -- a quarter of a large read: a turn's fixed cost (its calls, a stream in
@@ -63,13 +64,13 @@ local function turns(li)
     if not k then break end
     looked = looked + 1
     local s = base .. 's:' .. lvl .. ':' .. k
-    local waits, lag, running = look(s)
+    local waits, n, running = look(s)
     if not waits then
       redis.call('RPOP', ring)
       redis.call('SREM', members, k)
     else
       local cap = limits[k] or dflt
-      local room = math.min(left, quantum, lag or quantum)
+      local room = math.min(left, quantum, n)
       if cap > 0 then
         -- Read here, atomically with the count: never over the cap. A
         -- key at its cap keeps its place in the ring. The cap is the
@@ -108,18 +109,9 @@ if mode == 'pipe' then
     out[#out + 1] = 'levels'
     return out
   end
-  local s = KEYS[2]
-  local undelivered = false
-  if redis.call('EXISTS', s) == 1 then
-    -- an entry after the group's last delivered one: the holder's read
-    -- takes it (jobs without a key, as before); no turns meanwhile
-    local last = redis.call('XREVRANGE', s, '+', '-', 'COUNT', 1)
-    if #last > 0 then
-      local f = groupOf(redis.call('XINFO', 'GROUPS', s), g)
-      undelivered = f == nil or idAfter(last[1][1], f['last-delivered-id'])
-    end
-  end
-  if not undelivered then turns(2) end
+  -- an undelivered entry in the level's stream: the holder's read takes
+  -- it (jobs without a key, as before); no turns meanwhile
+  if not look(KEYS[2]) then turns(2) end
 else
   for li = 1, 3 do
     if left <= 0 then break end
