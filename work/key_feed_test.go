@@ -2,6 +2,7 @@ package work
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -159,26 +160,72 @@ func runEachOnce(t *testing.T, rdb *redis.Client, ids []string) []string {
 }
 
 // A key stream named for a read is deleted before the read (its jobs all
-// settled by other holders): the read of the streams named with it reads
-// nothing and is no error (XREADGROUP checks every stream first), and
-// those keys' jobs stay waiting, their keys in the ring, for the next turn.
+// settled by other holders): XREADGROUP checks every stream first, so the
+// read of the streams named with it reads nothing; they are read again one
+// by one, and the deleted one is no error.
 func TestKeyFedStreamGone(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
 	k := KeysFor("q")
 	ids := enqueueKeyed(t, rdb, "a", 3)
-	r := &runner{keys: k, c: Config{Client: rdb, Consumer: "c", Queue: "q"}}
-	jobs, err := r.readFed(ctx, []any{k.KeyStream(PriorityNormal, "gone"), int64(4), k.KeyStream(PriorityNormal, "a"), int64(4)})
-	if err != nil || len(jobs) != 0 {
-		t.Fatalf("read %d jobs, error %v; want none and no error", len(jobs), err)
+	r := &runner{keys: k, c: Config{Client: rdb, Consumer: "h/run-0", Queue: "q"}}
+	jobs, err := r.readFed(ctx, []any{k.KeyStream(PriorityNormal, "gone"), int64(2), k.KeyStream(PriorityNormal, "a"), int64(2)})
+	if err != nil || len(jobs) != 2 || jobs[0].ID != ids[0] || jobs[1].ID != ids[1] {
+		t.Fatalf("read %v, error %v; want a's first two jobs and no error", jobs, err)
 	}
-	if n := keyPending(t, rdb, "q"); n != 0 {
-		t.Fatalf("%d entries pending", n)
+	if n := keyPending(t, rdb, "q"); n != 2 {
+		t.Fatalf("%d entries pending, want the 2 read", n)
 	}
 	if !rdb.SIsMember(ctx, k.keyRingIn(PriorityNormal), "a").Val() {
 		t.Fatal("key a left its ring")
 	}
+	// the slot's next holder runs the two read (its replay) and the third
 	runEachOnce(t, rdb, ids)
 	levelsSettled(t, rdb)
 	keysClean(t, rdb)
+}
+
+// A run of pipelined reads, each smaller than the one before or cut short
+// of a key's count, plans no more than one read ahead: the turns name only
+// what fits beside what the last read left (a plan that grew with every
+// read named keys further and further behind their turn, whose streams
+// other reads had emptied and deleted by then). Every job is read once.
+func TestKeyPlanStaysOneReadAhead(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	var msgs []Message
+	for i := range 3000 {
+		msgs = append(msgs, Message{Payload: []byte("p"), Options: []Option{Key("k" + strconv.Itoa(i%100))}})
+	}
+	if _, err := EnqueueMany(ctx, rdb, "q", msgs); err != nil {
+		t.Fatal(err)
+	}
+	r := &runner{keys: KeysFor("q"), c: Config{Client: rdb, Consumer: "h/run-0", Queue: "q"}}
+	if err := keyTakeScript.Load(ctx, rdb).Err(); err != nil { // else the first read asks for takeKeyed's two steps
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	sizes := []int64{90, 70, 50, 37, 33}
+	for i := 0; len(seen) < len(msgs); i++ {
+		if i > 1000 {
+			t.Fatalf("%d of %d jobs read after 1000 reads", len(seen), len(msgs))
+		}
+		n := sizes[i%len(sizes)]
+		jobs, _, again, err := r.takePiped(ctx, n)
+		if err != nil || again {
+			t.Fatalf("read %d: %v, again %v", i, err, again)
+		}
+		if int64(len(jobs)) > n {
+			t.Fatalf("read %d of %d: %d jobs", i, n, len(jobs))
+		}
+		if p := fedCount(r.kk.plan); p > n {
+			t.Fatalf("read %d of %d plans %d jobs ahead", i, n, p)
+		}
+		for _, j := range jobs {
+			if seen[j.ID] {
+				t.Fatalf("job %s read twice", j.ID)
+			}
+			seen[j.ID] = true
+		}
+	}
 }

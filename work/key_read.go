@@ -277,40 +277,46 @@ func (r *runner) takePiped(ctx context.Context, n int64) (jobs []*Job, more, aga
 		plan, rest = fedPrefix(r.kk.plan, n)
 	}
 	r.kk.plan = nil
-	for {
+	for tries := 0; ; tries++ {
 		var named []any
-		jobs, named, more, again, err = r.takePipedOnce(ctx, n, plan)
-		if err != nil || again || len(named) == 0 {
+		// The turns name no more than fits beside the rest: a plan that
+		// grew with every read smaller than the last would name keys
+		// further and further behind their turn.
+		jobs, named, more, again, err = r.takePipedOnce(ctx, n, n-fedCount(rest), plan)
+		if err != nil || again {
 			return jobs, more, again, err
 		}
+		// what did not fit this read first: their turn came first
+		next := append(append([]any(nil), rest...), named...)
 		switch {
+		case len(next) == 0:
+			return jobs, more, false, nil
 		case n < planAhead:
 			jobs, more, err = r.thenFed(ctx, jobs, named, more)
 			return jobs, more, false, err
-		case len(jobs) > 0 || len(plan) > 0:
-			// what did not fit this read first: their turn came first
-			r.kk.plan = append(append([]any(nil), rest...), named...)
+		case len(jobs) > 0 || tries > 0:
+			r.kk.plan = next
 			return jobs, true, false, nil
 		}
-		// Nothing came, and nothing was planned (the first read of a
-		// run of turns): read what it named now, with the next take.
+		// Nothing came (the first read of a run of turns, or what was
+		// planned is gone): read what is planned now, with the next take.
 		if !r.leaseHeld() {
 			return nil, true, false, nil
 		}
-		plan = named
+		plan, rest = fedPrefix(next, n)
 	}
 }
 
-// takePipedOnce is one round trip of takePiped: the take script, the read
-// of the normal stream, and the read of the key streams in plan. named is
-// what this take names for the next read.
-func (r *runner) takePipedOnce(ctx context.Context, n int64, plan []any) (jobs []*Job, named []any, more, again bool, err error) {
+// takePipedOnce is one round trip of takePiped: the take script (turns for
+// up to turns jobs), the read of the normal stream, and the read of the
+// key streams in plan. named is what this take names for the next read.
+func (r *runner) takePipedOnce(ctx context.Context, n, turns int64, plan []any) (jobs []*Job, named []any, more, again bool, err error) {
 	var take *redis.Cmd
 	var read *redis.XStreamSliceCmd
-	var fedCmds []*redis.XStreamSliceCmd
+	var fedReads []fedRead
 	normal := n - fedCount(plan)
 	// Each command's own error is looked at below, not the pipeline's.
-	script, keys, args := r.fencedCall(keyTakeScript, r.keyKeys(), []any{Group, r.c.Consumer, n, r.keys.keyBase(), 0, "", "pipe"})
+	script, keys, args := r.fencedCall(keyTakeScript, r.keyKeys(), []any{Group, r.c.Consumer, max(turns, 0), r.keys.keyBase(), 0, "", "pipe"})
 	_, _ = r.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		take = script.EvalSha(ctx, p, keys, args...)
 		if normal > 0 { // COUNT 0 would be all of them
@@ -318,7 +324,7 @@ func (r *runner) takePipedOnce(ctx context.Context, n int64, plan []any) (jobs [
 				Group: Group, Consumer: r.c.Consumer, Streams: []string{r.keys.Stream, ">"}, Count: normal, Block: -1,
 			})
 		}
-		fedCmds = r.queueFed(ctx, p, plan)
+		fedReads = r.queueFed(ctx, p, plan)
 		return nil
 	})
 	if read != nil {
@@ -330,7 +336,7 @@ func (r *runner) takePipedOnce(ctx context.Context, n int64, plan []any) (jobs [
 			return jobs, nil, true, false, err
 		}
 	}
-	fed, ferr := r.fedJobs(fedCmds)
+	fed, ferr := r.fedJobs(ctx, fedReads)
 	jobs = append(jobs, fed...)
 	v, terr := take.Slice()
 	if IsFenced(terr) {
@@ -404,18 +410,25 @@ func fedPrefix(fed []any, n int64) (fit, rest []any) {
 // stream, count), without blocking, in one round trip. Another holder may
 // have read some meanwhile.
 func (r *runner) readFed(ctx context.Context, fed []any) ([]*Job, error) {
-	var cmds []*redis.XStreamSliceCmd
+	var reads []fedRead
 	_, _ = r.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		cmds = r.queueFed(ctx, p, fed)
+		reads = r.queueFed(ctx, p, fed)
 		return nil
 	})
-	return r.fedJobs(cmds)
+	return r.fedJobs(ctx, reads)
+}
+
+// fedRead is one XREADGROUP of key streams queueFed queued.
+type fedRead struct {
+	cmd     *redis.XStreamSliceCmd
+	streams []string
+	count   int64
 }
 
 // queueFed queues on p the reads of the key streams in fed (pairs of
 // stream, count): one XREADGROUP per count (a turn's count is its quantum
 // but for the last keys).
-func (r *runner) queueFed(ctx context.Context, p redis.Pipeliner, fed []any) []*redis.XStreamSliceCmd {
+func (r *runner) queueFed(ctx context.Context, p redis.Pipeliner, fed []any) []fedRead {
 	var counts []int64
 	streams := map[int64][]string{}
 	for i := 0; i+1 < len(fed); i += 2 {
@@ -429,25 +442,56 @@ func (r *runner) queueFed(ctx context.Context, p redis.Pipeliner, fed []any) []*
 		}
 		streams[n] = append(streams[n], s)
 	}
-	cmds := make([]*redis.XStreamSliceCmd, len(counts))
+	reads := make([]fedRead, len(counts))
 	for i, n := range counts {
-		names := streams[n]
-		for range len(names) {
-			names = append(names, ">")
-		}
-		cmds[i] = p.XReadGroup(ctx, &redis.XReadGroupArgs{
-			Group: Group, Consumer: r.c.Consumer, Streams: names, Count: n, Block: -1,
-		})
+		reads[i] = fedRead{cmd: r.queueRead(ctx, p, streams[n], n), streams: streams[n], count: n}
 	}
-	return cmds
+	return reads
+}
+
+// queueRead queues on p one XREADGROUP of count from each of streams.
+func (r *runner) queueRead(ctx context.Context, p redis.Pipeliner, streams []string, count int64) *redis.XStreamSliceCmd {
+	names := append(make([]string, 0, 2*len(streams)), streams...)
+	for range streams {
+		names = append(names, ">")
+	}
+	return p.XReadGroup(ctx, &redis.XReadGroupArgs{Group: Group, Consumer: r.c.Consumer, Streams: names, Count: count, Block: -1})
 }
 
 // fedJobs are the jobs the reads queueFed queued brought. A read that
-// names a key stream deleted since (its jobs all settled: NOGROUP) read
-// nothing and is no error: its other keys keep their place in the ring.
-func (r *runner) fedJobs(cmds []*redis.XStreamSliceCmd) ([]*Job, error) {
+// names a key stream deleted since (its jobs all settled, by another
+// holder that read them meanwhile: NOGROUP) reads nothing at all: its
+// streams are read again one per XREADGROUP, and a deleted one read
+// nothing and is no error.
+func (r *runner) fedJobs(ctx context.Context, reads []fedRead) ([]*Job, error) {
 	var jobs []*Job
 	var err error
+	var again []fedRead
+	for _, f := range reads {
+		jobs = append(jobs, r.streamJobs(f.cmd.Val())...)
+		e := f.cmd.Err()
+		switch {
+		case e == nil || isRedisNil(e):
+		case isNoGroup(e):
+			if len(f.streams) > 1 {
+				again = append(again, f)
+			}
+		case err == nil:
+			err = e
+		}
+	}
+	if len(again) == 0 {
+		return jobs, err
+	}
+	var cmds []*redis.XStreamSliceCmd
+	_, _ = r.c.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, f := range again {
+			for _, s := range f.streams {
+				cmds = append(cmds, r.queueRead(ctx, p, []string{s}, f.count))
+			}
+		}
+		return nil
+	})
 	for _, c := range cmds {
 		jobs = append(jobs, r.streamJobs(c.Val())...)
 		if e := c.Err(); e != nil && !isRedisNil(e) && !isNoGroup(e) && err == nil {
