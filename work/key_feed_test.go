@@ -2,6 +2,7 @@ package work
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,23 @@ import (
 // how many it named.
 func feedOnce(t *testing.T, rdb *redis.Client, c string, n int) int64 {
 	t.Helper()
+	var fed int64
+	for _, f := range takeNames(t, rdb, c, n) {
+		fed += f.n
+	}
+	return fed
+}
+
+// named is a key and how many of its jobs a take named.
+type named struct {
+	key string
+	n   int64
+}
+
+// takeNames runs keyTakeScript as feedOnce does and returns what it named,
+// in turn order.
+func takeNames(t *testing.T, rdb *redis.Client, c string, n int) []named {
+	t.Helper()
 	ctx := context.Background()
 	k := KeysFor("q")
 	r := &runner{keys: k}
@@ -27,17 +45,38 @@ func feedOnce(t *testing.T, rdb *redis.Client, c string, n int) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var fed int64
+	var out []named
 	for _, s := range v[1:] {
 		if s, _ := s.([]any); len(s) == 2 && s[0] == "feed" {
 			f, _ := s[1].([]any)
 			for i := 1; i < len(f); i += 2 {
+				s, _ := f[i-1].(string)
 				n, _ := f[i].(int64)
-				fed += n
+				out = append(out, named{s[strings.LastIndexByte(s, ':')+1:], n})
 			}
 		}
 	}
-	return fed
+	return out
+}
+
+// A read that is full before a key's turn is whole ends there: the key
+// goes back to the head of its ring, for a whole turn with the next read,
+// not a few jobs now and a turn more later. The first turn of a read is
+// never cut: a read smaller than a quantum still reads.
+func TestKeyTurnWholeOrNext(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	enqueueKeyed(t, rdb, "a", 10)
+	enqueueKeyed(t, rdb, "b", 10)
+	// 15: a quantum of 4; a, b, a, then b's turn would be 3 of 4
+	if got, want := takeNames(t, rdb, "h/run-0", 15), []named{{"a", 4}, {"b", 4}, {"a", 4}}; !slices.Equal(got, want) {
+		t.Fatalf("named %v, want %v", got, want)
+	}
+	if got, want := takeNames(t, rdb, "h/run-0", 15), []named{{"b", 4}, {"a", 4}, {"b", 4}}; !slices.Equal(got, want) {
+		t.Fatalf("then named %v, want %v (b first)", got, want)
+	}
+	if got, want := takeNames(t, rdb, "h/run-0", 2), []named{{"a", 2}}; !slices.Equal(got, want) {
+		t.Fatalf("a read of 2 named %v, want %v", got, want)
+	}
 }
 
 // The jobs a key's turn fed to the stream and nobody read (the holder died
@@ -54,8 +93,8 @@ func TestKeyFedLeftUndelivered(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			rdb := redistest.Start(t).Client()
 			ids := append(enqueueKeyed(t, rdb, "a", 12), enqueueKeyed(t, rdb, "b", 12)...)
-			if fed := feedOnce(t, rdb, "gone/run-0", 10); fed != 10 {
-				t.Fatalf("fed %d jobs, want 10", fed)
+			if fed := feedOnce(t, rdb, "gone/run-0", 12); fed != 12 {
+				t.Fatalf("fed %d jobs, want 12", fed)
 			}
 			var mu sync.Mutex
 			ran := map[string]int{}
@@ -227,5 +266,40 @@ func TestKeyPlanStaysOneReadAhead(t *testing.T) {
 			}
 			seen[j.ID] = true
 		}
+	}
+}
+
+// A drain's tail: many keys read whole still wait in the ring for the turn
+// that finds them empty, ahead of a key with jobs. One read sweeps past
+// them (more than one take's n + 32 keys) and brings that key's jobs, not
+// nothing and a keyPoll wait per n + 32 keys.
+func TestKeySweepsDrainedKeysInOneRead(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	var msgs []Message
+	for i := range 300 {
+		msgs = append(msgs, Message{Payload: []byte("p"), Options: []Option{Key("k" + strconv.Itoa(i))}})
+	}
+	if _, err := EnqueueMany(ctx, rdb, "q", msgs); err != nil {
+		t.Fatal(err)
+	}
+	r := &runner{keys: KeysFor("q"), c: Config{Client: rdb, Consumer: "h/run-0", Queue: "q"}}
+	if err := keyTakeScript.Load(ctx, rdb).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for read := 0; read < 300; {
+		jobs, _, _, err := r.takePiped(ctx, 300-int64(read))
+		if err != nil || len(jobs) == 0 {
+			t.Fatalf("after %d jobs: %d read, %v", read, len(jobs), err)
+		}
+		read += len(jobs)
+	}
+	if n := rdb.LLen(ctx, r.keys.KeyRing(PriorityNormal)).Val(); n < 100 {
+		t.Fatalf("%d keys still in the ring, want the drained ones (at least 100) for this test", n)
+	}
+	ids := enqueueKeyed(t, rdb, "z", 5)
+	jobs, _, _, err := r.takePiped(ctx, 40)
+	if err != nil || len(jobs) != len(ids) {
+		t.Fatalf("read %d jobs, %v; want z's %d", len(jobs), err, len(ids))
 	}
 }

@@ -277,7 +277,7 @@ func (r *runner) takePiped(ctx context.Context, n int64) (jobs []*Job, more, aga
 		plan, rest = fedPrefix(r.kk.plan, n)
 	}
 	r.kk.plan = nil
-	for tries := 0; ; tries++ {
+	for sweeps, tries := 0, 0; ; {
 		var named []any
 		// The turns name no more than fits beside the rest: a plan that
 		// grew with every read smaller than the last would name keys
@@ -289,8 +289,19 @@ func (r *runner) takePiped(ctx context.Context, n int64) (jobs []*Job, more, aga
 		// what did not fit this read first: their turn came first
 		next := append(append([]any(nil), rest...), named...)
 		switch {
-		case len(next) == 0:
+		case len(next) == 0 && (len(jobs) > 0 || !more || sweeps >= sweepMost):
 			return jobs, more, false, nil
+		case len(next) == 0:
+			// Every key the turns looked at had nothing waiting, and left
+			// its ring (at most n + 32 a call): a drain's tail, where each
+			// key drained comes round once more. Look further at once, not
+			// after keyPoll: keys still waiting may be behind them.
+			if !r.leaseHeld() {
+				return nil, true, false, nil
+			}
+			sweeps++
+			plan, rest = nil, nil
+			continue
 		case n < planAhead:
 			jobs, more, err = r.thenFed(ctx, jobs, named, more)
 			return jobs, more, false, err
@@ -303,6 +314,7 @@ func (r *runner) takePiped(ctx context.Context, n int64) (jobs []*Job, more, aga
 		if !r.leaseHeld() {
 			return nil, true, false, nil
 		}
+		tries++
 		plan, rest = fedPrefix(next, n)
 	}
 }
@@ -376,6 +388,11 @@ func (r *runner) takePipedOnce(ctx context.Context, n, turns int64, plan []any) 
 	}
 	return jobs, named, more, false, nil
 }
+
+// sweepMost is the most take calls of one read that find only keys with
+// nothing waiting, each of which leaves its ring: past it the read waits
+// keyPoll.
+const sweepMost = 64
 
 // planAhead is the smallest read whose key streams are read with the next
 // take (takePiped): a holder that reads this many at once runs fast jobs,

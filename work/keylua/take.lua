@@ -50,6 +50,7 @@ end
 -- jobs, and a read still serves at least 4 keys when that many wait. A small read (slow jobs: a holder reads as its workers
 -- free up) passes keys 4 jobs at a time or fewer.
 local quantum = math.max(4, math.ceil(left / 4))
+local budget = left
 local out = {0}
 -- turns: the level's keys take turns for up to left jobs (the level's
 -- stream has nothing undelivered left)
@@ -71,6 +72,14 @@ local function turns(li)
     else
       local cap = limits[k] or dflt
       local room = math.min(left, quantum, n)
+      if room < math.min(quantum, n) and left < budget then
+        -- The read is full before this key's turn is: the key goes back
+        -- to the head, for a whole turn with the next read (cut short, it
+        -- would need one more turn, and a stream read, for a few jobs).
+        redis.call('LMOVE', ring, ring, 'RIGHT', 'LEFT')
+        left = 0
+        break
+      end
       if cap > 0 then
         -- Read here, atomically with the count: never over the cap. A
         -- key at its cap keeps its place in the ring. The cap is the
