@@ -39,7 +39,8 @@ type Counts struct {
 
 // ReadCounts reads a queue's counts in two round trips, without writing
 // (one more for each priority with jobs waiting, and two per thousand key
-// streams when keys have jobs: readKeyStreams). Acknowledged entries are
+// streams when keys have jobs, readKeyStreams, and one more per thousand
+// when keyed jobs wait, oldestKeyed). Acknowledged entries are
 // deleted, so the streams hold exactly the waiting and pending ones.
 func ReadCounts(ctx context.Context, rdb redis.Cmdable, q string) (*Counts, error) {
 	k := KeysFor(q)
@@ -73,6 +74,11 @@ func ReadCounts(ctx context.Context, rdb redis.Cmdable, q string) (*Counts, erro
 		for _, s := range streams {
 			c.Keyed += s.waiting
 			c.KeyedRunning += s.running
+		}
+		if c.Keyed > 0 {
+			if c.OldestWaiting, err = oldestKeyed(ctx, rdb, streams); err != nil {
+				return nil, fmt.Errorf("read queue: %w", err)
+			}
 		}
 	}
 	c.Waiting, c.Pending = c.Keyed, c.KeyedRunning

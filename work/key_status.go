@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -46,6 +47,8 @@ type keyStreamLoad struct {
 	level            Priority
 	key              string
 	waiting, running int64
+	name             string // the stream
+	lastRunning      string // its newest pending entry ("" when none): its waiting ones come after
 }
 
 // readKeyStreams reads the key streams listed in KeyStreams, at most
@@ -75,7 +78,8 @@ func readKeyStreams(ctx context.Context, rdb redis.Cmdable, k Keys) (loads []key
 				return false, fmt.Errorf("read key stream %s: %w", l.name, err)
 			}
 			if n > 0 || pending > 0 {
-				loads = append(loads, keyStreamLoad{level: l.at.level, key: l.at.key, waiting: max(0, n-pending), running: pending})
+				loads = append(loads, keyStreamLoad{level: l.at.level, key: l.at.key, waiting: max(0, n-pending), running: pending,
+					name: l.name, lastRunning: l.pend.Val().Higher})
 			}
 		}
 		return !more, nil
@@ -84,6 +88,43 @@ func readKeyStreams(ctx context.Context, rdb redis.Cmdable, k Keys) (loads []key
 		return nil, false, err
 	}
 	return loads, more, nil
+}
+
+// oldestKeyed is how long the oldest job waiting in the key streams of
+// loads has waited: each stream's first entry after its newest pending
+// one (delivered entries come before undelivered ones, and settled ones
+// are deleted), one XRANGE per stream with waiting jobs, pipelined in
+// pages. An entry's id is when it entered the stream, as in oldestWaiting.
+func oldestKeyed(ctx context.Context, rdb redis.Cmdable, loads []keyStreamLoad) (time.Duration, error) {
+	var oldest time.Duration
+	for page := range slices.Chunk(loads, keyStreamsPage) {
+		var cmds []*redis.XMessageSliceCmd
+		_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, l := range page {
+				if l.waiting > 0 {
+					from := "-"
+					if l.lastRunning != "" {
+						from = "(" + l.lastRunning
+					}
+					cmds = append(cmds, p.XRangeN(ctx, l.name, from, "+", 1))
+				}
+			}
+			return nil
+		})
+		for _, c := range cmds {
+			next, err := c.Result()
+			var rerr redis.Error
+			if err != nil && !errors.As(err, &rerr) {
+				return 0, fmt.Errorf("read key stream: %w", err)
+			}
+			if len(next) == 1 {
+				if ms, _, ok := cutDash(next[0].ID); ok {
+					oldest = max(oldest, time.Since(time.UnixMilli(ms)))
+				}
+			}
+		}
+	}
+	return oldest, nil
 }
 
 // scanKeyStreams passes the names in KeyStreams to page, about size at a

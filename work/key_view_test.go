@@ -422,3 +422,35 @@ func waitUntil(t *testing.T, ok func() bool) {
 		}
 	}
 }
+
+// The oldest waiting job counts the key streams: a keyed job waiting
+// since before the rest is the oldest, and a running one (pending) is not
+// waiting.
+func TestKeyOldestWaiting(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client()
+	k := work.KeysFor("q")
+	for _, key := range []string{"a", "b"} {
+		if _, err := work.Enqueue(ctx, rdb, "q", []byte("old"), work.Key(key)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(1200 * time.Millisecond)
+	if _, err := work.Enqueue(ctx, rdb, "q", []byte("new"), work.Key("a")); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := work.ReadCounts(ctx, rdb, "q"); err != nil || c.OldestWaiting < time.Second {
+		t.Fatalf("oldest waiting %v, %v; want a's and b's first jobs' age, over 1s", c.OldestWaiting, err)
+	}
+	// a's and b's first jobs start: only a's new one waits
+	for _, key := range []string{"a", "b"} {
+		s := k.KeyStream(work.PriorityNormal, key)
+		if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: work.Group, Consumer: "h/run-0", Streams: []string{s, ">"}, Count: 1}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := work.ReadCounts(ctx, rdb, "q")
+	if err != nil || c.Waiting != 1 || c.OldestWaiting >= time.Second {
+		t.Fatalf("with the old jobs running: %d waiting, the oldest for %v, %v; want 1, under 1s", c.Waiting, c.OldestWaiting, err)
+	}
+}
