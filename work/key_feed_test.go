@@ -77,6 +77,16 @@ func TestKeyTurnWholeOrNext(t *testing.T) {
 	if got, want := takeNames(t, rdb, "h/run-0", 2), []named{{"a", 2}}; !slices.Equal(got, want) {
 		t.Fatalf("a read of 2 named %v, want %v", got, want)
 	}
+	// Jobs without a key fill all but 1 of the read: the first key still
+	// takes its turn in that 1 (a steady flow of them must not starve keys).
+	for range 14 {
+		if _, err := Enqueue(context.Background(), rdb, "q", []byte("plain")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := takeNames(t, rdb, "h/run-0", 15), []named{{"b", 1}}; !slices.Equal(got, want) {
+		t.Fatalf("beside 14 jobs without a key, named %v, want %v", got, want)
+	}
 }
 
 // The jobs a key's turn fed to the stream and nobody read (the holder died

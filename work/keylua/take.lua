@@ -50,7 +50,7 @@ end
 -- jobs, and a read still serves at least 4 keys when that many wait. A small read (slow jobs: a holder reads as its workers
 -- free up) passes keys 4 jobs at a time or fewer.
 local quantum = math.max(4, math.ceil(left / 4))
-local budget = left
+local turned = false -- a key's turn gave jobs in this call
 local out = {0}
 -- turns: the level's keys take turns for up to left jobs (the level's
 -- stream has nothing undelivered left)
@@ -72,10 +72,12 @@ local function turns(li)
     else
       local cap = limits[k] or dflt
       local room = math.min(left, quantum, n)
-      if room < math.min(quantum, n) and left < budget then
+      if room < math.min(quantum, n) and turned then
         -- The read is full before this key's turn is: the key goes back
         -- to the head, for a whole turn with the next read (cut short, it
         -- would need one more turn, and a stream read, for a few jobs).
+        -- Not the call's first turn: jobs without a key may fill most of
+        -- every read, and keys still take turns in what is left.
         redis.call('LMOVE', ring, ring, 'RIGHT', 'LEFT')
         left = 0
         break
@@ -96,6 +98,7 @@ local function turns(li)
           if r and r[1] then
             out[#out + 1] = {s, r[1][2]}
             left = left - #r[1][2]
+            turned = true
           end
         end
       else
@@ -105,6 +108,7 @@ local function turns(li)
         feed[#feed + 1] = s
         feed[#feed + 1] = room
         left = left - room
+        turned = true
       end
     end
   end
