@@ -478,8 +478,8 @@ func (r *runner) queueRead(ctx context.Context, p redis.Pipeliner, streams []str
 // fedJobs are the jobs the reads queueFed queued brought. A read that
 // names a key stream deleted since (its jobs all settled, by another
 // holder that read them meanwhile: NOGROUP) reads nothing at all: its
-// streams are read again one per XREADGROUP, and a deleted one read
-// nothing and is no error.
+// streams are read again one per XREADGROUP (while the lease is held),
+// and a deleted one read nothing and is no error.
 func (r *runner) fedJobs(ctx context.Context, reads []fedRead) ([]*Job, error) {
 	var jobs []*Job
 	var err error
@@ -497,7 +497,10 @@ func (r *runner) fedJobs(ctx context.Context, reads []fedRead) ([]*Job, error) {
 			err = e
 		}
 	}
-	if len(again) == 0 {
+	// A round trip more: the lease is asked again first, as before any
+	// read (what the holder read after a lapse would be pending, unseen,
+	// under the slot's consumer, which its next holder replayed already).
+	if len(again) == 0 || !r.leaseHeld() {
 		return jobs, err
 	}
 	var cmds []*redis.XStreamSliceCmd

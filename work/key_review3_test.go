@@ -1,0 +1,76 @@
+package work
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/baton-run/baton/internal/redistest"
+	"github.com/baton-run/baton/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+// lapseOnNoGroup is a real lease's Holding whose renew deadline passes the
+// moment a read of several key streams failed NOGROUP (a go-redis hook sees
+// the reply): a holder stopped between that read and the next round trip.
+type lapseOnNoGroup struct {
+	lock.Holding
+	failed atomic.Bool
+}
+
+func (l *lapseOnNoGroup) HeldFor() time.Duration {
+	if l.failed.Load() {
+		return 0
+	}
+	return l.Holding.HeldFor()
+}
+
+func (l *lapseOnNoGroup) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (l *lapseOnNoGroup) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return next
+}
+func (l *lapseOnNoGroup) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			// XREADGROUP GROUP g c COUNT n STREAMS s1 s2 > >
+			if a := c.Args(); len(a) >= 11 && a[0] == "xreadgroup" && isNoGroup(c.Err()) {
+				l.failed.Store(true)
+			}
+		}
+		return err
+	}
+}
+
+// A read of several key streams fails NOGROUP (one was deleted since its
+// turn) and the lease lapses before the streams are read again one by one:
+// the holder reads none of them (as thenFed, which asks the lease before
+// its read), so their jobs stay undelivered for whichever holder reads
+// next, not pending, unseen, under the slot's consumer, which the slot's
+// next holder has replayed already.
+func TestKeyFedRereadAsksTheLease(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	ctx := context.Background()
+	sl := runLease(t, rdb)
+	k := KeysFor("q")
+	enqueueKeyed(t, rdb, "a", 3)
+	held := &lapseOnNoGroup{Holding: sl.(lock.Holding)}
+	hooked := srv.Client()
+	hooked.AddHook(held)
+	r := &runner{keys: k, c: Config{Client: hooked, Consumer: "fleet/run-0", Queue: "q"}, held: held, stopped: make(chan struct{})}
+	jobs, err := r.readFed(ctx, []any{k.KeyStream(PriorityNormal, "gone"), int64(2), k.KeyStream(PriorityNormal, "a"), int64(2)})
+	if !held.failed.Load() {
+		t.Fatal("the read of both streams did not fail NOGROUP")
+	}
+	if err != nil || len(jobs) != 0 {
+		t.Errorf("read %d jobs, error %v; want none, no error", len(jobs), err)
+	}
+	if n := keyPending(t, rdb, "q"); n != 0 {
+		t.Errorf("%d of key a's jobs read after the lease lapsed (pending under the slot's consumer), want none", n)
+	}
+	if !r.draining() {
+		t.Error("the holder goes on reading: want it stopped, as at any lapse")
+	}
+}
