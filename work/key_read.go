@@ -348,13 +348,15 @@ func (r *runner) takePipedOnce(ctx context.Context, n, turns int64, plan []any) 
 			return jobs, nil, true, false, err
 		}
 	}
-	fed, ferr := r.fedJobs(ctx, fedReads)
-	jobs = append(jobs, fed...)
 	v, terr := take.Slice()
 	if IsFenced(terr) {
-		r.lapsed() // what the reads brought stays pending for the slot's next holder
+		// What the reads brought stays pending for the slot's next holder;
+		// nothing more is read (fedJobs' second round trip).
+		r.lapsed()
 		return nil, nil, true, false, nil
 	}
+	fed, ferr := r.fedJobs(ctx, fedReads)
+	jobs = append(jobs, fed...)
 	if ferr != nil {
 		// As thenFed: pending for this slot and unseen, or undelivered.
 		if len(jobs) == 0 {

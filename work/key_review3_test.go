@@ -74,3 +74,37 @@ func TestKeyFedRereadAsksTheLease(t *testing.T) {
 		t.Error("the holder goes on reading: want it stopped, as at any lapse")
 	}
 }
+
+// As TestKeyFedRereadAsksTheLease, but Redis is who says the lease is
+// another's: the take script sent with the read refuses (FENCED). The
+// streams of the read that failed NOGROUP are not read again: what a
+// holder reads once fenced stays pending, unseen, under the slot's
+// consumer.
+func TestKeyFedRereadNotWhenFenced(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	sl := runLease(t, rdb)
+	k := KeysFor("q")
+	enqueueKeyed(t, rdb, "a", 3)
+	if err := rdb.XGroupCreate(ctx, k.Stream, Group, "0").Err(); err != nil { // as a holder's start makes it
+		t.Fatal(err)
+	}
+	if err := fenced[keyTakeScript].Load(ctx, rdb).Err(); err != nil {
+		t.Fatal(err)
+	}
+	key, token := sl.Fence()
+	held := sl.(lock.Holding)
+	c := Config{Client: rdb, Consumer: "fleet/run-0", Queue: "q", Fence: &Fence{Key: key, Token: token + 1, Held: held}}
+	r := &runner{keys: k, c: c, fence: token + 1, held: held, stopped: make(chan struct{})}
+	plan := []any{k.KeyStream(PriorityNormal, "gone"), int64(2), k.KeyStream(PriorityNormal, "a"), int64(2)}
+	jobs, _, _, _, err := r.takePipedOnce(ctx, 32, 32, plan)
+	if err != nil || len(jobs) != 0 {
+		t.Errorf("read %d jobs, error %v; want none, no error", len(jobs), err)
+	}
+	if !r.draining() {
+		t.Error("a fenced holder goes on reading")
+	}
+	if n := keyPending(t, rdb, "q"); n != 0 {
+		t.Errorf("%d of key a's jobs read by a fenced holder (pending under the slot's consumer), want none", n)
+	}
+}
