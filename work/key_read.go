@@ -299,7 +299,9 @@ func (r *runner) takePiped(ctx context.Context, n int64) (jobs []*Job, more, aga
 			if !r.leaseHeld() {
 				return nil, true, false, nil
 			}
-			sweeps++
+			// What it names next is read at once again (tries): the
+			// keys a read found empty were another's, not these.
+			sweeps, tries = sweeps+1, 0
 			plan, rest = nil, nil
 			continue
 		case n < planAhead:

@@ -2,6 +2,7 @@ package work
 
 import (
 	"context"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -106,5 +107,66 @@ func TestKeyFedRereadNotWhenFenced(t *testing.T) {
 	}
 	if n := keyPending(t, rdb, "q"); n != 0 {
 		t.Errorf("%d of key a's jobs read by a fenced holder (pending under the slot's consumer), want none", n)
+	}
+}
+
+// readAfterFirstTake is a go-redis hook: once the first piped take's
+// round trip is back, another holder (consumer "other") reads streams
+// meanwhile.
+type readAfterFirstTake struct {
+	other   *redis.Client
+	streams []string
+	done    atomic.Bool
+}
+
+func (h *readAfterFirstTake) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *readAfterFirstTake) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *readAfterFirstTake) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if len(cmds) > 0 && cmds[0].Args()[0] == "evalsha" && h.done.CompareAndSwap(false, true) {
+			for _, s := range h.streams {
+				h.other.XReadGroup(ctx, &redis.XReadGroupArgs{Group: Group, Consumer: "other", Streams: []string{s, ">"}, Count: 1, Block: -1})
+			}
+		}
+		return err
+	}
+}
+
+// The keys a take named are read by another holder before this one reads
+// them, and the next take finds only drained keys: it is sent again at
+// once (a sweep), and what it names then is read in the same read too,
+// not after keyPoll: key z's jobs come with this one read.
+func TestKeySweepAfterPlanReadEmpty(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	ctx := context.Background()
+	k := KeysFor("q")
+	hook := &readAfterFirstTake{other: rdb}
+	for i := range 5 {
+		key := "a" + strconv.Itoa(i)
+		enqueueKeyed(t, rdb, key, 1)
+		hook.streams = append(hook.streams, k.KeyStream(PriorityNormal, key))
+	}
+	for i := range 150 { // keys drained: no stream, still in the ring
+		rdb.RPush(ctx, k.KeyRing(PriorityNormal), "d"+strconv.Itoa(i))
+		rdb.SAdd(ctx, k.keyRingIn(PriorityNormal), "d"+strconv.Itoa(i))
+	}
+	ids := enqueueKeyed(t, rdb, "z", 5)
+	if err := rdb.XGroupCreate(ctx, k.Stream, Group, "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := keyTakeScript.Load(ctx, rdb).Err(); err != nil {
+		t.Fatal(err)
+	}
+	hooked := srv.Client()
+	hooked.AddHook(hook)
+	r := &runner{keys: k, c: Config{Client: hooked, Consumer: "h/run-0", Queue: "q"}, stopped: make(chan struct{})}
+	jobs, _, _, err := r.takePiped(ctx, 32)
+	if !hook.done.Load() {
+		t.Fatal("no piped take ran")
+	}
+	if err != nil || len(jobs) != len(ids) {
+		t.Fatalf("read %d jobs, %v; want z's %d", len(jobs), err, len(ids))
 	}
 }
