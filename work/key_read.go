@@ -299,7 +299,9 @@ func (r *runner) takePiped(ctx context.Context, n int64) (jobs []*Job, more, aga
 			if !r.leaseHeld() {
 				return nil, true, false, nil
 			}
-			sweeps++
+			// What it names next is read at once again (tries): the
+			// keys a read found empty were another's, not these.
+			sweeps, tries = sweeps+1, 0
 			plan, rest = nil, nil
 			continue
 		case n < planAhead:
@@ -348,13 +350,15 @@ func (r *runner) takePipedOnce(ctx context.Context, n, turns int64, plan []any) 
 			return jobs, nil, true, false, err
 		}
 	}
-	fed, ferr := r.fedJobs(ctx, fedReads)
-	jobs = append(jobs, fed...)
 	v, terr := take.Slice()
 	if IsFenced(terr) {
-		r.lapsed() // what the reads brought stays pending for the slot's next holder
+		// What the reads brought stays pending for the slot's next holder;
+		// nothing more is read (fedJobs' second round trip).
+		r.lapsed()
 		return nil, nil, true, false, nil
 	}
+	fed, ferr := r.fedJobs(ctx, fedReads)
+	jobs = append(jobs, fed...)
 	if ferr != nil {
 		// As thenFed: pending for this slot and unseen, or undelivered.
 		if len(jobs) == 0 {
@@ -478,8 +482,8 @@ func (r *runner) queueRead(ctx context.Context, p redis.Pipeliner, streams []str
 // fedJobs are the jobs the reads queueFed queued brought. A read that
 // names a key stream deleted since (its jobs all settled, by another
 // holder that read them meanwhile: NOGROUP) reads nothing at all: its
-// streams are read again one per XREADGROUP, and a deleted one read
-// nothing and is no error.
+// streams are read again one per XREADGROUP (while the lease is held),
+// and a deleted one read nothing and is no error.
 func (r *runner) fedJobs(ctx context.Context, reads []fedRead) ([]*Job, error) {
 	var jobs []*Job
 	var err error
@@ -497,7 +501,10 @@ func (r *runner) fedJobs(ctx context.Context, reads []fedRead) ([]*Job, error) {
 			err = e
 		}
 	}
-	if len(again) == 0 {
+	// A round trip more: the lease is asked again first, as before any
+	// read (what the holder read after a lapse would be pending, unseen,
+	// under the slot's consumer, which its next holder replayed already).
+	if len(again) == 0 || !r.leaseHeld() {
 		return jobs, err
 	}
 	var cmds []*redis.XStreamSliceCmd
