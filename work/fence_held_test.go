@@ -14,10 +14,38 @@ import (
 
 // lapsing is a real lease's Holding whose clock can be made to say, at
 // once, that the renew deadline passed: what a holder stopped (SIGSTOP) past
-// its lease sees when it resumes.
+// its lease sees when it resumes. Added to a client as a go-redis hook, it
+// lapses the moment a reply satisfies on (a single command, or one of a
+// pipeline when piped): a holder stopped right after that reply.
 type lapsing struct {
 	lock.Holding
 	lapsed atomic.Bool
+	on     func(redis.Cmder) bool
+	piped  bool
+}
+
+func (l *lapsing) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (l *lapsing) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if !l.piped && l.on != nil && l.on(cmd) {
+			l.lapsed.Store(true)
+		}
+		return err
+	}
+}
+
+func (l *lapsing) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			if l.piped && l.on != nil && l.on(c) {
+				l.lapsed.Store(true)
+			}
+		}
+		return err
+	}
 }
 
 func (l *lapsing) HeldFor() time.Duration {

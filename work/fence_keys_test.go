@@ -12,36 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// lapseAfterTake is a real lease's Holding whose renew deadline passes the
-// moment the keys' take script has run (a go-redis hook sees its reply): a
-// holder stopped between that script and its read of the key streams it
-// named.
-type lapseAfterTake struct {
-	lock.Holding
-	taken atomic.Bool
-}
-
-func (l *lapseAfterTake) HeldFor() time.Duration {
-	if l.taken.Load() {
-		return 0
-	}
-	return l.Holding.HeldFor()
-}
-
-func (l *lapseAfterTake) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (l *lapseAfterTake) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-func (l *lapseAfterTake) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		if a := cmd.Args(); err == nil && len(a) > 1 && a[1] == fenced[keyTakeScript].Hash() {
-			l.taken.Store(true)
-		}
-		return err
-	}
-}
-
 // The read of the key streams a turn named (readFed) is a read like any
 // other: a holder whose lease lapsed after the take script reads none of
 // them, so they stay undelivered for whichever holder reads next, not
@@ -65,7 +35,11 @@ func lapseAfterTakeRun(t *testing.T, jobs int) {
 	}
 	var ran atomic.Int64
 	key, token := sl.Fence()
-	held := &lapseAfterTake{Holding: sl.(lock.Holding)}
+	// lapses once the keys' take script has run
+	held := &lapsing{Holding: sl.(lock.Holding), on: func(c redis.Cmder) bool {
+		a := c.Args()
+		return c.Err() == nil && len(a) > 1 && a[1] == fenced[keyTakeScript].Hash()
+	}}
 	hooked := srv.Client()
 	hooked.AddHook(held)
 	c := testConfig(hooked, HandlerFunc(func(context.Context, *Job) error { ran.Add(1); return nil }))
@@ -74,7 +48,7 @@ func lapseAfterTakeRun(t *testing.T, jobs int) {
 	c.KeyCaps = KeyCaps{Limits: map[string]int{"other": 1}}
 	c.Fence = &Fence{Key: key, Token: token, Held: held}
 	runUntilLapsed(t, c, 15*time.Second)
-	if !held.taken.Load() {
+	if !held.lapsed.Load() {
 		t.Fatal("no take script ran")
 	}
 	if n := ran.Load(); n != 0 {

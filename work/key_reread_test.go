@@ -5,44 +5,11 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/baton-run/baton/internal/redistest"
 	"github.com/baton-run/baton/lock"
 	"github.com/redis/go-redis/v9"
 )
-
-// lapseOnNoGroup is a real lease's Holding whose renew deadline passes the
-// moment a read of several key streams failed NOGROUP (a go-redis hook sees
-// the reply): a holder stopped between that read and the next round trip.
-type lapseOnNoGroup struct {
-	lock.Holding
-	failed atomic.Bool
-}
-
-func (l *lapseOnNoGroup) HeldFor() time.Duration {
-	if l.failed.Load() {
-		return 0
-	}
-	return l.Holding.HeldFor()
-}
-
-func (l *lapseOnNoGroup) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (l *lapseOnNoGroup) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return next
-}
-func (l *lapseOnNoGroup) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		for _, c := range cmds {
-			// XREADGROUP GROUP g c COUNT n STREAMS s1 s2 > >
-			if a := c.Args(); len(a) >= 11 && a[0] == "xreadgroup" && isNoGroup(c.Err()) {
-				l.failed.Store(true)
-			}
-		}
-		return err
-	}
-}
 
 // A read of several key streams fails NOGROUP (one was deleted since its
 // turn) and the lease lapses before the streams are read again one by one:
@@ -57,12 +24,16 @@ func TestKeyFedRereadAsksTheLease(t *testing.T) {
 	sl := runLease(t, rdb)
 	k := KeysFor("q")
 	enqueueKeyed(t, rdb, "a", 3)
-	held := &lapseOnNoGroup{Holding: sl.(lock.Holding)}
+	// lapses once a read of several key streams failed NOGROUP:
+	// XREADGROUP GROUP g c COUNT n STREAMS s1 s2 > >
+	held := &lapsing{Holding: sl.(lock.Holding), piped: true, on: func(c redis.Cmder) bool {
+		return len(c.Args()) >= 11 && c.Args()[0] == "xreadgroup" && isNoGroup(c.Err())
+	}}
 	hooked := srv.Client()
 	hooked.AddHook(held)
 	r := &runner{keys: k, c: Config{Client: hooked, Consumer: "fleet/run-0", Queue: "q"}, held: held, stopped: make(chan struct{})}
 	jobs, err := r.readFed(ctx, []any{k.KeyStream(PriorityNormal, "gone"), int64(2), k.KeyStream(PriorityNormal, "a"), int64(2)})
-	if !held.failed.Load() {
+	if !held.lapsed.Load() {
 		t.Fatal("the read of both streams did not fail NOGROUP")
 	}
 	if err != nil || len(jobs) != 0 {
