@@ -202,24 +202,29 @@ func TestPromoteOldestFirstBesideHolderWithoutRecord(t *testing.T) {
 		publish(t, holder, base)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan time.Duration, 2)
+		// Both promoters are gone before the trial ends: one still polling
+		// would make lock files in the test's directory as it is removed.
+		var wg sync.WaitGroup
 		for age := range 2 {
 			_, s, _ := p.Enter()
 			publish(t, s, base.Add(-time.Duration(age)*time.Second))
-			go func() {
+			wg.Go(func() {
 				r, ok, _ := p.Promote(ctx, s)
 				if ok {
 					defer r.Release()
 					done <- time.Duration(age) * time.Second
 				}
-			}()
+			})
 		}
 		time.Sleep(1300 * time.Millisecond) // four polls
 		_ = holder.Release()
-		if got := <-done; got != time.Second {
+		got := <-done
+		cancel()
+		wg.Wait()
+		_ = quiet.Release()
+		if got != time.Second {
 			t.Fatalf("trial %d: the freed slot went to the standby of age %v, not the oldest", trial, got)
 		}
-		cancel()
-		_ = quiet.Release()
 	}
 }
 
