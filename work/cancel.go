@@ -175,12 +175,7 @@ func cancelOne(ctx context.Context, rdb redis.Cmdable, q string, o CancelOptions
 // KEYS[5] (the caller looks again).
 const cancelLua = entryLua + notifyLua + chainAckLua + chainDeadLua + buryLua + `
 local job, entry = ARGV[2], ARGV[3]
-local function ukey(f)
-  for i = 1, #f, 2 do
-    if f[i] == 'unique' then return ARGV[8] .. f[i + 1] end
-  end
-  return nil
-end
+local function ukey(f) return uniqueOf(f, ARGV[8]) end
 -- bury letters the job (buryLua) with fields f, runs made and last entry.
 local function bury(f, runs, last)
   return buryCancelled({dead = KEYS[2], index = KEYS[3], stats = KEYS[4], waiters = KEYS[11],
@@ -206,21 +201,8 @@ for _, s in ipairs({{KEYS[7], KEYS[8], 'retrying'}, {KEYS[9], KEYS[10], 'schedul
   end
 end
 if entry == '' then return {'gone'} end
-local e = redis.call('XRANGE', KEYS[1], entry, entry)
-if #e == 0 then return {'gone'} end
-local all, f, runs, orig = e[1][2], {}, '0', entry
-for i = 1, #all, 2 do
-  if all[i] == 'attempts' then runs = all[i + 1]
-  elseif all[i] == 'orig' then if all[i + 1] ~= '' then orig = all[i + 1] end
-  elseif not letter[all[i]] then put(f, all[i], all[i + 1]) end
-end
-if orig ~= job then return {'gone'} end
-local p = redis.pcall('XPENDING', KEYS[1], ARGV[1], entry, entry, 1)
-if p.err == nil and #p > 0 then
-  redis.call('HSET', KEYS[6], job, ARGV[5])
-  redis.call('PEXPIRE', KEYS[6], ARGV[6])
-  return {'running', p[1][2]}
-end
+local f, runs, reply = cancelAt(KEYS[1], ARGV[1], job, entry, KEYS[6], ARGV[5], ARGV[6])
+if reply then return reply end
 local u = ukey(f)
 if (u or KEYS[1]) ~= KEYS[5] then return {'gone'} end
 local id = bury(f, runs, entry)
@@ -232,14 +214,45 @@ return {'waiting', id}
 
 var cancelScript = redis.NewScript(cancelLua)
 
-// buryLua is how the cancel scripts (cancelScript, keyCancelScript) write
-// a cancelled job's dead letter: buryCancelled(to, job, f, runs, last)
+// buryLua is what the cancel scripts (cancelScript, keyCancelScript) share.
+// cancelAt(stream, group, job, entry, requests, why, keep) looks at job's
+// entry in stream: not there or not the job's, it returns reply {"gone"};
+// pending (running), it writes the cancel request (requests, kept keep
+// ms) and returns reply {"running", consumer}; else (waiting) the entry's
+// fields, baton's own taken out, and the runs made. uniqueOf(f, prefix) is
+// the unique key named in fields f, nil when none.
+// buryCancelled(to, job, f, runs, last) writes a cancelled job's dead
+// letter:
 // letters job with fields f (baton's own taken out), runs made and last
 // entry id, bounded by to.max (dead_max), in to.dead and to.index, counts
 // it in to.stats and tells to.waiters (why: to.why, failed_at: to.now);
 // returns the letter's id. It raises an error, before anything is
 // written, when dead or index holds another type.
 const buryLua = `
+local function cancelAt(stream, group, job, entry, requests, why, keep)
+  local e = redis.call('XRANGE', stream, entry, entry)
+  if #e == 0 then return nil, nil, {'gone'} end
+  local all, f, runs, orig = e[1][2], {}, '0', entry
+  for i = 1, #all, 2 do
+    if all[i] == 'attempts' then runs = all[i + 1]
+    elseif all[i] == 'orig' then if all[i + 1] ~= '' then orig = all[i + 1] end
+    elseif not letter[all[i]] then put(f, all[i], all[i + 1]) end
+  end
+  if orig ~= job then return nil, nil, {'gone'} end
+  local p = redis.pcall('XPENDING', stream, group, entry, entry, 1)
+  if p.err == nil and #p > 0 then
+    redis.call('HSET', requests, job, why)
+    redis.call('PEXPIRE', requests, keep)
+    return nil, nil, {'running', p[1][2]}
+  end
+  return f, runs
+end
+local function uniqueOf(f, prefix)
+  for i = 1, #f, 2 do
+    if f[i] == 'unique' then return prefix .. f[i + 1] end
+  end
+  return nil
+end
 local function buryCancelled(to, job, f, runs, last)
   local bad = writable(to.dead, 'stream', to.index, 'hash')
   if bad then error(bad) end

@@ -29,24 +29,9 @@ import (
 // looks again).
 const keyCancelLua = entryLua + notifyLua + chainAckLua + chainDeadLua + buryLua + keyStreamLua + `
 local job, entry = ARGV[2], ARGV[3]
-local e = redis.call('XRANGE', KEYS[1], entry, entry)
-if #e == 0 then return {'gone'} end
-local all, f, runs, orig, u = e[1][2], {}, '0', entry, nil
-for i = 1, #all, 2 do
-  if all[i] == 'attempts' then runs = all[i + 1]
-  elseif all[i] == 'orig' then if all[i + 1] ~= '' then orig = all[i + 1] end
-  elseif not letter[all[i]] then
-    put(f, all[i], all[i + 1])
-    if all[i] == 'unique' then u = ARGV[8] .. all[i + 1] end
-  end
-end
-if orig ~= job then return {'gone'} end
-local p = redis.pcall('XPENDING', KEYS[1], ARGV[1], entry, entry, 1)
-if p.err == nil and #p > 0 then
-  redis.call('HSET', KEYS[7], job, ARGV[5])
-  redis.call('PEXPIRE', KEYS[7], ARGV[6])
-  return {'running', p[1][2]}
-end
+local f, runs, reply = cancelAt(KEYS[1], ARGV[1], job, entry, KEYS[7], ARGV[5], ARGV[6])
+if reply then return reply end
+local u = uniqueOf(f, ARGV[8])
 local id = buryCancelled({dead = KEYS[4], index = KEYS[5], stats = KEYS[6], waiters = KEYS[8],
   why = ARGV[5], now = ARGV[7], max = ARGV[4]}, job, f, runs, entry)
 redis.call('XDEL', KEYS[1], entry)
