@@ -281,16 +281,12 @@ for i = 1, b do
     if whole[i] then
       drop[#drop + 1] = allA[p]
     else
-      jobs[#jobs + 1], ents[#ents + 1] = allA[p], allA[p + 1] .. '\n'
+      jobs[#jobs + 1], ents[#ents + 1] = allA[p], allA[p + 1]
     end
   end
   ao = ao + 2 * tonumber(allA[3 * i + 1])
 end
-if #jobs > 0 then
-  for i, v in ipairs(redis.call('HMGET', index, unpack(jobs))) do
-    if v and string.sub(v, 1, #ents[i]) == ents[i] then drop[#drop + 1] = jobs[i] end
-  end
-end
+stillNamed(index, jobs, ents, drop)
 for i = 1, #drop, 1000 do redis.call('HDEL', index, unpack(drop, i, math.min(i + 999, #drop))) end
 return acked
 `
@@ -635,12 +631,22 @@ end
 -- dropKeyIndex(s, job, entry): the job's index entry (KeyJobs), when s is
 -- a key stream and it still names entry (a settle that never waits for
 -- its holder's next take: a lost holder never makes one)
+-- stillNamed(index, jobs, entries, out): out, with the jobs added whose
+-- index entry still names their entry (a job parked again since names a
+-- newer one)
+local function stillNamed(index, jobs, entries, out)
+  if #jobs == 0 then return out end
+  for i, v in ipairs(redis.call('HMGET', index, unpack(jobs))) do
+    local e = entries[i] .. '\n'
+    if v and string.sub(v, 1, #e) == e then out[#out + 1] = jobs[i] end
+  end
+  return out
+end
 local function dropKeyIndex(s, job, entry)
   local tag = keyStreamTag(s)
   if not tag then return end
   local index = string.sub(s, 1, tag) .. ':key:jobs'
-  local v = redis.call('HGET', index, job)
-  if v and string.sub(v, 1, #entry + 1) == entry .. '\n' then redis.call('HDEL', index, job) end
+  if #stillNamed(index, {job}, {entry}, {}) > 0 then redis.call('HDEL', index, job) end
 end
 local function dropEmptyKeyStream(s)
   local tag = keyStreamTag(s)

@@ -1,6 +1,6 @@
 -- keys take: a holder's read while keys have waiting jobs (work/key_read.go,
 -- keyTakeScript, says what it does, its KEYS, ARGV and reply). It follows
--- keyStreamLua (work/keys.go: groupOf).
+-- keyStreamLua (work/keys.go: groupOf, stillNamed).
 local g, c, left, base, dflt, mode = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), ARGV[7]
 local names = {'high', 'normal', 'low'}
 local limits = {}
@@ -11,13 +11,11 @@ end
 -- The index entries of jobs this holder settled (pairs of job id, entry
 -- id), dropped unless they name a newer entry of the job (parked again).
 if #ARGV >= 9 then
-  local ids, ents, drop = {}, {}, {}
+  local ids, ents = {}, {}
   for i = 8, #ARGV - 1, 2 do
-    ids[#ids + 1], ents[#ents + 1] = ARGV[i], ARGV[i + 1] .. '\n'
+    ids[#ids + 1], ents[#ents + 1] = ARGV[i], ARGV[i + 1]
   end
-  for i, v in ipairs(redis.call('HMGET', KEYS[7], unpack(ids))) do
-    if v and string.sub(v, 1, #ents[i]) == ents[i] then drop[#drop + 1] = ids[i] end
-  end
+  local drop = stillNamed(KEYS[7], ids, ents, {})
   if #drop > 0 then redis.call('HDEL', KEYS[7], unpack(drop)) end
 end
 -- look: a stream's state for group g: whether it has undelivered
