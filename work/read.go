@@ -205,12 +205,7 @@ func (k Keys) streamAt(e entryKey) string {
 
 // stream is the Redis key of the stream j's entry is in: its key's stream
 // (inKey), else its level's.
-func (j *Job) stream(k Keys) string {
-	if j.inKey {
-		return k.KeyStream(j.Priority, j.Key)
-	}
-	return k.StreamOf(j.Priority)
-}
+func (j *Job) stream(k Keys) string { return k.streamAt(j.key()) }
 
 // forget drops a settled (or abandoned) entry from the active set.
 // keyForget sees it first, while r.active still holds its job (for a key
