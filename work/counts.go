@@ -35,6 +35,10 @@ type Counts struct {
 	Paused *Pause `json:"paused,omitempty"`
 	// Stats are the queue's totals (the Stat* fields), all time.
 	Stats map[string]int64 `json:"-"`
+	// The key streams read for Keyed and KeyedRunning (Keys), and whether
+	// some were left unread.
+	keyStreams  []keyStreamLoad
+	keysPartial bool
 }
 
 // ReadCounts reads a queue's counts in two round trips, without writing
@@ -67,10 +71,11 @@ func ReadCounts(ctx context.Context, rdb redis.Cmdable, q string) (*Counts, erro
 	c := &Counts{Scheduled: scheduled.Val(), Retrying: retrying.Val(), Dead: dead.Val(), Blocked: blocked.Val(), Stats: map[string]int64{},
 		Paused: pauseOf(paused.Val(), pausedTTL.Val())}
 	if keyStreams.Val() > 0 {
-		streams, _, err := readKeyStreams(ctx, rdb, k)
+		streams, more, err := readKeyStreams(ctx, rdb, k)
 		if err != nil {
 			return nil, fmt.Errorf("read queue: %w", err)
 		}
+		c.keyStreams, c.keysPartial = streams, more
 		for _, s := range streams {
 			c.Keyed += s.waiting
 			c.KeyedRunning += s.running

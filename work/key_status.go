@@ -198,14 +198,26 @@ func streamLoad(xlen *redis.IntCmd, pend *redis.XPendingCmd) (n, pending int64, 
 // ReadKeys reads the queue's keys without writing: the key streams listed
 // in KeyStreams (at most MaxKeyStreamsRead of them), each one's waiting
 // and running jobs (pipelined in pages), summed by key over the levels and
-// judged against caps. It costs O(keys), for status only; holders never
-// scan keys. nil when no key has jobs.
+// judged against caps. It costs O(keys); status takes the same from the
+// streams its counts read (Counts.Keys). nil when no key has jobs.
 func ReadKeys(ctx context.Context, rdb redis.Cmdable, q string, caps KeyCaps, top int) (*KeyReport, error) {
-	k := KeysFor(q)
-	streams, more, err := readKeyStreams(ctx, rdb, k)
+	streams, more, err := readKeyStreams(ctx, rdb, KeysFor(q))
 	if err != nil {
 		return nil, fmt.Errorf("read keys: %w", err)
 	}
+	return keyReport(streams, more, caps, top), nil
+}
+
+// Keys is ReadKeys from the key streams ReadCounts read for c, with no
+// Redis call: status reads them once.
+func (c *Counts) Keys(caps KeyCaps, top int) *KeyReport {
+	return keyReport(c.keyStreams, c.keysPartial, caps, top)
+}
+
+// keyReport sums streams by key and judges them against caps: the keys
+// with jobs, the top busiest, those at their cap; more says streams were
+// left unread. nil when no key has jobs.
+func keyReport(streams []keyStreamLoad, more bool, caps KeyCaps, top int) *KeyReport {
 	byKey := map[string]*KeyLoad{}
 	for _, s := range streams {
 		l := byKey[s.key]
@@ -217,7 +229,7 @@ func ReadKeys(ctx context.Context, rdb redis.Cmdable, q string, caps KeyCaps, to
 		l.Running += s.running
 	}
 	if len(byKey) == 0 {
-		return nil, nil
+		return nil
 	}
 	rep := &KeyReport{Partial: more}
 	loads := make([]KeyLoad, 0, len(byKey))
@@ -240,7 +252,7 @@ func ReadKeys(ctx context.Context, rdb redis.Cmdable, q string, caps KeyCaps, to
 		}
 	}
 	rep.Top = loads[:min(top, len(loads))]
-	return rep, nil
+	return rep
 }
 
 // keyIndexOf splits a value of the key index (KeyJobs): the job's entry

@@ -175,7 +175,7 @@ func Read(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient) (r
 			rep.Coverage, rep.Events, jerr = slotHistory(ctx, rdb, cfg, rep.Jobs.Stats)
 		}
 		if jerr == nil {
-			rep.Keys, jerr = readKeys(ctx, rdb, cfg, rep.Jobs)
+			rep.Keys = rep.Jobs.Keys(cfg.KeyCaps(), KeysShown) // from the key streams the counts read
 		}
 		if entries, err := cfg.PeriodicEntries(); jerr == nil && err == nil && len(entries) > 0 {
 			if rep.Periodic, err = periodic.List(ctx, rdb, cfg.Queue, entries); err != nil {
