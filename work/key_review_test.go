@@ -25,9 +25,7 @@ func TestKeyAckKeepsIndexOfJobParkedAgain(t *testing.T) {
 	s := k.KeyStream(PriorityNormal, "a")
 	job := enqueueKeyed(t, rdb, "a", 1)[0]
 	// Holder A reads it (entry e1 = the job id) and stalls.
-	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: Group, Consumer: "A", Streams: []string{s, ">"}, Count: 1}).Err(); err != nil {
-		t.Fatal(err)
-	}
+	readAs(t, rdb, "A", s)
 	e1 := job
 	// Holder B claims it, runs it, and it fails: its retry settles e1 and,
 	// once due, puts it in the level stream, whose read parks it again.
@@ -103,9 +101,7 @@ func TestKeyAckStreamGone(t *testing.T) {
 	for _, key := range []string{"a", "b", "c"} {
 		s := k.KeyStream(PriorityNormal, key)
 		id := enqueueKeyed(t, rdb, key, 2)[0]
-		if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: Group, Consumer: "A", Streams: []string{s, ">"}, Count: 1}).Err(); err != nil {
-			t.Fatal(err)
-		}
+		readAs(t, rdb, "A", s)
 		streams, entries = append(streams, s), append(entries, id)
 	}
 	// a's only other job is cancelled: a's ack below empties it.
@@ -188,9 +184,7 @@ func TestKeyGiveBackAgainAfterStreamGone(t *testing.T) {
 	k := KeysFor("q")
 	s := k.KeyStream(PriorityNormal, "a")
 	job := enqueueKeyed(t, rdb, "a", 1)[0]
-	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: Group, Consumer: "A", Streams: []string{s, ">"}, Count: 1}).Err(); err != nil {
-		t.Fatal(err)
-	}
+	readAs(t, rdb, "A", s)
 	for i := range 2 {
 		n, err := runScript(ctx, rdb, backScript, []string{s, k.Stream}, Group, "A", job, 0, job).Int64()
 		if err != nil || n != int64(1-i) {
@@ -276,4 +270,12 @@ func TestKeyBatchMemberLeavesNoIndexEntry(t *testing.T) {
 		t.Fatalf("index entry of done member %s left: %q", ids[0], v)
 	}
 	keysClean(t, rdb)
+}
+
+// readAs reads one entry of stream s as consumer c (a holder's read).
+func readAs(t *testing.T, rdb *redis.Client, c, s string) {
+	t.Helper()
+	if err := rdb.XReadGroup(context.Background(), &redis.XReadGroupArgs{Group: Group, Consumer: c, Streams: []string{s, ">"}, Count: 1}).Err(); err != nil {
+		t.Fatal(err)
+	}
 }
