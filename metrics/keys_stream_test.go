@@ -7,7 +7,6 @@ import (
 
 	"github.com/baton-run/baton/internal/redistest"
 	"github.com/baton-run/baton/work"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -37,18 +36,11 @@ func TestMetricsKeyStreams(t *testing.T) {
 		Streams: []string{k.KeyStream(work.PriorityNormal, "a"), ">"}, Count: 1}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewCollector(rdb, Queue{Name: "q"}))
-	m := scrape(t, reg)
-	for name, want := range map[string]float64{
+	scrapeWant(t, rdb, map[string]float64{
 		`baton_keyed_jobs_waiting{queue="q"}`:             11,
 		`baton_jobs{queue="q",state="waiting"}`:           11,
 		`baton_jobs{queue="q",state="pending"}`:           1,
 		`baton_keys_waiting{priority="normal",queue="q"}`: 3,
 		`baton_keys_waiting{priority="high",queue="q"}`:   0,
-	} {
-		if m[name] != want {
-			t.Errorf("%s = %v, want %v", name, m[name], want)
-		}
-	}
+	})
 }
